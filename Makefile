@@ -1,0 +1,52 @@
+# Galactic CNI. `make test` runs unit and integration tests (integration
+# needs root and skips, saying so, without it); `make demo` runs the whole
+# story on one machine.
+GO        ?= go
+BIN       := $(CURDIR)/bin
+CACHE     ?= $(or $(GALACTIC_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/galactic)
+CONTROLLER_GEN := $(CACHE)/tools-$(shell sha256sum test/tools/go.sum | cut -c1-12)/controller-gen
+TEST_FLAGS ?= -timeout 45m
+
+.PHONY: all build test unit integration generate verify-generated lint controlplane demo bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./plugins/... ./gc/... ./installer/...
+
+test: lint verify-generated build
+	$(GO) test $(TEST_FLAGS) ./...
+
+unit:
+	$(GO) test -short ./pkg/... ./plugins/... ./gc/... ./installer/...
+
+integration: build
+	$(GO) test $(TEST_FLAGS) ./test/...
+
+$(CONTROLLER_GEN):
+	@mkdir -p $(dir $@)
+	cd test/tools && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+generate: $(CONTROLLER_GEN)
+	$(CONTROLLER_GEN) object paths=./pkg/apis/...
+	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=installer/manifests/crds
+
+verify-generated: $(CONTROLLER_GEN)
+	CONTROLLER_GEN=$(CONTROLLER_GEN) hack/verify-generated.sh .
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+controlplane:
+	$(GO) run ./test/cmd/controlplane
+
+demo: build
+	$(GO) run ./test/cmd/demo
+
+bench: build
+	$(GO) run ./test/cmd/bench
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,144 @@
+// Package names derives every name galactic components agree on: host
+// interfaces and their aliases, BGPAdvertisement names and labels, and
+// handoff leases. Each is a pure function of the attachment (and node), so
+// every node and every restart computes the same one.
+package names
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+)
+
+// Host interface modes.
+const (
+	ModeTap  = "tap"
+	ModeVeth = "veth"
+)
+
+const (
+	aliasPrefix = "galactic:"
+	// hashDigits keeps prefix+hash within IFNAMSIZ-1 (15) characters.
+	hashDigits = 13
+	// maxObjectName is the longest name a Kubernetes object can have.
+	maxObjectName = validation.DNS1123SubdomainMaxLength
+)
+
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// ValidateLabel reports why value is not a DNS-1123 label, naming the field.
+func ValidateLabel(field, value string) error {
+	if value == "" {
+		return fmt.Errorf("%s is required: a DNS-1123 label such as \"blue\"", field)
+	}
+	if errs := validation.IsDNS1123Label(value); len(errs) > 0 {
+		return fmt.Errorf("%s %q is not a DNS-1123 label: %s", field, value, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// HostInterface is the host-side interface name of an attachment: "gt" (tap)
+// or "gv" (veth) and the first 13 hex digits of sha256("<vpc>/<attachment>").
+func HostInterface(mode, vpc, attachment string) string {
+	return modePrefix(mode) + sum(vpc + "/" + attachment)[:hashDigits]
+}
+
+func modePrefix(mode string) string {
+	if mode == ModeVeth {
+		return "gv"
+	}
+	return "gt"
+}
+
+// IsHostInterface reports whether name has the shape of a galactic host
+// interface of the given mode.
+func IsHostInterface(mode, name string) bool {
+	digits, found := strings.CutPrefix(name, modePrefix(mode))
+	if !found || len(digits) != hashDigits {
+		return false
+	}
+	return strings.Trim(digits, "0123456789abcdef") == ""
+}
+
+// Alias is the ifalias of an attachment's host interface; the GC maps a
+// device back to its attachment through it.
+func Alias(vpc, attachment string) string {
+	return aliasPrefix + vpc + "/" + attachment
+}
+
+// ParseAlias returns the VPC and attachment of a galactic ifalias.
+func ParseAlias(alias string) (vpc, attachment string, ok bool) {
+	rest, found := strings.CutPrefix(alias, aliasPrefix)
+	if !found {
+		return "", "", false
+	}
+	vpc, attachment, found = strings.Cut(rest, "/")
+	if !found || vpc == "" || attachment == "" {
+		return "", "", false
+	}
+	return vpc, attachment, true
+}
+
+// Advertisement is the BGPAdvertisement name "<vpc>.<attachment>.<node>".
+// A name that would pass 253 characters uses a hash of the node instead.
+func Advertisement(vpc, attachment, node string) string {
+	name := vpc + "." + attachment + "." + node
+	if len(name) <= maxObjectName {
+		return name
+	}
+	return vpc + "." + attachment + "." + sum(node)[:32]
+}
+
+// NodeLabelValue is node when it fits a label value, and otherwise a hash of it.
+func NodeLabelValue(node string) string {
+	if len(validation.IsValidLabelValue(node)) == 0 {
+		return node
+	}
+	return sum(node)[:validation.LabelValueMaxLength]
+}
+
+// AdvertisementLabels are the labels of an attachment's advertisement on node.
+func AdvertisementLabels(vpc, attachment, node string) map[string]string {
+	return map[string]string{
+		v1alpha1.LabelVPC:        vpc,
+		v1alpha1.LabelAttachment: attachment,
+		v1alpha1.LabelNode:       NodeLabelValue(node),
+	}
+}
+
+// AttachmentSelector selects every node's advertisement of one attachment.
+func AttachmentSelector(vpc, attachment string) string {
+	return v1alpha1.LabelVPC + "=" + vpc + "," + v1alpha1.LabelAttachment + "=" + attachment
+}
+
+// NodeSelector selects every advertisement of one node.
+func NodeSelector(node string) string {
+	return v1alpha1.LabelNode + "=" + NodeLabelValue(node)
+}
+
+// Lease is the handoff Lease name "<vpc>.<attachment>".
+func Lease(vpc, attachment string) string {
+	return vpc + "." + attachment
+}
+
+// Holder is the handoff holder identity "<node>/<containerID>".
+func Holder(node, containerID string) string {
+	return node + "/" + containerID
+}
+
+// ParseHolder splits a holder identity into node and container ID.
+func ParseHolder(holder string) (node, containerID string, ok bool) {
+	i := strings.LastIndex(holder, "/")
+	if i <= 0 || i == len(holder)-1 {
+		return "", "", false
+	}
+	return holder[:i], holder[i+1:], true
+}

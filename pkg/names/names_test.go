@@ -1,0 +1,123 @@
+package names
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestHostInterfaceNamesAreStableShortAndModeSpecific(t *testing.T) {
+	for _, tc := range []struct {
+		mode, vpc, att, want string
+	}{
+		{ModeTap, "blue", "web-0-net0", "gt72f115ce5f437"},
+		{ModeVeth, "blue", "web-0-net0", "gv72f115ce5f437"},
+		{"", "blue", "web-0-net0", "gt" + sum("blue/web-0-net0")[:13]},
+	} {
+		got := HostInterface(tc.mode, tc.vpc, tc.att)
+		if got != tc.want {
+			t.Errorf("HostInterface(%q,%q,%q) = %q, want %q", tc.mode, tc.vpc, tc.att, got, tc.want)
+		}
+		if len(got) != 15 {
+			t.Errorf("%q must use all 15 characters IFNAMSIZ allows", got)
+		}
+		if !IsHostInterface(tc.mode, got) {
+			t.Errorf("IsHostInterface(%q, %q) = false", tc.mode, got)
+		}
+	}
+	if HostInterface(ModeTap, "blue", "a") == HostInterface(ModeTap, "red", "a") {
+		t.Error("two VPCs must not share a host interface name")
+	}
+	for _, name := range []string{"eth0", "gt123", "gv0123456789abc", "gt0123456789abZ", "gt0123456789abcd"} {
+		if IsHostInterface(ModeTap, name) {
+			t.Errorf("IsHostInterface(tap, %q) = true", name)
+		}
+	}
+}
+
+func TestAliasRoundTrips(t *testing.T) {
+	a := Alias("blue", "web-0-net0")
+	if a != "galactic:blue/web-0-net0" {
+		t.Fatalf("Alias = %q", a)
+	}
+	vpc, att, ok := ParseAlias(a)
+	if !ok || vpc != "blue" || att != "web-0-net0" {
+		t.Fatalf("ParseAlias(%q) = %q %q %v", a, vpc, att, ok)
+	}
+	for _, bad := range []string{"", "galactic:", "galactic:blue", "galactic:/x", "other:blue/x"} {
+		if _, _, ok := ParseAlias(bad); ok {
+			t.Errorf("ParseAlias(%q) accepted", bad)
+		}
+	}
+}
+
+func TestAdvertisementNamesAndLabels(t *testing.T) {
+	long63 := strings.Repeat("a", 63)
+	longNode := strings.Repeat("n", 200)
+	for _, tc := range []struct {
+		name           string
+		vpc, att, node string
+		wantName       string
+		wantNodeLabel  string
+	}{
+		{"short", "blue", "web-0-net0", "node-a", "blue.web-0-net0.node-a", "node-a"},
+		{"node label over 63 chars is hashed", "blue", "a", longNode, "blue.a." + longNode, sum(longNode)[:63]},
+		{"name over 253 chars hashes the node", long63, long63, longNode, long63 + "." + long63 + "." + sum(longNode)[:32], sum(longNode)[:63]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Advertisement(tc.vpc, tc.att, tc.node)
+			if got != tc.wantName {
+				t.Errorf("Advertisement = %q, want %q", got, tc.wantName)
+			}
+			if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+				t.Errorf("%q is not a valid object name: %v", got, errs)
+			}
+			labels := AdvertisementLabels(tc.vpc, tc.att, tc.node)
+			if labels["network.galactic.dev/node"] != tc.wantNodeLabel {
+				t.Errorf("node label = %q, want %q", labels["network.galactic.dev/node"], tc.wantNodeLabel)
+			}
+			for k, v := range labels {
+				if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+					t.Errorf("label %s=%q invalid: %v", k, v, errs)
+				}
+			}
+		})
+	}
+}
+
+func TestLeaseAndHolderNames(t *testing.T) {
+	if got := Lease("blue", "web-0-net0"); got != "blue.web-0-net0" {
+		t.Errorf("Lease = %q", got)
+	}
+	h := Holder("node-a", "3f1c")
+	if h != "node-a/3f1c" {
+		t.Errorf("Holder = %q", h)
+	}
+	node, cid, ok := ParseHolder(h)
+	if !ok || node != "node-a" || cid != "3f1c" {
+		t.Errorf("ParseHolder = %q %q %v", node, cid, ok)
+	}
+	for _, bad := range []string{"", "node-a", "/c", "node-a/"} {
+		if _, _, ok := ParseHolder(bad); ok {
+			t.Errorf("ParseHolder(%q) accepted", bad)
+		}
+	}
+}
+
+func TestValidateLabelNamesTheField(t *testing.T) {
+	if err := ValidateLabel("vpc", "blue"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ value, want string }{
+		{"", "vpc is required"},
+		{"Blue", `vpc "Blue" is not a DNS-1123 label`},
+		{strings.Repeat("a", 64), "not a DNS-1123 label"},
+		{"a.b", "not a DNS-1123 label"},
+	} {
+		err := ValidateLabel("vpc", tc.value)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateLabel(%q) = %v, want %q", tc.value, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+// Package harness runs integration tests against real components: a real
+// kube-apiserver and etcd built from the Go module proxy, network namespaces
+// as nodes and containers, the project's binaries and the real cnitool.
+//
+// A test package calls Main from TestMain and Setup from each test. Setup
+// skips (with the reason) when the process is not root.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/galactic-cni/galactic/pkg/client"
+)
+
+// Namespace is the namespace the harness creates for galactic objects.
+const Namespace = "galactic-system"
+
+// Env is one test binary's environment, shared by its tests.
+type Env struct {
+	CP *ControlPlane
+	// BinDir holds the project's binaries, cnitool and the reference
+	// plugins, built from this checkout.
+	BinDir string
+	Kube   kubernetes.Interface
+	API    *client.Clients
+}
+
+var (
+	envOnce sync.Once
+	env     *Env
+	envErr  error
+)
+
+// Main runs the tests of a package and stops the environment afterwards.
+func Main(m *testing.M) {
+	code := m.Run()
+	if env != nil {
+		env.CP.Stop()
+		_ = os.RemoveAll(env.BinDir)
+	}
+	os.Exit(code)
+}
+
+// RequireRoot skips t unless the process is root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("integration test: needs root for network namespaces, taps and policy routing (run `sudo make test`)")
+	}
+}
+
+// Setup returns the package's environment, starting it on first use.
+func Setup(t testing.TB) *Env {
+	t.Helper()
+	RequireRoot(t)
+	envOnce.Do(func() { env, envErr = newEnv() })
+	if envErr != nil {
+		t.Fatalf("integration environment: %v", envErr)
+	}
+	return env
+}
+
+func newEnv() (*Env, error) {
+	ctx := context.Background()
+	bin, err := BuildBinaries()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := StartControlPlane(ctx, os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{CP: cp, BinDir: bin}
+	if e.Kube, err = kubernetes.NewForConfig(cp.Admin); err != nil {
+		return nil, err
+	}
+	if e.API, err = client.New(cp.Admin); err != nil {
+		return nil, err
+	}
+	_, err = e.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	return e, nil
+}
+
+// BuildBinaries builds the project's binaries, the test helpers, cnitool
+// and the reference plugins into a new temporary directory.
+func BuildBinaries() (string, error) {
+	dir, err := os.MkdirTemp("", "galactic-bin-")
+	if err != nil {
+		return "", err
+	}
+	root := RepoRoot()
+	pkgs := []string{
+		"github.com/containernetworking/cni/cnitool",
+		"github.com/containernetworking/plugins/plugins/main/loopback",
+		"github.com/containernetworking/plugins/plugins/main/tap",
+	}
+	for _, d := range []string{"plugins", "gc", "installer", "test/bin"} {
+		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
+			pkgs = append(pkgs, "./"+d+"/...")
+		}
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building binaries: %v\n%s", err, out)
+	}
+	return dir, nil
+}
