@@ -1,0 +1,246 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/state"
+)
+
+type fakeKernel struct {
+	taps     map[string]Tap
+	links    map[string]bool
+	released []string
+	removed  []string
+}
+
+func (k *fakeKernel) Taps() ([]Tap, error) {
+	var out []Tap
+	for _, t := range k.taps {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (k *fakeKernel) Tap(name string) (Tap, bool, error) {
+	t, ok := k.taps[name]
+	return t, ok, nil
+}
+
+func (k *fakeKernel) LinkExists(name string) (bool, error) {
+	_, tap := k.taps[name]
+	return tap || k.links[name], nil
+}
+
+func (k *fakeKernel) Release(rec state.Record) error {
+	k.released = append(k.released, rec.ContainerID)
+	delete(k.taps, rec.HostInterface)
+	return nil
+}
+
+func (k *fakeKernel) RemoveTap(t Tap) error {
+	k.removed = append(k.removed, t.Name)
+	delete(k.taps, t.Name)
+	return nil
+}
+
+type fakeAdverts struct {
+	items   []v1alpha1.BGPAdvertisement
+	listErr error
+	pruned  []string
+}
+
+func (a *fakeAdverts) List(context.Context) ([]v1alpha1.BGPAdvertisement, error) {
+	return a.items, a.listErr
+}
+
+func (a *fakeAdverts) Prune(_ context.Context, adv *v1alpha1.BGPAdvertisement) (PruneResult, error) {
+	a.pruned = append(a.pruned, adv.Name)
+	return PruneResult{}, nil
+}
+
+func (a *fakeAdverts) Get(_ context.Context, vpc, att string) (*v1alpha1.BGPAdvertisement, error) {
+	if a.listErr != nil {
+		return nil, a.listErr
+	}
+	for i := range a.items {
+		if a.items[i].Spec.VPC == vpc && a.items[i].Spec.Attachment == att {
+			return &a.items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+type world struct {
+	c      *Collector
+	kernel *fakeKernel
+	advs   *fakeAdverts
+	live   map[string]bool
+	store  state.Store
+}
+
+func newWorld(t *testing.T) *world {
+	dir := t.TempDir()
+	w := &world{
+		kernel: &fakeKernel{taps: map[string]Tap{}, links: map[string]bool{}},
+		advs:   &fakeAdverts{},
+		live:   map[string]bool{},
+		store:  state.NewStore(dir),
+	}
+	w.c = &Collector{
+		StateDir: dir,
+		Kernel:   w.kernel,
+		Adverts:  w.advs,
+		Live:     func(p string) bool { return w.live[p] },
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	return w
+}
+
+func (w *world) pass(t *testing.T) Report {
+	t.Helper()
+	r, _ := w.c.Pass(context.Background())
+	return r
+}
+
+func detachedTap(name string, index int) Tap {
+	return Tap{Name: name, Index: index, VPC: "blue", Attachment: "web-0"}
+}
+
+func TestADetachedTapIsReclaimedOnlyOnTheSecondConsecutivePass(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	if r := w.pass(t); r.TapsReclaimed != 0 || r.TapsKept[KeptFirstSighting] != 1 {
+		t.Fatalf("first pass: %+v", r)
+	}
+	if r := w.pass(t); r.TapsReclaimed != 1 {
+		t.Fatalf("second pass: %+v", r)
+	}
+	if _, ok := w.kernel.taps["gt1"]; ok {
+		t.Fatal("tap still there")
+	}
+}
+
+func TestARecreatedTapStartsItsSightingsAgain(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	w.pass(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 8)
+	if r := w.pass(t); r.TapsReclaimed != 0 || r.TapsKept[KeptFirstSighting] != 1 {
+		t.Fatalf("a new ifindex must count as a first sighting: %+v", r)
+	}
+	if r := w.pass(t); r.TapsReclaimed != 1 {
+		t.Fatalf("third pass: %+v", r)
+	}
+}
+
+func TestAHeldOrCarrierTapIsNeverReclaimedAndBreaksTheSightingChain(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	w.pass(t)
+	held := detachedTap("gt1", 7)
+	held.Holders = []int{42}
+	w.kernel.taps["gt1"] = held
+	for range 3 {
+		if r := w.pass(t); r.TapsReclaimed != 0 || r.TapsDetached != 0 {
+			t.Fatalf("held tap: %+v", r)
+		}
+	}
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	if r := w.pass(t); r.TapsReclaimed != 0 {
+		t.Fatalf("after the holder left, the next pass is a first sighting again: %+v", r)
+	}
+}
+
+func TestATapAdvertisedHereByALiveEntryIsKept(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	w.live["/var/run/netns/c1"] = true
+	w.advs.items = []v1alpha1.BGPAdvertisement{{Spec: v1alpha1.BGPAdvertisementSpec{VPC: "blue", Attachment: "web-0", Node: "a",
+		Containers: []v1alpha1.ContainerEntry{{ContainerID: "c1", IfName: "net0", Netns: "/var/run/netns/c1"}}}}}
+	for range 3 {
+		if r := w.pass(t); r.TapsReclaimed != 0 {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if r := w.pass(t); r.TapsKept[KeptAdvertisedHere] != 1 {
+		t.Fatalf("want kept as advertised here: %+v", r)
+	}
+}
+
+func TestATapWithALiveLocalRecordIsKept(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	w.live["/var/run/netns/c2"] = true
+	if err := w.store.Put(state.Record{ContainerID: "c2", IfName: "net0", Netns: "/var/run/netns/c2", VPC: "blue", Attachment: "web-0", HostInterface: "gt1"}); err != nil {
+		t.Fatal(err)
+	}
+	w.pass(t)
+	if r := w.pass(t); r.TapsReclaimed != 0 || r.TapsKept[KeptLiveRecord] != 1 {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestNothingThatDependsOnAdvertisementsIsReclaimedWhileTheAPIIsUnreachable(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	w.advs.listErr = errors.New("connection refused")
+	for range 3 {
+		r, err := w.c.Pass(context.Background())
+		if err == nil || r.TapsReclaimed != 0 || r.Errors["list-advertisements"] != 1 {
+			t.Fatalf("%+v %v", r, err)
+		}
+	}
+	w.advs.listErr = nil
+	if r, err := w.c.Pass(context.Background()); err != nil || r.TapsReclaimed != 1 {
+		t.Fatalf("after recovery: %+v %v", r, err)
+	}
+}
+
+func TestTheFirstSightingSurvivesARestart(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	w.pass(t)
+	restarted := *w.c
+	w.c = &restarted
+	if r := w.pass(t); r.TapsReclaimed != 1 {
+		t.Fatalf("a restarted collector must remember the first sighting: %+v", r)
+	}
+}
+
+func TestReclaimReleasesTheDeadRecordsOfTheAttachment(t *testing.T) {
+	w := newWorld(t)
+	w.kernel.taps["gt1"] = detachedTap("gt1", 7)
+	rec := state.Record{ContainerID: "old", IfName: "net0", Netns: "/var/run/netns/gone", VPC: "blue", Attachment: "web-0", HostInterface: "gt1"}
+	if err := w.store.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	w.pass(t)
+	if r := w.pass(t); r.TapsReclaimed != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if len(w.kernel.released) != 1 || w.kernel.released[0] != "old" {
+		t.Fatalf("released %v", w.kernel.released)
+	}
+	if _, ok, _ := w.store.Get("old", "net0"); ok {
+		t.Fatal("record left behind")
+	}
+}
+
+func TestRecordsWhoseContainerAndInterfaceAreGoneAreRemoved(t *testing.T) {
+	w := newWorld(t)
+	_ = w.store.Put(state.Record{ContainerID: "gone", IfName: "eth0", Netns: "/x", Mode: "veth", HostInterface: "gvdead"})
+	_ = w.store.Put(state.Record{ContainerID: "alive", IfName: "eth0", Netns: "/y", Mode: "veth", HostInterface: "gvlive"})
+	w.live["/y"] = true
+	w.kernel.links["gvlive"] = true
+	if r := w.pass(t); r.RecordsRemoved != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if _, ok, _ := w.store.Get("alive", "eth0"); !ok {
+		t.Fatal("live record removed")
+	}
+}
