@@ -81,7 +81,7 @@ type Collector struct {
 	Leases Leases
 	// Live reports whether a container's netns still exists.
 	Live func(netns string) bool
-	Log *slog.Logger
+	Log  *slog.Logger
 }
 
 // Report is what one pass did.
