@@ -9,6 +9,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,10 +47,15 @@ var (
 func Main(m *testing.M) {
 	code := m.Run()
 	if env != nil {
-		env.CP.Stop()
-		_ = os.RemoveAll(env.BinDir)
+		env.Close()
 	}
 	os.Exit(code)
+}
+
+// Close stops the control plane and removes the built binaries.
+func (e *Env) Close() {
+	e.CP.Stop()
+	_ = os.RemoveAll(e.BinDir)
 }
 
 // RequireRoot skips t unless the process is root.
@@ -64,21 +70,24 @@ func RequireRoot(t testing.TB) {
 func Setup(t testing.TB) *Env {
 	t.Helper()
 	RequireRoot(t)
-	envOnce.Do(func() { env, envErr = newEnv() })
+	envOnce.Do(func() { env, envErr = NewEnv(os.Stderr) })
 	if envErr != nil {
 		t.Fatalf("integration environment: %v", envErr)
 	}
 	return env
 }
 
-func newEnv() (*Env, error) {
+// NewEnv builds the binaries and starts a control plane; Close stops it.
+// Tests use Setup instead; NewEnv is for programs such as the demo.
+func NewEnv(progress io.Writer) (*Env, error) {
 	ctx := context.Background()
 	bin, err := BuildBinaries()
 	if err != nil {
 		return nil, err
 	}
-	cp, err := StartControlPlane(ctx, os.Stderr)
+	cp, err := StartControlPlane(ctx, progress)
 	if err != nil {
+		os.RemoveAll(bin)
 		return nil, err
 	}
 	e := &Env{CP: cp, BinDir: bin}

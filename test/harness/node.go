@@ -110,6 +110,27 @@ func (e *Env) NewNode(t testing.TB, name string) *Node {
 	return n
 }
 
+// CreateNode creates a node outside a test: a new netns and the node's
+// files under dir. Close removes the netns and stops the forwarder.
+func (e *Env) CreateNode(name, dir string) (*Node, error) {
+	nn, err := CreateNetns("n")
+	if err != nil {
+		return nil, err
+	}
+	n, err := e.newNode(name, dir, nn)
+	if err != nil {
+		nn.Delete()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Close stops the node's forwarder and deletes its namespace.
+func (n *Node) Close() {
+	n.fwd.Close()
+	n.Netns.Delete()
+}
+
 func (e *Env) newNode(name, dir string, nn *Netns) (*Node, error) {
 	n := &Node{Netns: nn, Name: name, Dir: dir, env: e}
 	n.Settings = settings.Node{
