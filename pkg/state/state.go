@@ -19,6 +19,8 @@ import (
 
 // Record is what one galactic-cni ADD set up on this node.
 type Record struct {
+	// Network is the network config list's name; CNI GC is per network.
+	Network     string `json:"network,omitempty"`
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifName"`
 	Netns       string `json:"netns"`
