@@ -1,0 +1,325 @@
+package install
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/galactic-cni/galactic/pkg/settings"
+	"github.com/galactic-cni/galactic/pkg/state"
+)
+
+// Directory modes for what install creates: the state dir holds node-local
+// records only root should change.
+const (
+	dirMode      fs.FileMode = 0o755
+	stateDirMode fs.FileMode = 0o700
+)
+
+// Install puts the plugins, node settings and kubeconfig on the node. Every
+// input is read and every target directory checked before the first write,
+// so a bad input changes nothing.
+func Install(o Options) (err error) {
+	o = o.withDefaults()
+	p, err := o.resolve()
+	if err != nil {
+		return err
+	}
+	if err := o.validateNode(); err != nil {
+		return err
+	}
+	if err := checkRoot(o.Root); err != nil {
+		return err
+	}
+	files, err := o.desiredFiles(p)
+	if err != nil {
+		return err
+	}
+
+	// Directories to create, parents first; the state dir gets its own mode.
+	var dirs []string
+	for _, d := range []string{p.cniBin, filepath.Dir(p.nodeConfig), filepath.Dir(p.kubeconfig), p.stateDir, filepath.Dir(p.logFile)} {
+		missing, err := missingDirs(d)
+		if err != nil {
+			return fmt.Errorf("cannot create %s: %w", d, err)
+		}
+		for _, m := range missing {
+			if !slices.Contains(dirs, m) {
+				dirs = append(dirs, m)
+			}
+		}
+	}
+
+	changes := make([]change, len(files))
+	for i, f := range files {
+		if changes[i], err = f.compare(); err != nil {
+			return err
+		}
+	}
+	for i, f := range files {
+		if changes[i] != unchanged {
+			if err := checkWritable(filepath.Dir(f.path), f.flag); err != nil {
+				return fmt.Errorf("cannot install %s: %w", f.path, err)
+			}
+		}
+	}
+	for _, d := range dirs {
+		if err := checkWritable(filepath.Dir(d), "--root"); err != nil {
+			return fmt.Errorf("cannot create %s: %w", d, err)
+		}
+	}
+	if slices.ContainsFunc(changes, func(c change) bool { return c != unchanged }) {
+		// The install record goes into the state dir.
+		if err := checkWritable(p.stateDir, "--state-dir"); err != nil {
+			return fmt.Errorf("cannot keep the install record %s: %w", p.manifest, err)
+		}
+	}
+
+	out := o.out()
+	prefix := ""
+	if o.DryRun {
+		prefix = "would "
+	}
+	var created, written []string
+	// Whatever was written before a failure stays on the record, so
+	// uninstall can still remove it.
+	defer func() {
+		if o.DryRun || len(created)+len(written) == 0 {
+			return
+		}
+		if rerr := o.updateRecord(p, written, created); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	for _, d := range dirs {
+		fmt.Fprintf(out, "%screate directory: %s\n", prefix, d)
+		if o.DryRun {
+			continue
+		}
+		mode := dirMode
+		if d == p.stateDir {
+			mode = stateDirMode
+		}
+		if err := os.Mkdir(d, mode); err != nil {
+			return fmt.Errorf("cannot create %s: %w", d, err)
+		}
+		// Mkdir's mode is filtered by the umask; the result must not depend on it.
+		if err := os.Chmod(d, mode); err != nil {
+			return err
+		}
+		created = append(created, d)
+	}
+	nchanged := 0
+	for i, f := range files {
+		switch changes[i] {
+		case unchanged:
+			fmt.Fprintf(out, "unchanged: %s\n", f.path)
+			continue
+		case create:
+			fmt.Fprintf(out, "%sinstall: %s\n", prefix, f.path)
+		case update:
+			fmt.Fprintf(out, "%supdate: %s\n", prefix, f.path)
+		}
+		nchanged++
+		if o.DryRun {
+			continue
+		}
+		if err := f.write(); err != nil {
+			return err
+		}
+		written = append(written, f.path)
+	}
+	switch {
+	case o.DryRun:
+		fmt.Fprintf(out, "dry run: nothing written (%d files and %d directories would change)\n", nchanged, len(dirs))
+	case nchanged == 0 && len(dirs) == 0:
+		fmt.Fprintf(out, "install: nothing changed, %s is installed for node %s\n", p.nodeConfig, o.NodeName)
+	default:
+		fmt.Fprintf(out, "install: wrote %d files and created %d directories for node %s\n", nchanged, len(dirs), o.NodeName)
+	}
+	return nil
+}
+
+// desiredFiles reads every input and returns the files in write order: the
+// node settings last, so a plugin that finds them finds everything they name.
+func (o Options) desiredFiles(p paths) ([]file, error) {
+	var files []file
+	for _, name := range Binaries() {
+		src := filepath.Join(o.SourceDir, name)
+		st, err := os.Stat(src)
+		if err == nil && !st.Mode().IsRegular() {
+			err = errors.New("not a regular file")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("source binary %s is missing (%v): pass --source-dir with the directory that holds %s", src, err, strings.Join(Binaries(), " and "))
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read source binary %s: %w", src, err)
+		}
+		files = append(files, file{path: filepath.Join(p.cniBin, name), data: data, mode: 0o755, flag: "--cni-bin-dir"})
+	}
+	creds, err := o.buildCredentials(p)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, credentialFiles(p, creds)...)
+	node, err := json.MarshalIndent(settings.Node{
+		NodeName:   o.NodeName,
+		Kubeconfig: p.kubeconfig,
+		Namespace:  o.Namespace,
+		StateDir:   p.stateDir,
+		LogFile:    p.logFile,
+	}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, file{path: p.nodeConfig, data: append(node, '\n'), mode: 0o644, flag: "--node-config"})
+	return files, nil
+}
+
+// credentialFiles are the token copy (first, since the kubeconfig names
+// it) and the kubeconfig, both readable by root only.
+func credentialFiles(p paths, c credentials) []file {
+	var files []file
+	if c.token != nil {
+		files = append(files, file{path: p.token, data: c.token, mode: 0o600, flag: "--node-kubeconfig"})
+	}
+	return append(files, file{path: p.kubeconfig, data: c.kubeconfig, mode: 0o600, flag: "--node-kubeconfig"})
+}
+
+func checkRoot(root string) error {
+	if root == "" {
+		return nil
+	}
+	st, err := os.Stat(root)
+	if err != nil || !st.IsDir() {
+		return fmt.Errorf("--root %s is not a directory: create it first or pass another", root)
+	}
+	return nil
+}
+
+func (o Options) updateRecord(p paths, written, created []string) error {
+	old, _, err := readRecord(p.manifest)
+	if err != nil {
+		return err
+	}
+	r := old.merge(written, created)
+	f := file{path: p.manifest, data: r.encode(), mode: 0o644, flag: "--state-dir"}
+	if c, err := f.compare(); err == nil && c == unchanged {
+		return nil
+	}
+	return f.write()
+}
+
+// Uninstall removes the files install wrote and the directories it created
+// once they are empty, as listed in the install record; anything else,
+// including what the plugins wrote into the state dir, stays.
+func Uninstall(o Options) error {
+	o = o.withDefaults()
+	p, err := o.resolve()
+	if err != nil {
+		return err
+	}
+	out := o.out()
+	r, ok, err := readRecord(p.manifest)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		fmt.Fprintf(out, "nothing to uninstall: no install record at %s (pass the --root and --state-dir install used)\n", p.manifest)
+		return nil
+	}
+	for _, path := range slices.Concat(r.Files, r.Directories) {
+		if !within(o.Root, path) {
+			return fmt.Errorf("the install record %s names %s, outside --root %s: it was not written by this install; fix or remove the record", p.manifest, path, o.Root)
+		}
+	}
+	prefix := ""
+	if o.DryRun {
+		prefix = "would "
+	}
+	var left []string
+	var errs []error
+	for _, path := range r.Files {
+		st, err := os.Lstat(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			fmt.Fprintf(out, "already gone: %s\n", path)
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			left = append(left, path)
+			continue
+		case !st.Mode().IsRegular():
+			fmt.Fprintf(out, "kept: %s (no longer the regular file install wrote)\n", path)
+			continue
+		}
+		fmt.Fprintf(out, "%sremove: %s\n", prefix, path)
+		if o.DryRun {
+			continue
+		}
+		if err := os.Remove(path); err != nil {
+			errs = append(errs, fmt.Errorf("cannot remove %s: %w: make %s writable and run uninstall again", path, err, filepath.Dir(path)))
+			left = append(left, path)
+		}
+	}
+	if o.DryRun {
+		for _, d := range reversed(r.Directories) {
+			fmt.Fprintf(out, "would remove directory (if empty): %s\n", d)
+		}
+		fmt.Fprintln(out, "dry run: nothing removed")
+		return nil
+	}
+	if len(errs) > 0 {
+		// Keep what is left on the record so another uninstall can finish.
+		rest := record{Files: left, Directories: r.Directories}
+		if err := state.WriteFileAtomic(p.manifest, rest.encode(), 0o644); err != nil {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+	if err := os.Remove(p.manifest); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("cannot remove the install record %s: %w", p.manifest, err)
+	}
+	fmt.Fprintf(out, "remove: %s\n", p.manifest)
+	for _, d := range reversed(r.Directories) {
+		err := os.Remove(d)
+		switch {
+		case err == nil:
+			fmt.Fprintf(out, "remove directory: %s\n", d)
+		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST):
+			fmt.Fprintf(out, "kept directory: %s (holds files install did not write)\n", d)
+		default:
+			errs = append(errs, fmt.Errorf("cannot remove directory %s: %w", d, err))
+		}
+	}
+	if len(errs) == 0 {
+		fmt.Fprintln(out, "uninstall: done")
+	}
+	return errors.Join(errs...)
+}
+
+// reversed sorts directories children first, so each is empty of install's
+// own subdirectories when its turn comes.
+func reversed(dirs []string) []string {
+	out := slices.Clone(dirs)
+	slices.Sort(out)
+	slices.Reverse(out)
+	return out
+}
+
+func within(root, path string) bool {
+	if root == "" {
+		return filepath.IsAbs(path)
+	}
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && filepath.IsAbs(path)
+}
