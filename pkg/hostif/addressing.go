@@ -1,0 +1,87 @@
+package hostif
+
+import (
+	"net/netip"
+)
+
+var (
+	linkLocalGateway4 = netip.MustParseAddr("169.254.0.1")
+	linkLocalGateway6 = netip.MustParseAddr("fe80::1")
+)
+
+// Gateway is the host-side address a workload address p reaches its VPC
+// through: the first usable address of p's subnet, the next one when that
+// is the workload's own. A /31 (/127) uses the other address of the pair; a
+// /32 (/128) has no room, so it uses a link-local gateway (169.254.0.1 or
+// fe80::1) that the workload reaches on-link.
+func Gateway(p netip.Prefix) netip.Addr {
+	addr := p.Addr()
+	network := p.Masked().Addr()
+	switch p.Bits() {
+	case addr.BitLen():
+		if addr.Is4() {
+			return linkLocalGateway4
+		}
+		return linkLocalGateway6
+	case addr.BitLen() - 1:
+		if network == addr {
+			return network.Next()
+		}
+		return network
+	}
+	gw := network.Next()
+	if gw == addr {
+		gw = gw.Next()
+	}
+	return gw
+}
+
+// OnLink reports whether the workload needs an on-link default route to
+// reach gw: its own prefix does not cover it.
+func OnLink(p netip.Prefix, gw netip.Addr) bool {
+	return !p.Masked().Contains(gw)
+}
+
+// Gateways are the distinct gateways of addrs, in order.
+func Gateways(addrs []netip.Prefix) []netip.Addr {
+	var gws []netip.Addr
+	seen := map[netip.Addr]bool{}
+	for _, p := range addrs {
+		gw := Gateway(p)
+		if !seen[gw] {
+			seen[gw] = true
+			gws = append(gws, gw)
+		}
+	}
+	return gws
+}
+
+// Default is a workload's default route of one family.
+type Default struct {
+	Dst netip.Prefix
+	Via netip.Addr
+	// OnLink is set when the workload's prefix does not cover Via.
+	OnLink bool
+}
+
+// Defaults are the workload's default routes: one per family, via the
+// gateway of that family's first address.
+func Defaults(addrs []netip.Prefix) []Default {
+	var ds []Default
+	var have4, have6 bool
+	for _, p := range addrs {
+		if (p.Addr().Is4() && have4) || (p.Addr().Is6() && have6) {
+			continue
+		}
+		dst := netip.MustParsePrefix("0.0.0.0/0")
+		if p.Addr().Is4() {
+			have4 = true
+		} else {
+			have6 = true
+			dst = netip.MustParsePrefix("::/0")
+		}
+		gw := Gateway(p)
+		ds = append(ds, Default{Dst: dst, Via: gw, OnLink: OnLink(p, gw)})
+	}
+	return ds
+}

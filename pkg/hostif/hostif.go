@@ -1,0 +1,718 @@
+// Package hostif does the host-side kernel work of an attachment: it puts a
+// tap (VMs) or a veth (containers) into the VPC's routing domain with its
+// gateway addresses and host routes, records it in the node's state dir,
+// and undoes all of it. galactic-cni calls Setup, Teardown and Check; the
+// node GC calls Teardown and RemoveInterface to reclaim what DEL missed.
+//
+// Every change runs under the node lock (state.Lock), so the set of records
+// and host interfaces a decision reads cannot change under it: whether a
+// replacement still uses a tap, or whether an attachment was the last of its
+// VPC so the routing domain goes too.
+package hostif
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/pkg/tap"
+)
+
+// Spec is one attachment of a container as ADD asks for it.
+type Spec struct {
+	Network     string
+	ContainerID string
+	IfName      string
+	Netns       string
+	VPC         string
+	Attachment  string
+	// Mode is names.ModeTap or names.ModeVeth; Routing is routing.KindVRF
+	// or routing.KindTable.
+	Mode    string
+	Routing string
+	// Addresses are the workload's addresses with their prefix length.
+	Addresses []netip.Prefix
+	// MTU of the host interface (and the container end); 0 keeps the
+	// kernel's default.
+	MTU int
+	// Holder, HolderGeneration and LeaseSeconds describe the handoff lease
+	// this ADD holds; empty without handoff.
+	Holder           string
+	HolderGeneration int64
+	LeaseSeconds     int32
+}
+
+// HostInterface is the spec's host-side interface name.
+func (s Spec) HostInterface() string { return names.HostInterface(s.Mode, s.VPC, s.Attachment) }
+
+// Iface is an interface as the CNI result reports it.
+type Iface struct {
+	Name  string
+	Index int
+	MAC   string
+}
+
+// Attached is what Setup put in place.
+type Attached struct {
+	Record state.Record
+	Host   Iface
+	// Sandbox is the container end of a veth; nil for a tap.
+	Sandbox *Iface
+	Domain  routing.Domain
+	// AdoptedTap is set when an existing tap of the attachment was reused.
+	AdoptedTap bool
+}
+
+// BusyError says that another runtime holds the attachment's interface.
+type BusyError struct {
+	Interface string
+	// Holders are PIDs with the tap open; Container is the live container
+	// whose veth it is. Either may be empty.
+	Holders   []int
+	Container string
+}
+
+func (e *BusyError) Error() string {
+	switch {
+	case len(e.Holders) > 0:
+		return fmt.Sprintf("another runtime holds interface %s (processes %v have it open); retry once it has let go", e.Interface, e.Holders)
+	case e.Container != "":
+		return fmt.Sprintf("another runtime holds interface %s (container %s, which is still running); retry once it has been deleted", e.Interface, e.Container)
+	}
+	return fmt.Sprintf("another runtime holds interface %s (it has carrier, so a process is attached); retry once it has let go", e.Interface)
+}
+
+// Host does the host-side work of one node.
+type Host struct {
+	StateDir string
+	// Live reports whether a container's netns still exists (liveness.Netns).
+	Live func(netns string) bool
+	Now  func() time.Time
+}
+
+// Store is the node record store.
+func (h Host) Store() state.Store { return state.NewStore(h.StateDir) }
+
+func (h Host) lock() (func(), error) {
+	unlock, err := state.Lock(h.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("taking the node lock: %w", err)
+	}
+	return unlock, nil
+}
+
+// undo collects what a Setup created, to remove it again if a later step fails.
+type undo []func() error
+
+func (u *undo) push(f func() error) { *u = append(*u, f) }
+
+func (u undo) run() error {
+	var errs []error
+	for i := len(u) - 1; i >= 0; i-- {
+		errs = append(errs, u[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// Setup creates or adopts the spec's host interface in its VPC's routing
+// domain and writes the node record. On error it removes only what this
+// call created; the returned error is a *BusyError when another runtime
+// holds the interface, and wraps routing.ErrNoVRF or
+// routing.ErrKindMismatch when the routing the spec asks for cannot be had.
+func (h Host) Setup(spec Spec) (att *Attached, err error) {
+	unlock, err := h.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	var rollback undo
+	defer func() {
+		if err != nil {
+			if rerr := rollback.run(); rerr != nil {
+				err = fmt.Errorf("%w (rolling back: %v)", err, rerr)
+			}
+		}
+	}()
+
+	d, created, err := routing.Ensure(spec.VPC, spec.Routing)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		rollback.push(func() error { return routing.Remove(spec.VPC) })
+	}
+	att = &Attached{Domain: *d}
+
+	var link netlink.Link
+	switch spec.Mode {
+	case names.ModeTap:
+		link, att.AdoptedTap, err = h.setupTap(spec, &rollback)
+	case names.ModeVeth:
+		link, att.Sandbox, err = h.setupVeth(spec, &rollback)
+	default:
+		err = fmt.Errorf("unknown mode %q", spec.Mode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	att.Host = Iface{Name: link.Attrs().Name, Index: link.Attrs().Index, MAC: link.Attrs().HardwareAddr.String()}
+
+	if err := d.AddInterface(link); err != nil {
+		return nil, err
+	}
+	if !att.AdoptedTap {
+		rollback.push(func() error { return d.RemoveInterface(link.Attrs().Name) })
+	}
+	for _, gw := range Gateways(spec.Addresses) {
+		if err := addHostAddress(link, gw); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range spec.Addresses {
+		if err := d.AddHostRoute(link, p.Addr()); err != nil {
+			return nil, err
+		}
+		if !att.AdoptedTap {
+			addr := p.Addr()
+			rollback.push(func() error { return d.RemoveHostRoute(addr) })
+		}
+	}
+	if spec.Mode == names.ModeVeth {
+		mac, _ := net.ParseMAC(att.Sandbox.MAC)
+		for _, p := range spec.Addresses {
+			n := &netlink.Neigh{LinkIndex: link.Attrs().Index, IP: p.Addr().AsSlice(), HardwareAddr: mac, State: netlink.NUD_PERMANENT, Family: family(p.Addr())}
+			if err := netlink.NeighSet(n); err != nil {
+				return nil, fmt.Errorf("adding neighbour %s lladdr %s dev %s: %w", p.Addr(), mac, link.Attrs().Name, err)
+			}
+		}
+	}
+
+	att.Record = state.Record{
+		Network: spec.Network, ContainerID: spec.ContainerID, IfName: spec.IfName, Netns: spec.Netns,
+		VPC: spec.VPC, Attachment: spec.Attachment, Mode: spec.Mode, Routing: spec.Routing,
+		HostInterface: att.Host.Name, HostIfIndex: att.Host.Index, Table: d.Table,
+		Addresses: prefixStrings(spec.Addresses),
+		Holder:    spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
+		Created: h.now(),
+	}
+	if err := h.Store().Put(att.Record); err != nil {
+		return nil, fmt.Errorf("writing the node record: %w", err)
+	}
+	return att, nil
+}
+
+func (h Host) now() time.Time {
+	if h.Now == nil {
+		return time.Now()
+	}
+	return h.Now()
+}
+
+func (h Host) live(netns string) bool { return h.Live != nil && h.Live(netns) }
+
+func prefixStrings(ps []netip.Prefix) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
+}
+
+func linkByName(name string) (netlink.Link, error) {
+	l, err := netlinksafe.LinkByName(name)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return nil, nil
+	}
+	return l, err
+}
+
+// ours checks that an existing device is the attachment's host interface
+// and not someone else's device that happens to have the name.
+func ours(l netlink.Link, vpc, attachment, kind string) error {
+	if l.Type() != kind || l.Attrs().Alias != names.Alias(vpc, attachment) {
+		return fmt.Errorf("device %s exists but is not the %s of attachment %s/%s (type %s, alias %q); remove it or rename the attachment",
+			l.Attrs().Name, kind, vpc, attachment, l.Type(), l.Attrs().Alias)
+	}
+	return nil
+}
+
+func (h Host) setupTap(spec Spec, rollback *undo) (netlink.Link, bool, error) {
+	name := spec.HostInterface()
+	l, err := linkByName(name)
+	if err != nil {
+		return nil, false, err
+	}
+	if l != nil {
+		if err := ours(l, spec.VPC, spec.Attachment, "tuntap"); err != nil {
+			return nil, false, err
+		}
+		st, err := tap.InspectLink(l)
+		if err != nil {
+			return nil, false, fmt.Errorf("inspecting tap %s: %w", name, err)
+		}
+		if st.Held() {
+			return nil, false, &BusyError{Interface: name, Holders: st.Holders}
+		}
+		if err := configureLink(l, spec); err != nil {
+			return nil, false, err
+		}
+		return l, true, nil
+	}
+	t := &netlink.Tuntap{
+		LinkAttrs: netlink.LinkAttrs{Name: name},
+		Mode:      netlink.TUNTAP_MODE_TAP,
+		// EXCL makes a concurrent creator fail instead of sharing the tap.
+		Flags: netlink.TUNTAP_NO_PI | netlink.TuntapFlag(unix.IFF_TUN_EXCL),
+	}
+	if err := netlink.LinkAdd(t); err != nil {
+		return nil, false, fmt.Errorf("creating tap %s: %w", name, err)
+	}
+	rollback.push(func() error { return deleteLink(name) })
+	if l, err = netlinksafe.LinkByName(name); err != nil {
+		return nil, false, err
+	}
+	if err := configureLink(l, spec); err != nil {
+		return nil, false, err
+	}
+	return l, false, nil
+}
+
+// configureLink sets the alias and MTU and brings the host interface up.
+func configureLink(l netlink.Link, spec Spec) error {
+	name := l.Attrs().Name
+	if err := netlink.LinkSetAlias(l, names.Alias(spec.VPC, spec.Attachment)); err != nil {
+		return fmt.Errorf("setting the alias of %s: %w", name, err)
+	}
+	if spec.MTU != 0 && l.Attrs().MTU != spec.MTU {
+		if err := netlink.LinkSetMTU(l, spec.MTU); err != nil {
+			return fmt.Errorf("setting MTU %d on %s: %w", spec.MTU, name, err)
+		}
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("bringing %s up: %w", name, err)
+	}
+	return nil
+}
+
+func deleteLink(name string) error {
+	l, err := linkByName(name)
+	if err != nil || l == nil {
+		return err
+	}
+	if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
+}
+
+// liveHolder returns another live record of the same attachment.
+func (h Host) liveHolder(vpc, attachment, containerID, ifName string) (*state.Record, error) {
+	recs, err := h.Store().List()
+	for _, r := range recs {
+		if r.VPC == vpc && r.Attachment == attachment && (r.ContainerID != containerID || r.IfName != ifName) && h.live(r.Netns) {
+			return &r, nil
+		}
+	}
+	return nil, err
+}
+
+func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error) {
+	name := spec.HostInterface()
+	old, err := linkByName(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if old != nil {
+		if err := ours(old, spec.VPC, spec.Attachment, "veth"); err != nil {
+			return nil, nil, err
+		}
+		other, err := h.liveHolder(spec.VPC, spec.Attachment, spec.ContainerID, spec.IfName)
+		if err != nil {
+			return nil, nil, err
+		}
+		if other != nil {
+			return nil, nil, &BusyError{Interface: name, Container: other.ContainerID}
+		}
+		// A predecessor whose DEL never ran, or an earlier ADD of this
+		// container: its end is replaced by a fresh pair.
+		if err := deleteLink(name); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	netns, err := ns.GetNS(spec.Netns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening container netns %s: %w", spec.Netns, err)
+	}
+	defer netns.Close()
+	if err := netns.Do(func(ns.NetNS) error {
+		if l, _ := linkByName(spec.IfName); l != nil {
+			return fmt.Errorf("container netns %s already has an interface %s", spec.Netns, spec.IfName)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+
+	v := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: name, MTU: spec.MTU},
+		PeerName:      spec.IfName,
+		PeerNamespace: netlink.NsFd(int(netns.Fd())),
+		PeerMTU:       uint32(spec.MTU),
+	}
+	if err := netlink.LinkAdd(v); err != nil {
+		return nil, nil, fmt.Errorf("creating veth %s (peer %s in %s): %w", name, spec.IfName, spec.Netns, err)
+	}
+	// Deleting the host end takes the container end with it.
+	rollback.push(func() error { return deleteLink(name) })
+	host, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := configureLink(host, spec); err != nil {
+		return nil, nil, err
+	}
+
+	var sandbox *Iface
+	err = netns.Do(func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(spec.IfName)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return fmt.Errorf("bringing %s up in the container: %w", spec.IfName, err)
+		}
+		for _, p := range spec.Addresses {
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+			if p.Addr().Is6() {
+				a.Flags = unix.IFA_F_NODAD
+			}
+			if err := netlink.AddrAdd(l, a); err != nil {
+				return fmt.Errorf("adding %s to %s in the container: %w", p, spec.IfName, err)
+			}
+		}
+		for _, def := range Defaults(spec.Addresses) {
+			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(def.Dst), Gw: def.Via.AsSlice()}
+			if def.OnLink {
+				r.Flags = int(netlink.FLAG_ONLINK)
+			}
+			if err := netlink.RouteAdd(r); err != nil {
+				return fmt.Errorf("adding default route via %s in the container: %w", def.Via, err)
+			}
+		}
+		sandbox = &Iface{Name: spec.IfName, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr.String()}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return host, sandbox, nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// addHostAddress puts a gateway on the host interface as a /32 or /128:
+// no prefix route (the domain's host routes do the routing) and no DAD (a
+// tap has no carrier until its VMM attaches).
+func addHostAddress(l netlink.Link, gw netip.Addr) error {
+	a := &netlink.Addr{IPNet: ipNet(routing.HostPrefix(gw)), Flags: unix.IFA_F_NOPREFIXROUTE}
+	if gw.Is6() {
+		a.Flags |= unix.IFA_F_NODAD
+	}
+	if err := netlink.AddrReplace(l, a); err != nil {
+		return fmt.Errorf("adding gateway %s to %s: %w", gw, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+// Teardown undoes a record: it removes the host interface (a veth takes
+// its container end along), its rules and host routes, the record, and
+// the VPC's routing domain when this was its last attachment on the node.
+// The host interface is kept when another live record holds the same
+// attachment: a replacement whose ADD ran first uses it. What is already
+// gone is not an error.
+func (h Host) Teardown(rec state.Record) error {
+	unlock, err := h.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	var errs []error
+	other, err := h.liveHolder(rec.VPC, rec.Attachment, rec.ContainerID, rec.IfName)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if other == nil && err == nil {
+		name := rec.HostInterface
+		if name == "" {
+			name = names.HostInterface(rec.Mode, rec.VPC, rec.Attachment)
+		}
+		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses)))
+	}
+	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
+		errs = append(errs, fmt.Errorf("deleting the node record: %w", err))
+	}
+	errs = append(errs, h.removeDomainIfUnused(rec.VPC))
+	return errors.Join(errs...)
+}
+
+// RemoveInterface removes a galactic host interface that no record
+// describes (a leaked tap), with its rules and host routes, and the routing
+// domain if nothing else of its VPC is left. A tap a process holds is not
+// removed: the error is a *BusyError. A missing interface is not an error.
+func (h Host) RemoveInterface(name string) error {
+	unlock, err := h.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	l, err := linkByName(name)
+	if err != nil || l == nil {
+		return err
+	}
+	vpc, attachment, ok := names.ParseAlias(l.Attrs().Alias)
+	if !ok {
+		return fmt.Errorf("%s has no galactic alias (%q); not removing it", name, l.Attrs().Alias)
+	}
+	if _, isTap := l.(*netlink.Tuntap); isTap {
+		st, err := tap.InspectLink(l)
+		if err != nil {
+			return err
+		}
+		if st.Held() {
+			return &BusyError{Interface: name, Holders: st.Holders}
+		}
+	}
+	return errors.Join(removeInterface(name, vpc, attachment, nil), h.removeDomainIfUnused(vpc))
+}
+
+// removeInterface deletes a host interface of vpc/attachment and the rules
+// and host routes that lead to it: those of addrs and those the domain's
+// table routes to it.
+func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
+	d, err := routing.Find(vpc)
+	if err != nil {
+		return err
+	}
+	l, err := linkByName(name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if l != nil {
+		if l.Attrs().Alias != names.Alias(vpc, attachment) {
+			return fmt.Errorf("%s belongs to %q, not to %s/%s; not removing it", name, l.Attrs().Alias, vpc, attachment)
+		}
+		if d != nil {
+			routed, err := routedAddrs(d.Table, l.Attrs().Index)
+			errs = append(errs, err)
+			addrs = append(addrs, routed...)
+		}
+		if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
+		}
+	}
+	if d != nil {
+		errs = append(errs, d.RemoveInterface(name))
+		slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
+		for _, a := range slices.Compact(addrs) {
+			errs = append(errs, d.RemoveHostRoute(a))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// routedAddrs are the host routes a table has to an interface.
+func routedAddrs(table, linkIndex int) ([]netip.Addr, error) {
+	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: table, LinkIndex: linkIndex}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF)
+	if err != nil {
+		return nil, fmt.Errorf("listing table %d: %w", table, err)
+	}
+	var addrs []netip.Addr
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		if ones, bits := r.Dst.Mask.Size(); ones == bits {
+			if a, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+				addrs = append(addrs, a.Unmap())
+			}
+		}
+	}
+	return addrs, nil
+}
+
+func parseAddrs(ss []string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
+
+// removeDomainIfUnused removes the VPC's domain when neither a record nor a
+// host interface of the VPC is left on the node.
+func (h Host) removeDomainIfUnused(vpc string) error {
+	recs, err := h.Store().List()
+	if err != nil {
+		return fmt.Errorf("keeping VPC %s's routing domain: cannot read every record: %w", vpc, err)
+	}
+	for _, r := range recs {
+		if r.VPC == vpc {
+			return nil
+		}
+	}
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	for _, l := range links {
+		if v, _, ok := names.ParseAlias(l.Attrs().Alias); ok && v == vpc {
+			return nil
+		}
+	}
+	return routing.Remove(vpc)
+}
+
+// Check reports what differs between the kernel and what Setup would have
+// put in place for spec; nil when nothing does.
+func (h Host) Check(spec Spec) error {
+	name := spec.HostInterface()
+	l, err := linkByName(name)
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		return fmt.Errorf("host interface %s does not exist", name)
+	}
+	kind := map[string]string{names.ModeTap: "tuntap", names.ModeVeth: "veth"}[spec.Mode]
+	var diffs []string
+	if err := ours(l, spec.VPC, spec.Attachment, kind); err != nil {
+		diffs = append(diffs, err.Error())
+	}
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		diffs = append(diffs, name+" is down")
+	}
+	if spec.MTU != 0 && l.Attrs().MTU != spec.MTU {
+		diffs = append(diffs, fmt.Sprintf("%s has MTU %d, the config asks for %d", name, l.Attrs().MTU, spec.MTU))
+	}
+	have, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return err
+	}
+	for _, gw := range Gateways(spec.Addresses) {
+		if !slices.ContainsFunc(have, func(a netlink.Addr) bool { return a.IP.Equal(gw.AsSlice()) }) {
+			diffs = append(diffs, fmt.Sprintf("%s lacks gateway address %s", name, gw))
+		}
+	}
+	d, err := routing.Find(spec.VPC)
+	switch {
+	case err != nil:
+		return err
+	case d == nil:
+		diffs = append(diffs, fmt.Sprintf("VPC %s has no routing domain", spec.VPC))
+	case d.Kind != spec.Routing:
+		diffs = append(diffs, fmt.Sprintf("VPC %s uses routing %s, the config asks for %s", spec.VPC, d.Kind, spec.Routing))
+	default:
+		var addrs []netip.Addr
+		for _, p := range spec.Addresses {
+			addrs = append(addrs, p.Addr())
+		}
+		if err := d.Verify(l, addrs); err != nil {
+			diffs = append(diffs, err.Error())
+		}
+	}
+	if spec.Mode == names.ModeVeth {
+		diffs = append(diffs, checkSandbox(spec, l)...)
+	}
+	if len(diffs) > 0 {
+		return errors.New(strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+func checkSandbox(spec Spec, host netlink.Link) []string {
+	var diffs []string
+	var mac net.HardwareAddr
+	err := ns.WithNetNSPath(spec.Netns, func(ns.NetNS) error {
+		l, err := linkByName(spec.IfName)
+		if err != nil {
+			return err
+		}
+		if l == nil {
+			diffs = append(diffs, fmt.Sprintf("container has no interface %s", spec.IfName))
+			return nil
+		}
+		mac = l.Attrs().HardwareAddr
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			diffs = append(diffs, fmt.Sprintf("container interface %s is down", spec.IfName))
+		}
+		have, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, p := range spec.Addresses {
+			if !slices.ContainsFunc(have, func(a netlink.Addr) bool {
+				ones, _ := a.Mask.Size()
+				return a.IP.Equal(p.Addr().AsSlice()) && ones == p.Bits()
+			}) {
+				diffs = append(diffs, fmt.Sprintf("container interface %s lacks %s", spec.IfName, p))
+			}
+		}
+		routes, err := netlinksafe.RouteList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, def := range Defaults(spec.Addresses) {
+			if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+				return (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(def.Via.AsSlice())
+			}) {
+				diffs = append(diffs, fmt.Sprintf("container lacks default route %s via %s", def.Dst, def.Via))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return append(diffs, fmt.Sprintf("container netns %s: %v", spec.Netns, err))
+	}
+	if mac == nil {
+		return diffs
+	}
+	neighs, err := netlink.NeighList(host.Attrs().Index, netlink.FAMILY_ALL)
+	if err != nil {
+		return append(diffs, err.Error())
+	}
+	for _, p := range spec.Addresses {
+		if !slices.ContainsFunc(neighs, func(n netlink.Neigh) bool {
+			return n.IP.Equal(p.Addr().AsSlice()) && n.HardwareAddr.String() == mac.String() && n.State&netlink.NUD_PERMANENT != 0
+		}) {
+			diffs = append(diffs, fmt.Sprintf("%s lacks permanent neighbour %s lladdr %s", host.Attrs().Name, p.Addr(), mac))
+		}
+	}
+	return diffs
+}

@@ -1,0 +1,32 @@
+// Command galactic-cni is the master CNI plugin of a galactic network: it
+// attaches a workload to its VPC with a host-side tap (VMs) or veth
+// (containers) in the VPC's routing domain.
+package main
+
+import (
+	"os"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/galactic-cni/galactic/pkg/liveness"
+)
+
+// buildVersion is set at link time (-ldflags "-X main.buildVersion=...").
+var buildVersion = "dev"
+
+func main() {
+	p := &plugin{
+		getenv: os.Getenv,
+		now:    time.Now,
+		live:   liveness.Netns,
+	}
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    p.cmdAdd,
+		Del:    p.cmdDel,
+		Check:  p.cmdCheck,
+		Status: p.cmdStatus,
+		GC:     p.cmdGC,
+	}, version.All, "galactic-cni "+buildVersion)
+}
