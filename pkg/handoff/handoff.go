@@ -1,0 +1,340 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/clock"
+)
+
+var (
+	// ErrLost means the grant's holder and token are no longer current: the
+	// holder must stop using the attachment.
+	ErrLost = errors.New("handoff lease lost")
+	// ErrHeld means another holder has the lease and it has not expired;
+	// the error is a *HeldError naming that holder.
+	ErrHeld = errors.New("handoff lease held by another holder")
+)
+
+// HeldError says who holds the lease when an acquisition gives up.
+type HeldError struct {
+	// Lease is "<namespace>/<name>".
+	Lease string
+	// Holder and Token are the current holder and its fencing token.
+	Holder string
+	Token  int64
+	// Err is why waiting ended (the context's error); nil from TryAcquire.
+	Err error
+
+	// expiresIn is how long, by this process's observation, until the
+	// holder may be taken over.
+	expiresIn time.Duration
+}
+
+func (e *HeldError) Error() string {
+	msg := fmt.Sprintf("lease %s is held by %s (token %d)", e.Lease, e.Holder, e.Token)
+	if e.Err != nil {
+		msg += ": gave up waiting: " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+func (e *HeldError) Unwrap() error { return e.Err }
+
+// Grant is one holder's acquisition of the lease. It holds nothing but the
+// two values that make it current, so a process that recorded them (the
+// node GC, a later DEL) can rebuild it.
+type Grant struct {
+	// Holder is the holder identity, "<node>/<containerID>".
+	Holder string
+	// Token is the lease's leaseTransitions when Holder acquired it: the
+	// fencing token, at least 1 (0 means no handoff).
+	Token int64
+}
+
+// DefaultRetryPeriod caps the wait between two attempts of Acquire.
+const DefaultRetryPeriod = time.Second
+
+// Options tune a Lock.
+type Options struct {
+	// LeaseDuration is how long the lease stays ours without a renewal,
+	// written as leaseDurationSeconds: whole seconds, at least one.
+	LeaseDuration time.Duration
+	// RetryPeriod caps the backoff between attempts while the lease is
+	// held by another; zero means DefaultRetryPeriod (or LeaseDuration if
+	// shorter). It may not exceed LeaseDuration.
+	RetryPeriod time.Duration
+	// Clock is this machine's clock; nil means the real one.
+	Clock clock.Clock
+	// ObservationDir, when set, keeps this node's observation of the lease
+	// (resourceVersion and when this node first saw it) in a file, so that
+	// short-lived processes retrying Acquire continue one observation
+	// instead of each starting a new one. Empty keeps it in memory only.
+	ObservationDir string
+}
+
+// Lock acquires, renews and releases one handoff Lease. It is safe for
+// concurrent use.
+type Lock struct {
+	store         Store
+	key           string
+	leaseDuration time.Duration
+	retryPeriod   time.Duration
+	clock         clock.Clock
+	obsDir        string
+
+	mu  sync.Mutex
+	obs observation
+}
+
+// maxConflicts bounds the immediate re-reads after conflicting writes in
+// one call; each conflict means another writer made progress.
+const maxConflicts = 10
+
+// New returns a Lock over the Lease namespace/name (names.Lease).
+func New(leases coordinationv1client.LeasesGetter, namespace, name string, opts Options) (*Lock, error) {
+	if leases == nil {
+		return nil, errors.New("handoff: no lease client")
+	}
+	if namespace == "" || name == "" {
+		return nil, fmt.Errorf("handoff: lease namespace and name are required, got %q/%q", namespace, name)
+	}
+	s := &leaseStore{leases: leases.Leases(namespace), namespace: namespace, name: name}
+	return NewWithStore(s, namespace+"/"+name, opts)
+}
+
+// NewWithStore returns a Lock over any Store; key names the lease in errors
+// and in ObservationDir.
+func NewWithStore(store Store, key string, opts Options) (*Lock, error) {
+	if store == nil {
+		return nil, errors.New("handoff: no store")
+	}
+	if key == "" {
+		return nil, errors.New("handoff: the lease key is empty")
+	}
+	d := opts.LeaseDuration
+	if d < time.Second || d%time.Second != 0 || d/time.Second > math.MaxInt32 {
+		return nil, fmt.Errorf("handoff: lease duration must be a whole number of seconds, at least 1s, got %v", d)
+	}
+	retry := opts.RetryPeriod
+	switch {
+	case retry < 0:
+		return nil, fmt.Errorf("handoff: retry period must not be negative, got %v", retry)
+	case retry == 0:
+		retry = min(DefaultRetryPeriod, d)
+	case retry > d:
+		return nil, fmt.Errorf("handoff: retry period %v exceeds the lease duration %v", retry, d)
+	}
+	c := opts.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	return &Lock{store: store, key: key, leaseDuration: d, retryPeriod: retry, clock: c, obsDir: opts.ObservationDir}, nil
+}
+
+// Get returns the lease's current record; a lease that does not exist yet
+// reads as the zero Record (free, token 0).
+func (l *Lock) Get(ctx context.Context) (Record, error) {
+	cur, err := l.store.Get(ctx)
+	if apierrors.IsNotFound(err) {
+		return Record{}, nil
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("reading lease %s: %w", l.key, err)
+	}
+	return cur.Record, nil
+}
+
+// Acquire waits, backing off with jitter, until the lease is free, expired
+// by this node's observation, or already held by holder, and takes it.
+// When ctx ends first, the error is a *HeldError naming the current holder
+// (errors.Is(err, ErrHeld)). Errors other than conflicts end the wait.
+func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
+	backoff := max(l.retryPeriod/8, time.Millisecond)
+	var last *HeldError
+	for {
+		g, err := l.TryAcquire(ctx, holder)
+		if err == nil {
+			return g, nil
+		}
+		var held *HeldError
+		switch {
+		case errors.As(err, &held):
+			last = held
+		case ctx.Err() != nil && last != nil:
+			return Grant{}, last.withCause(ctx.Err())
+		case apierrors.IsConflict(err):
+		default:
+			return Grant{}, err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if held != nil && held.expiresIn > 0 && held.expiresIn < wait {
+			wait = held.expiresIn
+		}
+		backoff = min(2*backoff, l.retryPeriod)
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return Grant{}, last.withCause(ctx.Err())
+			}
+			return Grant{}, fmt.Errorf("acquiring lease %s: %w", l.key, ctx.Err())
+		case <-l.clock.After(wait):
+		}
+	}
+}
+
+func (e *HeldError) withCause(err error) *HeldError {
+	c := *e
+	c.Err = err
+	return &c
+}
+
+// TryAcquire makes one attempt: it takes the lease if it is free, expired
+// by this node's observation, or already holder's, and otherwise returns a
+// *HeldError at once. Each call continues this node's observation, so
+// calling it again after the lease duration can take over a holder that
+// stopped renewing.
+func (l *Lock) TryAcquire(ctx context.Context, holder string) (Grant, error) {
+	if holder == "" {
+		return Grant{}, errors.New("handoff: the holder identity is empty")
+	}
+	var err error
+	for range maxConflicts {
+		var g Grant
+		g, err = l.tryAcquire(ctx, holder)
+		if !isRace(err) || ctx.Err() != nil {
+			return g, err
+		}
+	}
+	return Grant{}, fmt.Errorf("acquiring lease %s: %w", l.key, err)
+}
+
+// isRace reports an error that means another writer got in between our
+// read and our write: read again and decide again.
+func isRace(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+}
+
+func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
+	now := l.clock.Now()
+	cur, err := l.store.Get(ctx)
+	if apierrors.IsNotFound(err) {
+		// A new lease starts at token 1, so token 0 always means "no handoff".
+		if _, err := l.store.Create(ctx, l.held(holder, now, now, 1)); err != nil {
+			return Grant{}, err
+		}
+		l.forget()
+		return Grant{Holder: holder, Token: 1}, nil
+	}
+	if err != nil {
+		return Grant{}, fmt.Errorf("reading lease %s: %w", l.key, err)
+	}
+	rec := cur.Record
+	if rec.HolderIdentity == holder && rec.LeaseTransitions > 0 {
+		// Ours already (a retried ADD): refresh it, keep the token.
+		if _, err := l.store.Update(ctx, cur.ResourceVersion, l.held(holder, rec.AcquireTime, now, rec.LeaseTransitions)); err != nil {
+			return Grant{}, err
+		}
+		return Grant{Holder: holder, Token: int64(rec.LeaseTransitions)}, nil
+	}
+	if rec.HolderIdentity != "" {
+		left, err := l.expiresIn(cur, now)
+		if err != nil {
+			return Grant{}, err
+		}
+		if left > 0 {
+			return Grant{}, &HeldError{Lease: l.key, Holder: rec.HolderIdentity, Token: int64(rec.LeaseTransitions), expiresIn: left}
+		}
+	}
+	if rec.LeaseTransitions == math.MaxInt32 {
+		return Grant{}, fmt.Errorf("lease %s: leaseTransitions is at its maximum; delete the lease to start over", l.key)
+	}
+	token := rec.LeaseTransitions + 1
+	if _, err := l.store.Update(ctx, cur.ResourceVersion, l.held(holder, now, now, token)); err != nil {
+		return Grant{}, err
+	}
+	l.forget()
+	return Grant{Holder: holder, Token: int64(token)}, nil
+}
+
+func (l *Lock) held(holder string, acquired, renewed time.Time, token int32) Record {
+	return Record{
+		HolderIdentity:       holder,
+		LeaseDurationSeconds: int32(l.leaseDuration / time.Second),
+		AcquireTime:          acquired,
+		RenewTime:            renewed,
+		LeaseTransitions:     token,
+	}
+}
+
+// expiresIn is how long until the holder of cur may be taken over: its
+// lease duration after this node first saw this exact resourceVersion.
+func (l *Lock) expiresIn(cur Observed, now time.Time) (time.Duration, error) {
+	first, err := l.observe(cur, now)
+	if err != nil {
+		return 0, err
+	}
+	d := time.Duration(cur.Record.LeaseDurationSeconds) * time.Second
+	if d <= 0 {
+		d = l.leaseDuration
+	}
+	return d - now.Sub(first), nil
+}
+
+// Renew extends the grant's lease. It fails with ErrLost unless the grant's
+// holder and token are current.
+func (l *Lock) Renew(ctx context.Context, g Grant) error {
+	return l.rewrite(ctx, g, "renewing", func(r Record, now time.Time) Record {
+		return l.held(r.HolderIdentity, r.AcquireTime, now, r.LeaseTransitions)
+	})
+}
+
+// Release frees the grant's lease for the next holder, keeping its token
+// count so tokens keep rising. If the grant is no longer current it
+// changes nothing and returns ErrLost, which a caller tearing down (CNI
+// DEL) treats as done: the lease is not ours to free.
+func (l *Lock) Release(ctx context.Context, g Grant) error {
+	return l.rewrite(ctx, g, "releasing", func(r Record, now time.Time) Record {
+		return Record{LeaseDurationSeconds: r.LeaseDurationSeconds, RenewTime: now, LeaseTransitions: r.LeaseTransitions}
+	})
+}
+
+func (l *Lock) rewrite(ctx context.Context, g Grant, verb string, next func(Record, time.Time) Record) error {
+	if g.Holder == "" || g.Token < 1 {
+		return fmt.Errorf("%s lease %s: not a grant: holder %q, token %d", verb, l.key, g.Holder, g.Token)
+	}
+	var err error
+	for range maxConflicts {
+		var cur Observed
+		cur, err = l.store.Get(ctx)
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s lease %s: %w: the lease does not exist", verb, l.key, ErrLost)
+		}
+		if err != nil {
+			return fmt.Errorf("%s lease %s: %w", verb, l.key, err)
+		}
+		rec := cur.Record
+		if rec.HolderIdentity != g.Holder || int64(rec.LeaseTransitions) != g.Token {
+			return fmt.Errorf("%s lease %s: %w: held by %q with token %d, not %q with token %d",
+				verb, l.key, ErrLost, rec.HolderIdentity, rec.LeaseTransitions, g.Holder, g.Token)
+		}
+		_, err = l.store.Update(ctx, cur.ResourceVersion, next(rec, l.clock.Now()))
+		if !isRace(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s lease %s: %w", verb, l.key, err)
+	}
+	return nil
+}

@@ -1,0 +1,525 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+var epoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const lease = 10 * time.Second
+
+func newLock(t *testing.T, s Store, c *clocktesting.FakeClock, dir string) *Lock {
+	t.Helper()
+	l, err := NewWithStore(s, "galactic-system/blue.web-0-net0", Options{LeaseDuration: lease, Clock: c, ObservationDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func held(holder string, token int32) *Record {
+	return &Record{HolderIdentity: holder, LeaseDurationSeconds: 10, AcquireTime: epoch, RenewTime: epoch, LeaseTransitions: token}
+}
+
+func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRead(t *testing.T) {
+	acquire := func(h string) func(context.Context, *Lock) (Grant, error) {
+		return func(ctx context.Context, l *Lock) (Grant, error) { return l.TryAcquire(ctx, h) }
+	}
+	renew := func(g Grant) func(context.Context, *Lock) (Grant, error) {
+		return func(ctx context.Context, l *Lock) (Grant, error) { return Grant{}, l.Renew(ctx, g) }
+	}
+	release := func(g Grant) func(context.Context, *Lock) (Grant, error) {
+		return func(ctx context.Context, l *Lock) (Grant, error) { return Grant{}, l.Release(ctx, g) }
+	}
+	tests := []struct {
+		name  string
+		lease *Record
+		// observedFor > 0: the lock reads the lease once, then its clock
+		// moves on by observedFor before the operation.
+		observedFor time.Duration
+		interfere   func(f *fakeStore)
+		do          func(context.Context, *Lock) (Grant, error)
+		calls       []string
+		want        Grant
+		wantErr     error
+		// wantHolder and wantToken describe the lease afterwards.
+		wantHolder string
+		wantToken  int32
+	}{
+		{
+			name: "a missing lease is created with token 1",
+			do:   acquire("node-b/c2"), calls: []string{"get", "create"},
+			want: Grant{"node-b/c2", 1}, wantHolder: "node-b/c2", wantToken: 1,
+		},
+		{
+			name:  "a released lease is taken with the next token",
+			lease: held("", 3), do: acquire("node-b/c2"), calls: []string{"get", "update"},
+			want: Grant{"node-b/c2", 4}, wantHolder: "node-b/c2", wantToken: 4,
+		},
+		{
+			name:  "a lease already ours is re-acquired with its token unchanged",
+			lease: held("node-b/c2", 3), do: acquire("node-b/c2"), calls: []string{"get", "update"},
+			want: Grant{"node-b/c2", 3}, wantHolder: "node-b/c2", wantToken: 3,
+		},
+		{
+			name:  "a lease another holder has, just seen, is left alone",
+			lease: held("node-a/c1", 3), do: acquire("node-b/c2"), calls: []string{"get"},
+			wantErr: ErrHeld, wantHolder: "node-a/c1", wantToken: 3,
+		},
+		{
+			name:  "a lease seen unchanged for less than its duration is left alone",
+			lease: held("node-a/c1", 3), observedFor: lease - time.Second, do: acquire("node-b/c2"), calls: []string{"get"},
+			wantErr: ErrHeld, wantHolder: "node-a/c1", wantToken: 3,
+		},
+		{
+			name:  "a lease seen unchanged for its duration is taken over with the next token",
+			lease: held("node-a/c1", 3), observedFor: lease, do: acquire("node-b/c2"), calls: []string{"get", "update"},
+			want: Grant{"node-b/c2", 4}, wantHolder: "node-b/c2", wantToken: 4,
+		},
+		{
+			name:        "the holder's own lease duration decides expiry, not the acquirer's",
+			lease:       &Record{HolderIdentity: "node-a/c1", LeaseDurationSeconds: 30, LeaseTransitions: 3},
+			observedFor: lease, do: acquire("node-b/c2"), calls: []string{"get"},
+			wantErr: ErrHeld, wantHolder: "node-a/c1", wantToken: 3,
+		},
+		{
+			name:  "a write that lost a race reads again and decides again",
+			lease: held("", 3), do: acquire("node-b/c2"), calls: []string{"get", "update", "get"},
+			interfere: func(f *fakeStore) { f.put(*held("node-a/c1", 4)) },
+			wantErr:   ErrHeld, wantHolder: "node-a/c1", wantToken: 4,
+		},
+		{
+			name: "a create that lost a race reads again and decides again",
+			do:   acquire("node-b/c2"), calls: []string{"get", "create", "get"},
+			interfere: func(f *fakeStore) { f.put(*held("node-a/c1", 1)) },
+			wantErr:   ErrHeld, wantHolder: "node-a/c1", wantToken: 1,
+		},
+		{
+			name:  "a current grant is renewed with one write",
+			lease: held("node-a/c1", 3), do: renew(Grant{"node-a/c1", 3}), calls: []string{"get", "update"},
+			wantHolder: "node-a/c1", wantToken: 3,
+		},
+		{
+			name:  "a renewal that lost a race to another renewal of the same grant retries",
+			lease: held("node-a/c1", 3), do: renew(Grant{"node-a/c1", 3}), calls: []string{"get", "update", "get", "update"},
+			interfere:  func(f *fakeStore) { f.put(*held("node-a/c1", 3)) },
+			wantHolder: "node-a/c1", wantToken: 3,
+		},
+		{
+			name:  "a renewal whose token moved on is lost and writes nothing",
+			lease: held("node-a/c1", 4), do: renew(Grant{"node-a/c1", 3}), calls: []string{"get"},
+			wantErr: ErrLost, wantHolder: "node-a/c1", wantToken: 4,
+		},
+		{
+			name:  "a renewal of a lease another holder took is lost and writes nothing",
+			lease: held("node-b/c2", 4), do: renew(Grant{"node-a/c1", 3}), calls: []string{"get"},
+			wantErr: ErrLost, wantHolder: "node-b/c2", wantToken: 4,
+		},
+		{
+			name: "a renewal of a missing lease is lost",
+			do:   renew(Grant{"node-a/c1", 3}), calls: []string{"get"}, wantErr: ErrLost,
+		},
+		{
+			name:  "a release of a current grant frees the lease and keeps its token",
+			lease: held("node-a/c1", 3), do: release(Grant{"node-a/c1", 3}), calls: []string{"get", "update"},
+			wantHolder: "", wantToken: 3,
+		},
+		{
+			name:  "a release of a lost grant leaves the new holder alone",
+			lease: held("node-b/c2", 4), do: release(Grant{"node-a/c1", 3}), calls: []string{"get"},
+			wantErr: ErrLost, wantHolder: "node-b/c2", wantToken: 4,
+		},
+		{
+			name:  "a release that lost a race to a takeover is lost and clears nothing",
+			lease: held("node-a/c1", 3), do: release(Grant{"node-a/c1", 3}), calls: []string{"get", "update", "get"},
+			interfere: func(f *fakeStore) { f.put(*held("node-b/c2", 4)) },
+			wantErr:   ErrLost, wantHolder: "node-b/c2", wantToken: 4,
+		},
+		{
+			name:  "a second release of the same grant changes nothing",
+			lease: held("", 3), do: release(Grant{"node-a/c1", 3}), calls: []string{"get"},
+			wantErr: ErrLost, wantHolder: "", wantToken: 3,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newFakeStore(t)
+			if tt.lease != nil {
+				f.put(*tt.lease)
+			}
+			c := clocktesting.NewFakeClock(epoch)
+			l := newLock(t, f, c, "")
+			if tt.observedFor > 0 {
+				if _, err := l.TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+					t.Fatalf("first look: want ErrHeld, got %v", err)
+				}
+				c.Step(tt.observedFor)
+			}
+			f.expect, f.interfere = tt.calls, tt.interfere
+			f.calls = f.calls[:0]
+			g, err := tt.do(ctx, l)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Fatalf("want error %v, got %v", tt.wantErr, err)
+			}
+			if g != tt.want {
+				t.Errorf("want grant %+v, got %+v", tt.want, g)
+			}
+			if !slices.Equal(f.calls, tt.calls) {
+				t.Errorf("want calls %v, got %v", tt.calls, f.calls)
+			}
+			r, _ := f.record()
+			if r.HolderIdentity != tt.wantHolder || r.LeaseTransitions != tt.wantToken {
+				t.Errorf("lease afterwards: want holder %q token %d, got %q token %d", tt.wantHolder, tt.wantToken, r.HolderIdentity, r.LeaseTransitions)
+			}
+		})
+	}
+}
+
+func TestACrashedHolderIsTakenOverOnlyAfterTheLeaseDurationOfTheAcquirersClock(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	// The holder's clock is decades behind: its renewTime looks ancient,
+	// which must not make its lease look expired to anyone else.
+	a := newLock(t, f, clocktesting.NewFakeClock(epoch.AddDate(-30, 0, 0)), "")
+	cb := clocktesting.NewFakeClock(epoch)
+	b := newLock(t, f, cb, "")
+
+	ga, err := a.Acquire(ctx, "node-a/c1")
+	if err != nil || ga.Token != 1 {
+		t.Fatalf("first acquisition: want token 1, got %+v, %v", ga, err)
+	}
+	for _, step := range []time.Duration{0, lease / 2, lease/2 - time.Millisecond} {
+		cb.Step(step)
+		var held *HeldError
+		if _, err := b.TryAcquire(ctx, "node-b/c2"); !errors.As(err, &held) || held.Holder != "node-a/c1" || held.Token != 1 {
+			t.Fatalf("%v after first seeing the lease: want it held by node-a/c1 with token 1, got %v", cb.Since(epoch), err)
+		}
+	}
+	cb.Step(time.Millisecond)
+	gb, err := b.TryAcquire(ctx, "node-b/c2")
+	if err != nil || gb != (Grant{"node-b/c2", 2}) {
+		t.Fatalf("after the lease duration: want the lease with token 2, got %+v, %v", gb, err)
+	}
+}
+
+func TestARenewalRestartsTheAcquirersObservation(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	a, b := newLock(t, f, c, ""), newLock(t, f, c, "")
+	ga, err := a.Acquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("want ErrHeld, got %v", err)
+	}
+	c.Step(lease - time.Second)
+	if err := a.Renew(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	c.Step(time.Second)
+	if _, err := b.TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a lease renewed %v ago: want ErrHeld, got %v", time.Second, err)
+	}
+	c.Step(lease - time.Second)
+	if _, err := b.TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a lease first seen renewed %v ago: want ErrHeld, got %v", lease-time.Second, err)
+	}
+	c.Step(time.Second)
+	if g, err := b.TryAcquire(ctx, "node-b/c2"); err != nil || g.Token != 2 {
+		t.Fatalf("a renewal seen unchanged for the lease duration: want token 2, got %+v, %v", g, err)
+	}
+}
+
+func TestObservationDirLetsShortLivedAcquirersOnOneNodeContinueOneObservation(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	if _, err := newLock(t, f, c, "").Acquire(ctx, "node-a/c1"); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "handoff")
+	// Each attempt is a new Lock, as each CNI ADD is a new process.
+	for range 2 {
+		if _, err := newLock(t, f, c, dir).TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+			t.Fatalf("at %v: want ErrHeld, got %v", c.Since(epoch), err)
+		}
+		c.Step(lease / 2)
+	}
+	if _, err := newLock(t, f, c, "").TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("an acquirer without the observation starts a new one: want ErrHeld, got %v", err)
+	}
+	g, err := newLock(t, f, c, dir).TryAcquire(ctx, "node-b/c2")
+	if err != nil || g.Token != 2 {
+		t.Fatalf("an acquirer continuing the kept observation: want token 2, got %+v, %v", g, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Errorf("the observation is dropped once the lease is taken, found %v", left)
+	}
+}
+
+func TestAKeptObservationFromTheFutureStartsOverInsteadOfExpiringEarly(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	if _, err := newLock(t, f, c, "").Acquire(ctx, "node-a/c1"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := newLock(t, f, c, dir).TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+		t.Fatal(err)
+	}
+	// The node's clock goes back an hour.
+	c.SetTime(epoch.Add(-time.Hour))
+	for _, step := range []time.Duration{0, lease - time.Second} {
+		c.Step(step)
+		if _, err := newLock(t, f, c, dir).TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+			t.Fatalf("want ErrHeld, got %v", err)
+		}
+	}
+	c.Step(time.Second)
+	if _, err := newLock(t, f, c, dir).TryAcquire(ctx, "node-b/c2"); err != nil {
+		t.Fatalf("a lease duration after the clock went back: %v", err)
+	}
+}
+
+func TestAnUnwritableObservationDirIsAnError(t *testing.T) {
+	f := newFakeStore(t)
+	f.put(*held("node-a/c1", 1))
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newLock(t, f, clocktesting.NewFakeClock(epoch), filepath.Join(file, "dir")).TryAcquire(context.Background(), "node-b/c2")
+	if err == nil || errors.Is(err, ErrHeld) || !strings.Contains(err.Error(), "observation") {
+		t.Fatalf("want an error about keeping the observation, got %v", err)
+	}
+}
+
+func TestALostHolderGetsErrLostAndItsReleaseLeavesTheNewHolder(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	a, b := newLock(t, f, c, ""), newLock(t, f, c, "")
+	ga, err := a.Acquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "node-b/c2"); !errors.Is(err, ErrHeld) {
+		t.Fatal(err)
+	}
+	c.Step(lease)
+	gb, err := b.TryAcquire(ctx, "node-b/c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Renew(ctx, ga); !errors.Is(err, ErrLost) {
+		t.Errorf("renewal by the old holder: want ErrLost, got %v", err)
+	}
+	if err := a.Release(ctx, ga); !errors.Is(err, ErrLost) {
+		t.Errorf("release by the old holder: want ErrLost, got %v", err)
+	}
+	if r, _ := f.record(); r.HolderIdentity != gb.Holder || int64(r.LeaseTransitions) != gb.Token {
+		t.Fatalf("the new holder must keep the lease, got %+v", r)
+	}
+	if err := b.Renew(ctx, gb); err != nil {
+		t.Errorf("renewal by the new holder: %v", err)
+	}
+	if err := b.Release(ctx, gb); err != nil {
+		t.Errorf("release by the new holder: %v", err)
+	}
+	if r, _ := f.record(); r.HolderIdentity != "" || r.LeaseTransitions != 2 {
+		t.Fatalf("released: want no holder and token 2, got %+v", r)
+	}
+}
+
+func TestReacquiringTheSameHolderKeepsTheTokenAndTheNextHolderGetsOneMore(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	l := newLock(t, f, clocktesting.NewFakeClock(epoch), "")
+	g1, err := l.Acquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := l.Acquire(ctx, "node-a/c1")
+	if err != nil || g2 != g1 {
+		t.Fatalf("re-acquisition: want %+v, got %+v, %v", g1, g2, err)
+	}
+	if err := l.Release(ctx, g2); err != nil {
+		t.Fatal(err)
+	}
+	g3, err := l.Acquire(ctx, "node-a/c2")
+	if err != nil || g3.Token != g1.Token+1 {
+		t.Fatalf("the next holder: want token %d, got %+v, %v", g1.Token+1, g3, err)
+	}
+}
+
+// result is one Acquire call run in the background.
+type result struct {
+	g   Grant
+	err error
+}
+
+func acquireInBackground(ctx context.Context, l *Lock, holder string) <-chan result {
+	done := make(chan result, 1)
+	go func() {
+		g, err := l.Acquire(ctx, holder)
+		done <- result{g, err}
+	}()
+	return done
+}
+
+// nextWait returns once the background Acquire sleeps on the fake clock or
+// has finished; ok is false in the latter case.
+func nextWait(c *clocktesting.FakeClock, done <-chan result) (r result, finished bool) {
+	for !c.HasWaiters() {
+		select {
+		case r := <-done:
+			return r, true
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return result{}, false
+}
+
+func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	a := newLock(t, f, c, "")
+	ga, err := a.Acquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := acquireInBackground(ctx, newLock(t, f, c, ""), "node-b/c2")
+	if r, finished := nextWait(c, done); finished {
+		t.Fatalf("acquired a held lease: %+v", r)
+	}
+	if err := a.Release(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c.Step(time.Second)
+		if r, finished := nextWait(c, done); finished {
+			if r.err != nil || r.g != (Grant{"node-b/c2", 2}) {
+				t.Fatalf("want token 2, got %+v", r)
+			}
+			if c.Since(epoch) >= lease {
+				t.Errorf("a released lease is taken without waiting for expiry, took %v", c.Since(epoch))
+			}
+			return
+		}
+	}
+}
+
+func TestAcquireTakesOverACrashedHolderOnlyOnceTheLeaseDurationPassed(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	if _, err := newLock(t, f, c, "").Acquire(ctx, "node-a/c1"); err != nil {
+		t.Fatal(err)
+	}
+	done := acquireInBackground(ctx, newLock(t, f, c, ""), "node-b/c2")
+	for {
+		r, finished := nextWait(c, done)
+		if finished {
+			if r.err != nil || r.g.Token != 2 {
+				t.Fatalf("want token 2, got %+v", r)
+			}
+			if c.Since(epoch) < lease {
+				t.Fatalf("taken over after %v, before the lease duration %v", c.Since(epoch), lease)
+			}
+			return
+		}
+		if rec, _ := f.record(); rec.HolderIdentity != "node-a/c1" {
+			t.Fatalf("lease changed hands before Acquire returned: %+v", rec)
+		}
+		c.Step(300 * time.Millisecond)
+	}
+}
+
+func TestAcquireGivesUpWithAnErrorNamingTheCurrentHolder(t *testing.T) {
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	if _, err := newLock(t, f, c, "").Acquire(context.Background(), "node-a/c1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := newLock(t, f, c, "").Acquire(ctx, "node-b/c2")
+	var held *HeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrHeld) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want a *HeldError that is ErrHeld and context.Canceled, got %v", err)
+	}
+	if held.Holder != "node-a/c1" || held.Token != 1 || !strings.Contains(err.Error(), "node-a/c1") {
+		t.Errorf("the error must name holder node-a/c1 with token 1: %+v, %q", held, err)
+	}
+	if rec, _ := f.record(); rec.HolderIdentity != "node-a/c1" {
+		t.Errorf("giving up must change nothing, lease is %+v", rec)
+	}
+}
+
+func TestGetReadsAMissingLeaseAsFree(t *testing.T) {
+	f := newFakeStore(t)
+	l := newLock(t, f, clocktesting.NewFakeClock(epoch), "")
+	r, err := l.Get(context.Background())
+	if err != nil || r != (Record{}) {
+		t.Fatalf("want the zero record, got %+v, %v", r, err)
+	}
+}
+
+func TestBadInputIsRefusedBeforeAnyAPICall(t *testing.T) {
+	f := newFakeStore(t)
+	f.expect = []string{}
+	l := newLock(t, f, clocktesting.NewFakeClock(epoch), "")
+	ctx := context.Background()
+	if _, err := l.Acquire(ctx, ""); err == nil {
+		t.Error("Acquire with an empty holder: want an error")
+	}
+	for _, g := range []Grant{{}, {Holder: "node-a/c1"}, {Token: 1}} {
+		if err := l.Renew(ctx, g); err == nil || errors.Is(err, ErrLost) {
+			t.Errorf("Renew(%+v): want a plain error, got %v", g, err)
+		}
+		if err := l.Release(ctx, g); err == nil || errors.Is(err, ErrLost) {
+			t.Errorf("Release(%+v): want a plain error, got %v", g, err)
+		}
+	}
+}
+
+func TestNewRejectsTimingThatCannotWork(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no lease duration", Options{}, "lease duration"},
+		{"a lease duration under a second", Options{LeaseDuration: 500 * time.Millisecond}, "lease duration"},
+		{"a lease duration in fractions of a second", Options{LeaseDuration: 1500 * time.Millisecond}, "whole number of seconds"},
+		{"a negative retry period", Options{LeaseDuration: lease, RetryPeriod: -time.Second}, "retry period"},
+		{"a retry period over the lease duration", Options{LeaseDuration: lease, RetryPeriod: lease + time.Second}, "exceeds the lease duration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := NewWithStore(newFakeStore(t), "ns/name", tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("want an error about %q, got %v", tt.want, err)
+			}
+		})
+	}
+	if _, err := New(nil, "ns", "name", Options{LeaseDuration: lease}); err == nil {
+		t.Error("New without a client: want an error")
+	}
+	if _, err := NewWithStore(newFakeStore(t), "ns/name", Options{LeaseDuration: lease}); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+}

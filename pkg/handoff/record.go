@@ -1,0 +1,135 @@
+package handoff
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+)
+
+// Record is the handoff state of one Lease, flat and free of API types.
+type Record struct {
+	// HolderIdentity is "<node>/<containerID>"; empty when the lease is free.
+	HolderIdentity string
+	// LeaseDurationSeconds is how long the holder may go without renewing.
+	LeaseDurationSeconds int32
+	// AcquireTime and RenewTime are the writer's clock readings. Other
+	// machines use them only as a change signal, never as a clock.
+	AcquireTime time.Time
+	RenewTime   time.Time
+	// LeaseTransitions counts acquisitions: the fencing token.
+	LeaseTransitions int32
+}
+
+// Observed is a Record as read from or written to the API, with the
+// resourceVersion that guards the next write.
+type Observed struct {
+	Record          Record
+	ResourceVersion string
+}
+
+// Store reads and writes the one Lease a Lock guards. Errors follow the API
+// server's: Get of a missing lease is NotFound, Create of an existing one
+// AlreadyExists, and Update with a stale resourceVersion Conflict (NotFound
+// when the lease is gone), as told by k8s.io/apimachinery/pkg/api/errors.
+type Store interface {
+	Get(ctx context.Context) (Observed, error)
+	Create(ctx context.Context, r Record) (Observed, error)
+	Update(ctx context.Context, resourceVersion string, r Record) (Observed, error)
+}
+
+// RecordFromSpec converts a Lease spec into a Record; absent fields read as
+// zero values.
+func RecordFromSpec(spec coordinationv1.LeaseSpec) Record {
+	var r Record
+	if spec.HolderIdentity != nil {
+		r.HolderIdentity = *spec.HolderIdentity
+	}
+	if spec.LeaseDurationSeconds != nil {
+		r.LeaseDurationSeconds = *spec.LeaseDurationSeconds
+	}
+	if spec.AcquireTime != nil {
+		r.AcquireTime = spec.AcquireTime.Time
+	}
+	if spec.RenewTime != nil {
+		r.RenewTime = spec.RenewTime.Time
+	}
+	if spec.LeaseTransitions != nil {
+		r.LeaseTransitions = *spec.LeaseTransitions
+	}
+	return r
+}
+
+// SpecFromRecord converts a Record into a Lease spec. Zero values become
+// absent fields, so a free lease carries no holderIdentity at all.
+func SpecFromRecord(r Record) coordinationv1.LeaseSpec {
+	var spec coordinationv1.LeaseSpec
+	if r.HolderIdentity != "" {
+		spec.HolderIdentity = &r.HolderIdentity
+	}
+	if r.LeaseDurationSeconds != 0 {
+		spec.LeaseDurationSeconds = &r.LeaseDurationSeconds
+	}
+	if !r.AcquireTime.IsZero() {
+		spec.AcquireTime = &metav1.MicroTime{Time: r.AcquireTime}
+	}
+	if !r.RenewTime.IsZero() {
+		spec.RenewTime = &metav1.MicroTime{Time: r.RenewTime}
+	}
+	if r.LeaseTransitions != 0 {
+		spec.LeaseTransitions = &r.LeaseTransitions
+	}
+	return spec
+}
+
+// ObservedFromLease converts a Lease read from the API.
+func ObservedFromLease(l *coordinationv1.Lease) Observed {
+	return Observed{Record: RecordFromSpec(l.Spec), ResourceVersion: l.ResourceVersion}
+}
+
+// LeaseFromRecord builds the Lease object that stores r; resourceVersion
+// empty means an unconditional object (for Create).
+func LeaseFromRecord(namespace, name, resourceVersion string, r Record) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, ResourceVersion: resourceVersion},
+		Spec:       SpecFromRecord(r),
+	}
+}
+
+// leaseStore is the Store over the API server.
+type leaseStore struct {
+	leases          coordinationv1client.LeaseInterface
+	namespace, name string
+}
+
+func (s *leaseStore) Get(ctx context.Context) (Observed, error) {
+	l, err := s.leases.Get(ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		return Observed{}, err
+	}
+	return ObservedFromLease(l), nil
+}
+
+func (s *leaseStore) Create(ctx context.Context, r Record) (Observed, error) {
+	l, err := s.leases.Create(ctx, LeaseFromRecord(s.namespace, s.name, "", r), metav1.CreateOptions{})
+	if err != nil {
+		return Observed{}, err
+	}
+	return ObservedFromLease(l), nil
+}
+
+// Update replaces the lease as a whole: the object belongs to this package,
+// so there is no metadata of others to keep.
+func (s *leaseStore) Update(ctx context.Context, resourceVersion string, r Record) (Observed, error) {
+	if resourceVersion == "" {
+		return Observed{}, fmt.Errorf("lease %s/%s: refusing an update without a resourceVersion", s.namespace, s.name)
+	}
+	l, err := s.leases.Update(ctx, LeaseFromRecord(s.namespace, s.name, resourceVersion, r), metav1.UpdateOptions{})
+	if err != nil {
+		return Observed{}, err
+	}
+	return ObservedFromLease(l), nil
+}

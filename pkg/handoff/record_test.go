@@ -1,0 +1,50 @@
+package handoff
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+func TestARecordSurvivesTheTripThroughALeaseAndTheWire(t *testing.T) {
+	// The API keeps microseconds.
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
+	for _, r := range []Record{
+		{},
+		{LeaseDurationSeconds: 60, RenewTime: at, LeaseTransitions: 7},
+		{HolderIdentity: "node-a/3f1c", LeaseDurationSeconds: 60, AcquireTime: at, RenewTime: at.Add(time.Second), LeaseTransitions: 1},
+	} {
+		if got := RecordFromSpec(SpecFromRecord(r)); !reflect.DeepEqual(got, r) {
+			t.Errorf("spec round trip: want %+v, got %+v", r, got)
+		}
+		data, err := json.Marshal(LeaseFromRecord("galactic-system", "blue.web-0-net0", "42", r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l coordinationv1.Lease
+		if err := json.Unmarshal(data, &l); err != nil {
+			t.Fatal(err)
+		}
+		got := ObservedFromLease(&l)
+		if got.ResourceVersion != "42" || !got.Record.AcquireTime.Equal(r.AcquireTime) || !got.Record.RenewTime.Equal(r.RenewTime) {
+			t.Errorf("wire round trip of %+v: got %+v", r, got)
+		}
+		got.Record.AcquireTime, got.Record.RenewTime, r.AcquireTime, r.RenewTime = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		if got.Record != r {
+			t.Errorf("wire round trip: want %+v, got %+v", r, got.Record)
+		}
+	}
+}
+
+func TestAFreeRecordWritesNoHolderIdentity(t *testing.T) {
+	spec := SpecFromRecord(Record{LeaseDurationSeconds: 60, LeaseTransitions: 3})
+	if spec.HolderIdentity != nil {
+		t.Fatalf("want no holderIdentity, got %q", *spec.HolderIdentity)
+	}
+	if got := RecordFromSpec(coordinationv1.LeaseSpec{}); got != (Record{}) {
+		t.Fatalf("an empty spec reads as the zero record, got %+v", got)
+	}
+}
