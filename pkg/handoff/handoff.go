@@ -226,8 +226,10 @@ func isRace(err error) bool {
 }
 
 func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
-	now := l.clock.Now()
 	cur, err := l.store.Get(ctx)
+	// Read the clock after the lease: a renewal that lands while the read
+	// is in flight must not count as seen earlier than it happened.
+	now := l.clock.Now()
 	if apierrors.IsNotFound(err) {
 		// A new lease starts at token 1, so token 0 always means "no handoff".
 		if _, err := l.store.Create(ctx, l.held(holder, now, now, 1)); err != nil {
