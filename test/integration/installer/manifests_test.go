@@ -1,0 +1,359 @@
+package installer
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/client"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+// serviceAccount is the DaemonSet's identity, shared by the plugins.
+const serviceAccount = "galactic-node"
+
+var manifestsDir = filepath.Join(harness.RepoRoot(), "installer", "manifests")
+
+// kustomizationResources are the files kustomization.yaml lists, in order.
+func kustomizationResources(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(manifestsDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := utilyaml.Unmarshal(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	return k.Resources
+}
+
+// applyManifests server-side applies what `kubectl apply -k` would.
+func applyManifests(t *testing.T, env *harness.Env) {
+	t.Helper()
+	var paths []string
+	for _, r := range kustomizationResources(t) {
+		paths = append(paths, filepath.Join(manifestsDir, r))
+	}
+	if err := harness.ApplyManifests(context.Background(), env.CP.Admin, paths...); err != nil {
+		t.Fatalf("applying installer/manifests: %v", err)
+	}
+}
+
+// serviceAccountConfig is a client config that authenticates as the
+// DaemonSet's service account with a token from the TokenRequest API, as
+// the kubelet gets one for the pod.
+func serviceAccountConfig(t *testing.T, env *harness.Env) *rest.Config {
+	t.Helper()
+	return &rest.Config{
+		Host:            env.CP.Server,
+		BearerToken:     serviceAccountToken(t, env),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: env.CP.CAFile},
+		QPS:             -1,
+	}
+}
+
+func serviceAccountToken(t *testing.T, env *harness.Env) string {
+	t.Helper()
+	seconds := int64(600)
+	tr, err := env.Kube.CoreV1().ServiceAccounts(harness.Namespace).CreateToken(context.Background(), serviceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token request for %s: %v", serviceAccount, err)
+	}
+	return tr.Status.Token
+}
+
+func TestTheKustomizationListsEveryManifestAndNothingElse(t *testing.T) {
+	var want []string
+	for _, pattern := range []string{"*.yaml", "crds/*.yaml"} {
+		matches, _ := filepath.Glob(filepath.Join(manifestsDir, pattern))
+		for _, m := range matches {
+			rel, _ := filepath.Rel(manifestsDir, m)
+			if rel != "kustomization.yaml" {
+				want = append(want, rel)
+			}
+		}
+	}
+	got := kustomizationResources(t)
+	sort.Strings(want)
+	sorted := slices.Sorted(slices.Values(got))
+	if !slices.Equal(sorted, want) {
+		t.Errorf("kustomization.yaml resources %v, the directory holds %v", got, want)
+	}
+	if got[0] != "namespace.yaml" {
+		t.Errorf("the namespace must come first so a plain apply of the list works on a new cluster: %v", got)
+	}
+}
+
+func TestTheManifestsApplyServerSideAgainAndAgain(t *testing.T) {
+	env := harness.Setup(t)
+	ctx := context.Background()
+	// The harness installed the CRD already; applying it again with the
+	// rest, twice, and as a directory must all be clean.
+	applyManifests(t, env)
+	applyManifests(t, env)
+	if err := harness.ApplyManifests(ctx, env.CP.Admin, manifestsDir); err != nil {
+		t.Fatalf("applying the directory: %v", err)
+	}
+
+	ds, err := env.Kube.AppsV1().DaemonSets(harness.Namespace).Get(ctx, "galactic-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDaemonSet(t, ds)
+}
+
+// checkDaemonSet asserts the shape that matters for the node: the three
+// containers, the host namespaces, and capabilities no wider than needed.
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork || !spec.HostPID {
+		t.Errorf("hostNetwork %v hostPID %v: the GC needs both", spec.HostNetwork, spec.HostPID)
+	}
+	if spec.ServiceAccountName != serviceAccount {
+		t.Errorf("service account %q", spec.ServiceAccountName)
+	}
+	if len(spec.InitContainers) != 1 || !slices.Equal(spec.InitContainers[0].Command, []string{"galactic-installer", "install"}) {
+		t.Errorf("init containers: want one running galactic-installer install, got %+v", spec.InitContainers)
+	}
+	commands := map[string][]string{}
+	for _, c := range spec.Containers {
+		commands[c.Name] = c.Command
+	}
+	if !slices.Equal(commands["gc"], []string{"galactic-gc"}) || !slices.Equal(commands["token-refresher"], []string{"galactic-installer", "run"}) || len(commands) != 2 {
+		t.Errorf("containers: want gc (galactic-gc) and token-refresher (galactic-installer run), got %v", commands)
+	}
+	wantAdd := map[string][]corev1.Capability{"gc": {"NET_ADMIN", "SYS_PTRACE"}}
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		if c.Image != "galactic.example/galactic:REPLACE_ME" {
+			t.Errorf("%s: image %q is not the documented placeholder", c.Name, c.Image)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.Capabilities == nil {
+			t.Errorf("%s: no capabilities section", c.Name)
+			continue
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s is privileged", c.Name)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s allows privilege escalation", c.Name)
+		}
+		if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, wantAdd[c.Name]) {
+			t.Errorf("%s: capabilities drop %v add %v, want drop [ALL] add %v", c.Name, sc.Capabilities.Drop, sc.Capabilities.Add, wantAdd[c.Name])
+		}
+	}
+	for _, c := range spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/var/run/netns" && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+				t.Errorf("%s: /var/run/netns must be mounted with HostToContainer propagation", c.Name)
+			}
+		}
+	}
+	var projected bool
+	for _, v := range spec.Volumes {
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				projected = projected || s.ServiceAccountToken != nil
+			}
+		}
+	}
+	if !projected || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the pod must carry exactly one token: the projected one, with automount off")
+	}
+}
+
+func TestTheServiceAccountCanDoWhatThePluginsAndGCNeedAndNothingElse(t *testing.T) {
+	env := harness.Setup(t)
+	ctx := context.Background()
+	applyManifests(t, env)
+	cfg := serviceAccountConfig(t, env)
+	api, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Everything galactic-bgp and galactic-gc do to advertisements.
+	advs := api.BGPAdvertisements(harness.Namespace)
+	adv := &v1alpha1.BGPAdvertisement{
+		ObjectMeta: metav1.ObjectMeta{Name: names.Advertisement("blue", "rbac-0", "node-a"), Labels: names.AdvertisementLabels("blue", "rbac-0", "node-a")},
+		Spec: v1alpha1.BGPAdvertisementSpec{VPC: "blue", Attachment: "rbac-0", Node: "node-a", Prefixes: []v1alpha1.Prefix{"10.20.0.9/32"},
+			Containers: []v1alpha1.ContainerEntry{{ContainerID: "c1", IfName: "net0", Netns: "/var/run/netns/x", Prefixes: []v1alpha1.Prefix{"10.20.0.9/32"}}}},
+	}
+	created, err := advs.Create(ctx, adv, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create advertisement as the service account: %v", err)
+	}
+	t.Cleanup(func() { _ = env.API.BGPAdvertisements(harness.Namespace).Delete(ctx, adv.Name, metav1.DeleteOptions{}) })
+	got, err := advs.Get(ctx, adv.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get advertisement: %v", err)
+	}
+	if _, err := advs.List(ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector("blue", "rbac-0")}); err != nil {
+		t.Fatalf("list advertisements by label: %v", err)
+	}
+	got.Spec.Containers = nil
+	got.Spec.Prefixes = nil
+	updated, err := advs.Update(ctx, got, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("update advertisement: %v", err)
+	}
+	rv := updated.ResourceVersion
+	if err := advs.Delete(ctx, adv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &created.UID, ResourceVersion: &rv}}); err != nil {
+		t.Fatalf("guarded delete of the advertisement: %v", err)
+	}
+
+	// Everything the handoff does to its lease.
+	leases := api.Leases.Leases(harness.Namespace)
+	holder := "node-a/c1"
+	lease, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: names.Lease("blue", "rbac-0")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create lease: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{})
+	})
+	if lease, err = leases.Get(ctx, lease.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("get lease: %v", err)
+	}
+	lease.Spec.HolderIdentity = nil
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update lease: %v", err)
+	}
+
+	// Another namespace with the same kinds in it, and a Node.
+	other := "galactic-rbac-other"
+	if _, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	_, err = env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "galactic-rbac-node"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Kube.CoreV1().Nodes().Delete(ctx, "galactic-rbac-node", metav1.DeleteOptions{}) })
+
+	for _, c := range []struct {
+		what string
+		call func() error
+	}{
+		{"read a Secret", func() error {
+			_, err := kube.CoreV1().Secrets(harness.Namespace).Get(ctx, "any", metav1.GetOptions{})
+			return err
+		}},
+		{"list Secrets", func() error {
+			_, err := kube.CoreV1().Secrets(harness.Namespace).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"list advertisements in another namespace", func() error {
+			_, err := api.BGPAdvertisements(other).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"create an advertisement in another namespace", func() error {
+			a := adv.DeepCopy()
+			a.ResourceVersion = ""
+			_, err := api.BGPAdvertisements(other).Create(ctx, a, metav1.CreateOptions{})
+			return err
+		}},
+		{"get a lease in another namespace", func() error {
+			_, err := api.Leases.Leases(other).Get(ctx, "any", metav1.GetOptions{})
+			return err
+		}},
+		{"update a Node", func() error {
+			n, err := env.Kube.CoreV1().Nodes().Get(ctx, "galactic-rbac-node", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Labels = map[string]string{"touched": "yes"}
+			_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		}},
+		{"patch a Node", func() error {
+			_, err := kube.CoreV1().Nodes().Patch(ctx, "galactic-rbac-node", types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"delete a Node", func() error {
+			return kube.CoreV1().Nodes().Delete(ctx, "galactic-rbac-node", metav1.DeleteOptions{})
+		}},
+		{"read a Node", func() error {
+			_, err := kube.CoreV1().Nodes().Get(ctx, "galactic-rbac-node", metav1.GetOptions{})
+			return err
+		}},
+		{"delete a lease", func() error {
+			return leases.Delete(ctx, lease.Name, metav1.DeleteOptions{})
+		}},
+		{"list pods", func() error {
+			_, err := kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+	} {
+		if err := c.call(); !apierrors.IsForbidden(err) {
+			t.Errorf("the service account must be forbidden to %s, got %v", c.what, err)
+		}
+	}
+
+	// The exact rule set the API server computes for the service account,
+	// for our two API groups: no verb more than the components use.
+	want := []string{
+		"coordination.k8s.io/leases:create,get,update",
+		"network.galactic.dev/bgpadvertisements:create,delete,get,list,update",
+	}
+	if got := galacticRules(t, kube, harness.Namespace); !slices.Equal(got, want) {
+		t.Errorf("rules in %s:\n got %v\nwant %v", harness.Namespace, got, want)
+	}
+	if got := galacticRules(t, kube, other); len(got) != 0 {
+		t.Errorf("rules in %s: %v, want none", other, got)
+	}
+}
+
+// galacticRules asks the API server what the caller may do in namespace,
+// keeping the rules for the coordination and galactic groups.
+func galacticRules(t *testing.T, kube kubernetes.Interface, namespace string) []string {
+	t.Helper()
+	review, err := kube.AuthorizationV1().SelfSubjectRulesReviews().Create(context.Background(),
+		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("rules review: %v", err)
+	}
+	var out []string
+	for _, r := range review.Status.ResourceRules {
+		for _, g := range r.APIGroups {
+			if g != "coordination.k8s.io" && g != v1alpha1.SchemeGroupVersion.Group && g != "*" {
+				continue
+			}
+			verbs := slices.Sorted(slices.Values(r.Verbs))
+			for _, res := range r.Resources {
+				out = append(out, g+"/"+res+":"+strings.Join(verbs, ","))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
