@@ -9,8 +9,9 @@
 // second install with the same inputs changes nothing and says so.
 //
 // Install keeps a record of the files it wrote and the directories it
-// created (installed.json in the state dir); Uninstall removes exactly those
-// and nothing else. Run keeps the kubeconfig's service account token fresh
+// created (installed.json in the state dir, as host paths without the root);
+// Uninstall removes exactly those and nothing else, also when it runs with
+// the host mounted under another root. Run keeps the kubeconfig's service account token fresh
 // while the kubelet rotates the projected token.
 //
 // Every host path is joined under Options.Root. In a DaemonSet the host

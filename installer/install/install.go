@@ -210,7 +210,7 @@ func (o Options) updateRecord(p paths, written, created []string) error {
 	if err != nil {
 		return err
 	}
-	r := old.merge(written, created)
+	r := old.merge(o.unroot(written), o.unroot(created))
 	f := file{path: p.manifest, data: r.encode(), mode: 0o644, flag: "--state-dir"}
 	if c, err := f.compare(); err == nil && c == unchanged {
 		return nil
@@ -236,11 +236,9 @@ func Uninstall(o Options) error {
 		fmt.Fprintf(out, "nothing to uninstall: no install record at %s (pass the --root and --state-dir install used)\n", p.manifest)
 		return nil
 	}
-	for _, path := range slices.Concat(r.Files, r.Directories) {
-		if !within(o.Root, path) {
-			return fmt.Errorf("the install record %s names %s, outside --root %s: it was not written by this install; fix or remove the record", p.manifest, path, o.Root)
-		}
-	}
+	// The record holds host paths; under this run's root they may sit
+	// elsewhere than at install time (a debug pod with the host at /host).
+	r.Files, r.Directories = o.reroot(r.Files), o.reroot(r.Directories)
 	prefix := ""
 	if o.DryRun {
 		prefix = "would "
@@ -279,7 +277,7 @@ func Uninstall(o Options) error {
 	}
 	if len(errs) > 0 {
 		// Keep what is left on the record so another uninstall can finish.
-		rest := record{Files: left, Directories: r.Directories}
+		rest := record{Files: o.unroot(left), Directories: o.unroot(r.Directories)}
 		if err := state.WriteFileAtomic(p.manifest, rest.encode(), 0o644); err != nil {
 			errs = append(errs, err)
 		}
@@ -316,10 +314,26 @@ func reversed(dirs []string) []string {
 	return out
 }
 
-func within(root, path string) bool {
-	if root == "" {
-		return filepath.IsAbs(path)
+// unroot turns paths under the root into the host paths they stand for.
+func (o Options) unroot(paths []string) []string {
+	root := filepath.Join("/", o.Root)
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			rel = p
+		}
+		out = append(out, filepath.Join("/", rel))
 	}
-	rel, err := filepath.Rel(root, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && filepath.IsAbs(path)
+	return out
+}
+
+// reroot puts recorded host paths under the root. Cleaning each as an
+// absolute path first keeps a tampered "../" entry inside the root.
+func (o Options) reroot(paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, filepath.Join("/", o.Root, filepath.Join("/", p)))
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,6 +226,27 @@ func TestUninstallLeavesTheRootAsItWasBeforeInstall(t *testing.T) {
 	}
 }
 
+func TestUninstallWorksUnderAnotherRootThanInstall(t *testing.T) {
+	// Installed on the node itself, uninstalled from a pod that mounts the
+	// host's filesystem elsewhere: the record holds host paths.
+	f := newFixture(t)
+	before := tree(t, f.root, false)
+	must(t, Install(f.options()))
+	r, _, err := readRecord(f.path("/var/lib/galactic/installed.json"))
+	must(t, err)
+	if !slices.Contains(r.Files, "/opt/cni/bin/galactic-cni") {
+		t.Errorf("the record should hold host paths: %v", r.Files)
+	}
+	moved := filepath.Join(t.TempDir(), "host")
+	must(t, os.Rename(f.root, moved))
+	o := f.options()
+	o.Root = moved
+	must(t, Uninstall(o))
+	if after := tree(t, moved, false); after != before {
+		t.Errorf("uninstall under the new root left:\n%s", after)
+	}
+}
+
 func TestUninstallKeepsWhatOthersWroteAndFilesThatWereAlreadyInPlace(t *testing.T) {
 	f := newFixture(t)
 	// galactic-bgp is already there with the same content: install does
@@ -409,6 +431,13 @@ func TestTheInstallRecordIsSortedAndUnique(t *testing.T) {
 	got, _ := json.Marshal(r)
 	if string(got) != `{"files":["/a","/b","/c"],"directories":["/d"]}` {
 		t.Errorf("merged record %s", got)
+	}
+	o := Options{Root: "/host"}
+	if got := o.reroot([]string{"/../../etc/passwd", "opt/x"}); strings.Join(got, " ") != "/host/etc/passwd /host/opt/x" {
+		t.Errorf("recorded paths must stay under the root: %v", got)
+	}
+	if got := o.unroot([]string{"/host/opt/cni/bin/galactic-cni"}); got[0] != "/opt/cni/bin/galactic-cni" {
+		t.Errorf("unroot: %v", got)
 	}
 	if d := reversed([]string{"/x", "/x/y", "/a"}); strings.Join(d, " ") != "/x/y /x /a" {
 		t.Errorf("removal order %v: children must come before parents", d)
