@@ -1,0 +1,94 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/galactic-cni/galactic/pkg/advert"
+	"github.com/galactic-cni/galactic/pkg/client"
+	"github.com/galactic-cni/galactic/pkg/hostif"
+	"github.com/galactic-cni/galactic/pkg/liveness"
+	"github.com/galactic-cni/galactic/pkg/settings"
+)
+
+// Options configure the daemon.
+type Options struct {
+	Interval time.Duration
+	// PassTimeout bounds one pass, so a hung API call cannot stop the loop.
+	PassTimeout time.Duration
+	// MetricsAddress serves /metrics and /healthz; empty disables it.
+	MetricsAddress string
+	Once           bool
+	Log            *slog.Logger
+}
+
+// NewCollector builds the collector of a node from its settings.
+func NewCollector(node settings.Node, log *slog.Logger) (*Collector, error) {
+	if err := node.RequireNodeName(); err != nil {
+		return nil, err
+	}
+	cfg, err := client.LoadConfig(node.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := client.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Collector{
+		StateDir: node.StateDir,
+		Kernel:   NodeKernel{Host: hostif.Host{StateDir: node.StateDir, Live: liveness.Netns, Now: time.Now}},
+		Adverts:  NodeAdverts{Node: node.NodeName, Adv: advert.New(cs.BGPAdvertisements(node.Namespace))},
+		Leases:   HandoffLeases{Leases: cs.Leases, Namespace: node.Namespace},
+		Live:     liveness.Netns,
+		Log:      log,
+	}, nil
+}
+
+// Run runs passes until ctx ends (or one pass with Once). With Once the
+// pass's error is returned; otherwise errors are logged and counted and the
+// loop goes on.
+func Run(ctx context.Context, c *Collector, opts Options) error {
+	metrics := NewMetrics(3*opts.Interval+opts.PassTimeout, time.Now())
+	if opts.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", opts.MetricsAddress)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: metrics.Handler(time.Now), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		opts.Log.Info("serving metrics and health", "address", ln.Addr().String())
+	}
+	for {
+		start := time.Now()
+		passCtx, cancel := context.WithTimeout(ctx, opts.PassTimeout)
+		r, err := c.Pass(passCtx)
+		cancel()
+		took := time.Since(start)
+		metrics.Observe(r, err, took, time.Now())
+		attrs := []any{"duration", took.String(), "entriesPruned", r.EntriesPruned, "advertisementsDeleted", r.AdvertisementsDeleted,
+			"recordsRemoved", r.RecordsRemoved, "tapsDetached", r.TapsDetached, "tapsReclaimed", r.TapsReclaimed,
+			"tapsKept", r.TapsKept, "leasesRenewed", r.LeasesRenewed, "leasesReleased", r.LeasesReleased, "errors", r.Errors}
+		if err != nil {
+			opts.Log.Error("gc pass finished with errors", append(attrs, "error", err.Error())...)
+		} else {
+			opts.Log.Info("gc pass finished", attrs...)
+		}
+		if opts.Once {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil
+			}
+			return ctx.Err()
+		case <-time.After(opts.Interval):
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/galactic-cni/galactic/pkg/handoff"
+	"github.com/galactic-cni/galactic/pkg/hostif"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/pkg/tap"
+)
+
+// NodeKernel is the Kernel of the network namespace the daemon runs in,
+// undoing host-side state with galactic-cni's own code.
+type NodeKernel struct {
+	Host hostif.Host
+}
+
+func tapOf(l netlink.Link) (Tap, bool, error) {
+	if _, isTap := l.(*netlink.Tuntap); !isTap || !names.IsHostInterface(names.ModeTap, l.Attrs().Name) {
+		return Tap{}, false, nil
+	}
+	vpc, att, ok := names.ParseAlias(l.Attrs().Alias)
+	if !ok {
+		// Galactic's name without galactic's alias: not ours to judge.
+		return Tap{}, false, nil
+	}
+	st, err := tap.InspectLink(l)
+	if err != nil {
+		return Tap{}, false, err
+	}
+	return Tap{Name: st.Name, Index: st.Index, VPC: vpc, Attachment: att, Carrier: st.Carrier, Holders: st.Holders}, true, nil
+}
+
+// Taps lists the galactic taps: name and ifalias must both say so.
+func (k NodeKernel) Taps() ([]Tap, error) {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	var taps []Tap
+	var errs []error
+	for _, l := range links {
+		t, ok, err := tapOf(l)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			taps = append(taps, t)
+		}
+	}
+	return taps, errors.Join(errs...)
+}
+
+// Tap re-reads one tap.
+func (k NodeKernel) Tap(name string) (Tap, bool, error) {
+	l, err := netlinksafe.LinkByName(name)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return Tap{}, false, nil
+	}
+	if err != nil {
+		return Tap{}, false, err
+	}
+	return tapOf(l)
+}
+
+// LinkExists reports whether a device of that name exists.
+func (k NodeKernel) LinkExists(name string) (bool, error) {
+	_, err := netlinksafe.LinkByName(name)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Release undoes a dead container's record as galactic-cni DEL would.
+func (k NodeKernel) Release(rec state.Record) error { return k.Host.Teardown(rec) }
+
+// RemoveTap removes a tap no record describes.
+func (k NodeKernel) RemoveTap(t Tap) error { return k.Host.RemoveInterface(t.Name) }
+
+// HandoffLeases renews and releases leases through pkg/handoff, with the
+// grant a galactic-cni record keeps.
+type HandoffLeases struct {
+	Leases    coordinationv1.LeasesGetter
+	Namespace string
+}
+
+func (h HandoffLeases) lock(rec state.Record) (*handoff.Lock, handoff.Grant, error) {
+	d := time.Duration(rec.LeaseSeconds) * time.Second
+	if d <= 0 {
+		d = 60 * time.Second
+	}
+	l, err := handoff.New(h.Leases, h.Namespace, names.Lease(rec.VPC, rec.Attachment), handoff.Options{LeaseDuration: d})
+	return l, handoff.Grant{Holder: rec.Holder, Token: rec.HolderGeneration}, err
+}
+
+// Renew renews a live holder's lease; ErrLost means the holder was taken
+// over and must stop using the attachment.
+func (h HandoffLeases) Renew(ctx context.Context, rec state.Record) error {
+	l, g, err := h.lock(rec)
+	if err != nil {
+		return err
+	}
+	return l.Renew(ctx, g)
+}
+
+// Release frees a dead holder's lease. A lease that is no longer the
+// holder's needs nothing.
+func (h HandoffLeases) Release(ctx context.Context, rec state.Record) error {
+	l, g, err := h.lock(rec)
+	if err != nil {
+		return err
+	}
+	if err := l.Release(ctx, g); err != nil && !errors.Is(err, handoff.ErrLost) {
+		return err
+	}
+	return nil
+}
