@@ -36,12 +36,6 @@ func Gateway(p netip.Prefix) netip.Addr {
 	return gw
 }
 
-// OnLink reports whether the workload needs an on-link default route to
-// reach gw: its own prefix does not cover it.
-func OnLink(p netip.Prefix, gw netip.Addr) bool {
-	return !p.Masked().Contains(gw)
-}
-
 // Gateways are the distinct gateways of addrs, in order.
 func Gateways(addrs []netip.Prefix) []netip.Addr {
 	var gws []netip.Addr
@@ -60,8 +54,6 @@ func Gateways(addrs []netip.Prefix) []netip.Addr {
 type Default struct {
 	Dst netip.Prefix
 	Via netip.Addr
-	// OnLink is set when the workload's prefix does not cover Via.
-	OnLink bool
 }
 
 // Defaults are the workload's default routes: one per family, via the
@@ -80,8 +72,7 @@ func Defaults(addrs []netip.Prefix) []Default {
 			have6 = true
 			dst = netip.MustParsePrefix("::/0")
 		}
-		gw := Gateway(p)
-		ds = append(ds, Default{Dst: dst, Via: gw, OnLink: OnLink(p, gw)})
+		ds = append(ds, Default{Dst: dst, Via: Gateway(p)})
 	}
 	return ds
 }

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -308,6 +310,11 @@ func configureLink(l netlink.Link, spec Spec) error {
 			return fmt.Errorf("setting MTU %d on %s: %w", spec.MTU, name, err)
 		}
 	}
+	// A VM that configures its address with the subnet's prefix ARPs for
+	// its neighbours directly; the host answers for those its VPC routes.
+	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv4/conf", name, "proxy_arp"), []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enabling proxy ARP on %s: %w", name, err)
+	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		return fmt.Errorf("bringing %s up: %w", name, err)
 	}
@@ -402,20 +409,20 @@ func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error)
 		if err := netlink.LinkSetUp(l); err != nil {
 			return fmt.Errorf("bringing %s up in the container: %w", spec.IfName, err)
 		}
+		// No prefix route: the veth is point-to-point to the host, so even
+		// neighbours in the workload's subnet are reached via the gateway,
+		// which routes them in the VPC's table.
 		for _, p := range spec.Addresses {
-			a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+			a := &netlink.Addr{IPNet: ipNet(p), Flags: unix.IFA_F_NOPREFIXROUTE}
 			if p.Addr().Is6() {
-				a.Flags = unix.IFA_F_NODAD
+				a.Flags |= unix.IFA_F_NODAD
 			}
 			if err := netlink.AddrAdd(l, a); err != nil {
 				return fmt.Errorf("adding %s to %s in the container: %w", p, spec.IfName, err)
 			}
 		}
 		for _, def := range Defaults(spec.Addresses) {
-			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(def.Dst), Gw: def.Via.AsSlice()}
-			if def.OnLink {
-				r.Flags = int(netlink.FLAG_ONLINK)
-			}
+			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(def.Dst), Gw: def.Via.AsSlice(), Flags: int(netlink.FLAG_ONLINK)}
 			if err := netlink.RouteAdd(r); err != nil {
 				return fmt.Errorf("adding default route via %s in the container: %w", def.Via, err)
 			}
