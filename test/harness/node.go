@@ -93,8 +93,11 @@ type Node struct {
 	Dir        string
 	ConfigPath string
 	Settings   settings.Node
-	env        *Env
-	fwd        *Forwarder
+	// CNIPath is where cnitool finds the plugins: the freshly built
+	// binaries unless an installer staged them elsewhere.
+	CNIPath string
+	env     *Env
+	fwd     *Forwarder
 }
 
 // NewNode creates a node called name with the API server reachable.
@@ -132,7 +135,7 @@ func (n *Node) Close() {
 }
 
 func (e *Env) newNode(name, dir string, nn *Netns) (*Node, error) {
-	n := &Node{Netns: nn, Name: name, Dir: dir, env: e}
+	n := &Node{Netns: nn, Name: name, Dir: dir, CNIPath: e.BinDir, env: e}
 	n.Settings = settings.Node{
 		NodeName:   name,
 		Kubeconfig: filepath.Join(dir, "kubeconfig"),
@@ -204,7 +207,7 @@ func (n *Node) CNITool(verb, network string, container *Netns, ifName string, ex
 	args := []string{"netns", "exec", n.Netns.Name, filepath.Join(n.env.BinDir, "cnitool"), verb, network, netnsPath}
 	cmd := exec.Command("ip", args...)
 	cmd.Env = append(os.Environ(),
-		"CNI_PATH="+n.env.BinDir,
+		"CNI_PATH="+n.CNIPath,
 		"NETCONFPATH="+filepath.Join(n.Dir, "net.d"),
 		"CNI_IFNAME="+ifName,
 	)
@@ -240,7 +243,7 @@ func (l LibCNI) setup() (*libcni.CNIConfig, *libcni.NetworkConfigList, error) {
 		return nil, nil, err
 	}
 	exec := &nodeExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, env: l.Node.Environ()}
-	return libcni.NewCNIConfigWithCacheDir([]string{l.Node.env.BinDir}, filepath.Join(l.Node.Dir, "cni-cache"), exec), list, nil
+	return libcni.NewCNIConfigWithCacheDir([]string{l.Node.CNIPath}, filepath.Join(l.Node.Dir, "cni-cache"), exec), list, nil
 }
 
 // RuntimeConf is the runtime config for a container netns and interface.
