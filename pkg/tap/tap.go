@@ -111,9 +111,10 @@ func holds(dir, name string) bool {
 	}
 	for _, fd := range fds {
 		// Only tun files carry an iff line; checking the fd's target first
-		// avoids reading every socket's and file's fdinfo.
+		// avoids reading every socket's and file's fdinfo. A jailed VMM's
+		// tun node shows with its chroot in front.
 		target, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
-		if err != nil || target != "/dev/net/tun" {
+		if err != nil || !strings.HasSuffix(target, "/net/tun") {
 			continue
 		}
 		if iff, err := boundInterface(filepath.Join(dir, "fdinfo", fd.Name())); err == nil && iff == name {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -84,7 +86,7 @@ func parseConf(data []byte) (*Config, *types.Error) {
 	if err := json.Unmarshal(data, &n); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return nil, netconf.InvalidConfig(fmt.Sprintf("%s must be a %s, not a JSON %s", typeErr.Field, typeErr.Type, typeErr.Value))
+			return nil, netconf.InvalidConfig(fmt.Sprintf("%s must be %s, not a JSON %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value))
 		}
 		return nil, types.NewError(types.ErrDecodingFailure, "network config is not valid JSON: "+err.Error(), "")
 	}
@@ -147,6 +149,24 @@ func parseConf(data []byte) (*Config, *types.Error) {
 		return nil, types.NewError(types.ErrDecodingFailure, "prevResult cannot be parsed: "+err.Error(), "")
 	}
 	return c, nil
+}
+
+// jsonKind names a Go type the way a config author knows it.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list of " + strings.TrimPrefix(jsonKind(t.Elem()), "a ") + "s"
+	}
+	return "an object"
 }
 
 func parseHandoff(h *HandoffConf) (Handoff, *types.Error) {
