@@ -180,20 +180,25 @@ func (n *Node) Environ() []string {
 // WriteConflist stores a network config list in the node's net.d.
 func (n *Node) WriteConflist(t testing.TB, conf any) {
 	t.Helper()
+	if err := n.WriteConflistFile(conf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WriteConflistFile is WriteConflist for programs outside tests.
+func (n *Node) WriteConflistFile(conf any) error {
 	data, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var head struct {
 		Name string `json:"name"`
 	}
 	_ = json.Unmarshal(data, &head)
 	if head.Name == "" {
-		t.Fatal("conflist has no name")
+		return fmt.Errorf("conflist has no name")
 	}
-	if err := os.WriteFile(filepath.Join(n.Dir, "net.d", head.Name+".conflist"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return os.WriteFile(filepath.Join(n.Dir, "net.d", head.Name+".conflist"), data, 0o644)
 }
 
 // CNITool runs the real cnitool inside the node: verb is add, del, check,
