@@ -83,6 +83,7 @@ require (
 
 tool (
 	github.com/containernetworking/cni/cnitool
+	github.com/containernetworking/plugins/plugins/ipam/static
 	github.com/containernetworking/plugins/plugins/main/loopback
 	github.com/containernetworking/plugins/plugins/main/tap
 )
