@@ -116,6 +116,7 @@ func BuildBinaries() (string, error) {
 		"github.com/containernetworking/cni/cnitool",
 		"github.com/containernetworking/plugins/plugins/main/loopback",
 		"github.com/containernetworking/plugins/plugins/main/tap",
+		"github.com/containernetworking/plugins/plugins/ipam/static",
 	}
 	for _, d := range []string{"plugins", "gc", "installer", "test/bin"} {
 		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
