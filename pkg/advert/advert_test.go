@@ -1,0 +1,496 @@
+package advert
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/names"
+)
+
+var keyA = Key{VPC: "blue", Attachment: "web-0-net0", Node: "node-a"}
+
+func entry(cid, netns string, prefixes ...v1alpha1.Prefix) v1alpha1.ContainerEntry {
+	return v1alpha1.ContainerEntry{ContainerID: cid, IfName: "net0", Netns: netns, Prefixes: prefixes}
+}
+
+func existing(k Key, entries ...v1alpha1.ContainerEntry) *v1alpha1.BGPAdvertisement {
+	return newAdvertisement(k, entries)
+}
+
+func entryIDs(obj *v1alpha1.BGPAdvertisement) []string {
+	var ids []string
+	for _, c := range obj.Spec.Containers {
+		ids = append(ids, c.ContainerID)
+	}
+	return ids
+}
+
+func wantCalls(t *testing.T, f *fakeAPI, want ...string) {
+	t.Helper()
+	if got := f.callLog(); !slices.Equal(got, want) {
+		t.Errorf("API calls:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestPublishCreatesTheAdvertisementWithLabelsAndHostPrefixes(t *testing.T) {
+	f := newFake(t, "get", "create")
+	a := testAdvertiser(f, liveSet{})
+	e := entry("c1", "/run/netns/c1", "fd20::5/128", "10.20.0.5/32")
+	e.HolderGeneration = 4
+	res, err := a.Publish(context.Background(), keyA, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Created || res.Name != "blue.web-0-net0.node-a" {
+		t.Errorf("result = %+v", res)
+	}
+	got := f.get(keyA.Name())
+	if !slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.5/32", "fd20::5/128"}) {
+		t.Errorf("spec.prefixes = %q", got.Spec.Prefixes)
+	}
+	if got.Spec.VPC != "blue" || got.Spec.Attachment != "web-0-net0" || got.Spec.Node != "node-a" {
+		t.Errorf("spec = %+v", got.Spec)
+	}
+	for k, v := range names.AdvertisementLabels("blue", "web-0-net0", "node-a") {
+		if got.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, got.Labels[k], v)
+		}
+	}
+	if c := got.Spec.Containers; len(c) != 1 || c[0].HolderGeneration != 4 || c[0].Netns != "/run/netns/c1" {
+		t.Errorf("containers = %+v", c)
+	}
+	wantCalls(t, f, "get "+keyA.Name(), "create "+keyA.Name())
+}
+
+func TestPublishAddsAnEntryPrunesDeadOnesAndRecomputesThePrefixes(t *testing.T) {
+	f := newFake(t, "get", "update")
+	f.seed(existing(keyA,
+		entry("c-live", "/run/netns/live", "10.20.0.7/32"),
+		entry("c-dead", "/run/netns/dead", "10.20.0.9/32")))
+	a := testAdvertiser(f, liveSet{"/run/netns/live": true})
+	res, err := a.Publish(context.Background(), keyA, entry("c-new", "/run/netns/new", "10.20.0.5/32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Updated || len(res.Removed) != 1 || res.Removed[0].ContainerID != "c-dead" {
+		t.Errorf("result = %+v", res)
+	}
+	got := f.get(keyA.Name())
+	if ids := entryIDs(got); !slices.Equal(ids, []string{"c-live", "c-new"}) {
+		t.Errorf("entries = %q", ids)
+	}
+	if !slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.5/32", "10.20.0.7/32"}) {
+		t.Errorf("spec.prefixes = %q", got.Spec.Prefixes)
+	}
+	wantCalls(t, f, "get "+keyA.Name(), "update "+keyA.Name())
+}
+
+func TestPublishingTheSameEntryAgainWritesNothing(t *testing.T) {
+	f := newFake(t, "get")
+	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
+	res, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32"))
+	if err != nil || res.Outcome != Unchanged {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	wantCalls(t, f, "get "+keyA.Name())
+}
+
+func TestPublishReplacesTheContainersOwnEntry(t *testing.T) {
+	f := newFake(t, "get", "update")
+	f.seed(existing(keyA, entry("c1", "/run/netns/old", "10.20.0.5/32")))
+	a := testAdvertiser(f, liveSet{})
+	if _, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/new", "10.20.0.6/32")); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(keyA.Name())
+	if len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Netns != "/run/netns/new" ||
+		!slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.6/32"}) {
+		t.Errorf("spec = %+v", got.Spec)
+	}
+}
+
+func TestPublishRereadsAndRetriesWhenAConcurrentWriterWins(t *testing.T) {
+	f := newFake(t, "get", "update")
+	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	raced := false
+	f.react = func(verb, name string) error {
+		if verb == "update" && !raced {
+			raced = true
+			// Another container's ADD lands between our read and write.
+			cur := f.get(name)
+			next := withEntries(cur, keyA, append(cur.Spec.Containers, entry("c2", "/run/netns/c2", "10.20.0.5/32")))
+			f.mu.Lock()
+			f.store(next, false)
+			f.mu.Unlock()
+		}
+		return nil
+	}
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true, "/run/netns/c2": true})
+	res, err := a.Publish(context.Background(), keyA, entry("c3", "/run/netns/c3", "10.20.0.5/32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Conflicts != 1 || a.Conflicts() != 1 {
+		t.Errorf("conflicts: result %d, advertiser %d; want 1", res.Conflicts, a.Conflicts())
+	}
+	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"c1", "c2", "c3"}) {
+		t.Errorf("the concurrent writer's entry must survive: entries %q", ids)
+	}
+	wantCalls(t, f, "get "+keyA.Name(), "update "+keyA.Name(), "get "+keyA.Name(), "update "+keyA.Name())
+}
+
+func TestPublishThatLosesTheCreateRaceUpdatesTheWinnersObject(t *testing.T) {
+	f := newFake(t, "get", "create", "update")
+	f.react = func(verb, name string) error {
+		if verb == "create" && f.get(name) == nil {
+			f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+		}
+		return nil
+	}
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
+	res, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2", "10.20.0.5/32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Updated || res.Conflicts != 1 {
+		t.Errorf("result = %+v", res)
+	}
+	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"c1", "c2"}) {
+		t.Errorf("entries = %q", ids)
+	}
+}
+
+func TestPublishRecreatesAnAdvertisementDeletedBetweenReadAndWrite(t *testing.T) {
+	f := newFake(t, "get", "update", "create")
+	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	f.react = func(verb, name string) error {
+		if verb == "update" {
+			// The last container's DEL deletes it first.
+			f.mu.Lock()
+			delete(f.objs, name)
+			f.mu.Unlock()
+		}
+		return nil
+	}
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
+	res, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2", "10.20.0.5/32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Created || res.Conflicts != 1 {
+		t.Errorf("result = %+v", res)
+	}
+	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"c2"}) {
+		t.Errorf("entries = %q", ids)
+	}
+}
+
+func TestPublishRefusesAnObjectThatDescribesAnotherNode(t *testing.T) {
+	f := newFake(t, "get")
+	obj := existing(keyA, entry("c1", "/run/netns/c1"))
+	obj.Spec.Node = "node-z"
+	f.seed(obj)
+	a := testAdvertiser(f, liveSet{})
+	_, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2"))
+	if err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+	wantCalls(t, f, "get "+keyA.Name())
+}
+
+func TestReleaseDeletesTheAdvertisementOfTheLastContainerWithPreconditions(t *testing.T) {
+	f := newFake(t, "get", "delete")
+	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	// The netns is still there during DEL: the entry is gone, so nothing is left.
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
+	res, err := a.Release(context.Background(), keyA, "c1", "net0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Deleted || len(res.Removed) != 1 {
+		t.Errorf("result = %+v", res)
+	}
+	if f.get(keyA.Name()) != nil {
+		t.Error("the advertisement must be gone")
+	}
+	wantCalls(t, f, "get "+keyA.Name(), "delete "+keyA.Name())
+}
+
+func TestReleaseKeepsALiveReplacementsEntryAndPrefixes(t *testing.T) {
+	f := newFake(t, "get", "update")
+	f.seed(existing(keyA,
+		entry("old", "/run/netns/old", "10.20.0.5/32"),
+		entry("new", "/run/netns/new", "10.20.0.5/32")))
+	a := testAdvertiser(f, liveSet{"/run/netns/old": true, "/run/netns/new": true})
+	res, err := a.Release(context.Background(), keyA, "old", "net0")
+	if err != nil || res.Outcome != Updated {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	got := f.get(keyA.Name())
+	if ids := entryIDs(got); !slices.Equal(ids, []string{"new"}) {
+		t.Errorf("entries = %q", ids)
+	}
+	if !slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.5/32"}) {
+		t.Errorf("spec.prefixes = %q", got.Spec.Prefixes)
+	}
+}
+
+func TestReleaseDeletesWhenOnlyDeadEntriesRemain(t *testing.T) {
+	f := newFake(t, "get", "delete")
+	f.seed(existing(keyA, entry("c1", "/run/netns/c1"), entry("gone", "/run/netns/gone")))
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
+	res, err := a.Release(context.Background(), keyA, "c1", "net0")
+	if err != nil || res.Outcome != Deleted {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+}
+
+func TestReleaseWithNothingToReleaseWritesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		seed *v1alpha1.BGPAdvertisement
+		want Outcome
+	}{
+		{"no advertisement", nil, Absent},
+		{"an advertisement without this entry", existing(keyA, entry("other", "/run/netns/other")), Unchanged},
+		{"an entry of another interface", existing(keyA, v1alpha1.ContainerEntry{ContainerID: "c1", IfName: "net1"}), Unchanged},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, "get")
+			if tc.seed != nil {
+				f.seed(tc.seed)
+			}
+			res, err := testAdvertiser(f, liveSet{}).Release(context.Background(), keyA, "c1", "net0")
+			if err != nil || res.Outcome != tc.want {
+				t.Fatalf("res %+v err %v", res, err)
+			}
+			wantCalls(t, f, "get "+keyA.Name())
+		})
+	}
+}
+
+func TestReleaseUpdatesInsteadOfDeletingWhenAReplacementArrivedMeanwhile(t *testing.T) {
+	f := newFake(t, "get", "delete", "update")
+	f.seed(existing(keyA, entry("old", "/run/netns/old", "10.20.0.5/32")))
+	done := false
+	f.react = func(verb, name string) error {
+		if verb == "delete" && !done {
+			done = true
+			cur := f.get(name)
+			next := withEntries(cur, keyA, append(cur.Spec.Containers, entry("new", "/run/netns/new", "10.20.0.5/32")))
+			f.mu.Lock()
+			f.store(next, false)
+			f.mu.Unlock()
+		}
+		return nil
+	}
+	a := testAdvertiser(f, liveSet{"/run/netns/old": true, "/run/netns/new": true})
+	res, err := a.Release(context.Background(), keyA, "old", "net0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Updated || res.Conflicts != 1 {
+		t.Errorf("result = %+v", res)
+	}
+	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"new"}) {
+		t.Errorf("the replacement's entry must survive: %q", ids)
+	}
+}
+
+func TestRetriesStopWhenTheContextEnds(t *testing.T) {
+	f := newFake(t, "get")
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	f.react = func(string, string) error { return refused }
+	ctx, cancel := context.WithCancel(context.Background())
+	attempts := 0
+	a := testAdvertiser(f, liveSet{})
+	a.Sleep = func(ctx context.Context, _ time.Duration) error {
+		attempts++
+		if attempts == 3 {
+			cancel()
+		}
+		return ctx.Err()
+	}
+	_, err := a.Release(ctx, keyA, "c1", "net0")
+	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want the last API error and the reason retries stopped, got %v", err)
+	}
+	if n := len(f.callLog()); n != 3 {
+		t.Errorf("%d attempts, want 3", n)
+	}
+	if a.Conflicts() != 0 {
+		t.Error("transport errors are not conflicts")
+	}
+}
+
+func TestErrorsRetryingCannotFixAreReturnedAtOnce(t *testing.T) {
+	f := newFake(t, "get")
+	f.react = func(_, name string) error { return apierrors.NewForbidden(resource, name, errors.New("RBAC")) }
+	_, err := testAdvertiser(f, liveSet{}).Publish(context.Background(), keyA, entry("c1", "/x"))
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("want forbidden, got %v", err)
+	}
+	wantCalls(t, f, "get "+keyA.Name())
+}
+
+func TestRemoveDropsExactlyTheEntriesNotValid(t *testing.T) {
+	f := newFake(t, "get", "update")
+	f.seed(existing(keyA,
+		entry("c1", "/run/netns/c1", "10.20.0.1/32"),
+		entry("c2", "/run/netns/c2", "10.20.0.2/32"),
+		entry("c3", "/run/netns/c3", "10.20.0.3/32")))
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true, "/run/netns/c2": true, "/run/netns/c3": true})
+	valid := map[string]bool{"c1": true, "c3": true}
+	res, err := a.Remove(context.Background(), keyA, func(c v1alpha1.ContainerEntry) bool { return !valid[c.ContainerID] })
+	if err != nil || res.Outcome != Updated {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	got := f.get(keyA.Name())
+	if ids := entryIDs(got); !slices.Equal(ids, []string{"c1", "c3"}) {
+		t.Errorf("entries = %q", ids)
+	}
+	if !slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.1/32", "10.20.0.3/32"}) {
+		t.Errorf("spec.prefixes = %q", got.Spec.Prefixes)
+	}
+}
+
+func TestPruneDropsDeadEntriesAndDeletesAdvertisementsLeftWithoutLiveOnes(t *testing.T) {
+	f := newFake(t, "update", "delete")
+	mixed := f.seed(existing(Key{"blue", "mixed", "node-a"}, entry("live", "/run/netns/live"), entry("dead", "/run/netns/dead")))
+	allDead := f.seed(existing(Key{"blue", "all-dead", "node-a"}, entry("dead", "/run/netns/dead")))
+	healthy := f.seed(existing(Key{"blue", "healthy", "node-a"}, entry("live", "/run/netns/live")))
+	empty := f.seed(existing(Key{"blue", "empty", "node-a"}))
+	other := f.seed(existing(Key{"blue", "mixed", "node-b"}, entry("dead", "/run/netns/dead")))
+	a := testAdvertiser(f, liveSet{"/run/netns/live": true})
+
+	results, err := a.Prune(context.Background(), "node-a", []v1alpha1.BGPAdvertisement{*mixed, *allDead, *healthy, *empty, *other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Outcome{Updated, Deleted, Unchanged, Deleted, Skipped}
+	for i, r := range results {
+		if r.Outcome != want[i] {
+			t.Errorf("%s: %s, want %s", r.Name, r.Outcome, want[i])
+		}
+	}
+	if ids := entryIDs(f.get(mixed.Name)); !slices.Equal(ids, []string{"live"}) {
+		t.Errorf("mixed entries = %q", ids)
+	}
+	if f.get(allDead.Name) != nil || f.get(empty.Name) != nil {
+		t.Error("advertisements without a live entry must be deleted")
+	}
+	if f.get(other.Name) == nil || f.get(healthy.Name) == nil {
+		t.Error("another node's advertisement and a healthy one must stay")
+	}
+	wantCalls(t, f, "update "+mixed.Name, "delete "+allDead.Name, "delete "+empty.Name)
+}
+
+func TestPruneRereadsAStaleListedObject(t *testing.T) {
+	f := newFake(t, "delete", "get", "update")
+	listed := f.seed(existing(keyA, entry("dead", "/run/netns/dead")))
+	// After the list, a new container published on this node.
+	cur := f.get(keyA.Name())
+	f.mu.Lock()
+	f.store(withEntries(cur, keyA, append(cur.Spec.Containers, entry("new", "/run/netns/new"))), false)
+	f.mu.Unlock()
+
+	a := testAdvertiser(f, liveSet{"/run/netns/new": true})
+	results, err := a.Prune(context.Background(), "node-a", []v1alpha1.BGPAdvertisement{*listed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if results[0].Outcome != Updated || results[0].Conflicts != 1 {
+		t.Errorf("result = %+v", results[0])
+	}
+	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"new"}) {
+		t.Errorf("entries = %q", ids)
+	}
+	wantCalls(t, f, "delete "+keyA.Name(), "get "+keyA.Name(), "update "+keyA.Name())
+}
+
+func TestDeleteOthersDeletesOnlyOtherNodesAdvertisementsOfTheAttachment(t *testing.T) {
+	f := newFake(t, "list", "delete")
+	own := f.seed(existing(keyA, entry("c1", "/x")))
+	onB := f.seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
+	onC := f.seed(existing(Key{"blue", "web-0-net0", "node-c"}, entry("c9", "/z")))
+	otherAtt := f.seed(existing(Key{"blue", "db-0-net0", "node-b"}, entry("c2", "/y")))
+	otherVPC := f.seed(existing(Key{"red", "web-0-net0", "node-b"}, entry("c3", "/y")))
+
+	deleted, err := testAdvertiser(f, liveSet{}).DeleteOthers(context.Background(), keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(deleted)
+	if !slices.Equal(deleted, []string{onB.Name, onC.Name}) {
+		t.Errorf("deleted %q", deleted)
+	}
+	for _, keep := range []*v1alpha1.BGPAdvertisement{own, otherAtt, otherVPC} {
+		if f.get(keep.Name) == nil {
+			t.Errorf("%s must stay", keep.Name)
+		}
+	}
+}
+
+func TestDeleteOthersLeavesAnAdvertisementWrittenSinceItWasListed(t *testing.T) {
+	f := newFake(t, "list", "delete")
+	onB := f.seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
+	f.react = func(verb, name string) error {
+		if verb == "delete" {
+			// node-b writes between our list and our delete.
+			cur := f.get(name)
+			f.mu.Lock()
+			f.store(cur, false)
+			f.mu.Unlock()
+		}
+		return nil
+	}
+	deleted, err := testAdvertiser(f, liveSet{}).DeleteOthers(context.Background(), keyA)
+	if len(deleted) != 0 || !apierrors.IsConflict(err) {
+		t.Fatalf("deleted %q err %v; want nothing deleted and a conflict", deleted, err)
+	}
+	if f.get(onB.Name) == nil {
+		t.Error("the rewritten advertisement must stay")
+	}
+	wantCalls(t, f, "list "+names.AttachmentSelector("blue", "web-0-net0"), "delete "+onB.Name)
+}
+
+func TestHostPrefixesAndUnionAreSortedAndDeduplicated(t *testing.T) {
+	ips := []net.IP{net.ParseIP("fd20::5"), net.ParseIP("10.20.0.10"), net.ParseIP("10.20.0.9"), net.ParseIP("10.20.0.9").To4()}
+	got := HostPrefixes(ips)
+	want := []v1alpha1.Prefix{"10.20.0.9/32", "10.20.0.10/32", "fd20::5/128"}
+	if !slices.Equal(got, want) {
+		t.Errorf("HostPrefixes = %q, want %q", got, want)
+	}
+	u := Union([]v1alpha1.ContainerEntry{
+		{Prefixes: []v1alpha1.Prefix{"fd20::05/128", "10.20.0.9/32"}},
+		{Prefixes: []v1alpha1.Prefix{"fd20::5/128", "10.20.0.1/32"}},
+	})
+	if want := []v1alpha1.Prefix{"10.20.0.1/32", "10.20.0.9/32", "fd20::5/128"}; !slices.Equal(u, want) {
+		t.Errorf("Union = %q, want %q", u, want)
+	}
+	if Union(nil) != nil {
+		t.Error("an empty union is nil, so spec.prefixes is omitted")
+	}
+}
+
+func TestInvalidKeysAreRejectedBeforeAnyCall(t *testing.T) {
+	f := newFake(t)
+	a := testAdvertiser(f, liveSet{})
+	if _, err := a.Publish(context.Background(), Key{VPC: "blue", Attachment: "a"}, entry("c1", "/x")); err == nil {
+		t.Error("a key without a node must be rejected")
+	}
+	if _, err := a.Publish(context.Background(), keyA, v1alpha1.ContainerEntry{ContainerID: "c1"}); err == nil {
+		t.Error("an entry without ifName must be rejected")
+	}
+	wantCalls(t, f)
+}
