@@ -12,11 +12,25 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/galactic-cni/galactic/pkg/advert/adverttest"
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 )
 
+var _ API = (*adverttest.Fake)(nil)
+
 var keyA = Key{VPC: "blue", Attachment: "web-0-net0", Node: "node-a"}
+
+// liveSet is a liveness judge over a set of netns paths.
+type liveSet map[string]bool
+
+func (l liveSet) live(p string) bool { return l[p] }
+
+func instant(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
+func testAdvertiser(api API, live liveSet) *Advertiser {
+	return &Advertiser{API: api, Live: live.live, Sleep: instant}
+}
 
 func entry(cid, netns string, prefixes ...v1alpha1.Prefix) v1alpha1.ContainerEntry {
 	return v1alpha1.ContainerEntry{ContainerID: cid, IfName: "net0", Netns: netns, Prefixes: prefixes}
@@ -34,15 +48,15 @@ func entryIDs(obj *v1alpha1.BGPAdvertisement) []string {
 	return ids
 }
 
-func wantCalls(t *testing.T, f *fakeAPI, want ...string) {
+func wantCalls(t *testing.T, f *adverttest.Fake, want ...string) {
 	t.Helper()
-	if got := f.callLog(); !slices.Equal(got, want) {
+	if got := f.Calls(); !slices.Equal(got, want) {
 		t.Errorf("API calls:\n got %q\nwant %q", got, want)
 	}
 }
 
 func TestPublishCreatesTheAdvertisementWithLabelsAndHostPrefixes(t *testing.T) {
-	f := newFake(t, "get", "create")
+	f := adverttest.New(t, "get", "create")
 	a := testAdvertiser(f, liveSet{})
 	e := entry("c1", "/run/netns/c1", "fd20::5/128", "10.20.0.5/32")
 	e.HolderGeneration = 4
@@ -53,7 +67,7 @@ func TestPublishCreatesTheAdvertisementWithLabelsAndHostPrefixes(t *testing.T) {
 	if res.Outcome != Created || res.Name != "blue.web-0-net0.node-a" {
 		t.Errorf("result = %+v", res)
 	}
-	got := f.get(keyA.Name())
+	got := f.Object(keyA.Name())
 	if !slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.5/32", "fd20::5/128"}) {
 		t.Errorf("spec.prefixes = %q", got.Spec.Prefixes)
 	}
@@ -72,8 +86,8 @@ func TestPublishCreatesTheAdvertisementWithLabelsAndHostPrefixes(t *testing.T) {
 }
 
 func TestPublishAddsAnEntryPrunesDeadOnesAndRecomputesThePrefixes(t *testing.T) {
-	f := newFake(t, "get", "update")
-	f.seed(existing(keyA,
+	f := adverttest.New(t, "get", "update")
+	f.Seed(existing(keyA,
 		entry("c-live", "/run/netns/live", "10.20.0.7/32"),
 		entry("c-dead", "/run/netns/dead", "10.20.0.9/32")))
 	a := testAdvertiser(f, liveSet{"/run/netns/live": true})
@@ -84,7 +98,7 @@ func TestPublishAddsAnEntryPrunesDeadOnesAndRecomputesThePrefixes(t *testing.T) 
 	if res.Outcome != Updated || len(res.Removed) != 1 || res.Removed[0].ContainerID != "c-dead" {
 		t.Errorf("result = %+v", res)
 	}
-	got := f.get(keyA.Name())
+	got := f.Object(keyA.Name())
 	if ids := entryIDs(got); !slices.Equal(ids, []string{"c-live", "c-new"}) {
 		t.Errorf("entries = %q", ids)
 	}
@@ -95,8 +109,8 @@ func TestPublishAddsAnEntryPrunesDeadOnesAndRecomputesThePrefixes(t *testing.T) 
 }
 
 func TestPublishingTheSameEntryAgainWritesNothing(t *testing.T) {
-	f := newFake(t, "get")
-	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	f := adverttest.New(t, "get")
+	f.Seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
 	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
 	res, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32"))
 	if err != nil || res.Outcome != Unchanged {
@@ -106,13 +120,13 @@ func TestPublishingTheSameEntryAgainWritesNothing(t *testing.T) {
 }
 
 func TestPublishReplacesTheContainersOwnEntry(t *testing.T) {
-	f := newFake(t, "get", "update")
-	f.seed(existing(keyA, entry("c1", "/run/netns/old", "10.20.0.5/32")))
+	f := adverttest.New(t, "get", "update")
+	f.Seed(existing(keyA, entry("c1", "/run/netns/old", "10.20.0.5/32")))
 	a := testAdvertiser(f, liveSet{})
 	if _, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/new", "10.20.0.6/32")); err != nil {
 		t.Fatal(err)
 	}
-	got := f.get(keyA.Name())
+	got := f.Object(keyA.Name())
 	if len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Netns != "/run/netns/new" ||
 		!slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.6/32"}) {
 		t.Errorf("spec = %+v", got.Spec)
@@ -120,18 +134,16 @@ func TestPublishReplacesTheContainersOwnEntry(t *testing.T) {
 }
 
 func TestPublishRereadsAndRetriesWhenAConcurrentWriterWins(t *testing.T) {
-	f := newFake(t, "get", "update")
-	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	f := adverttest.New(t, "get", "update")
+	f.Seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
 	raced := false
-	f.react = func(verb, name string) error {
+	f.React = func(verb, name string) error {
 		if verb == "update" && !raced {
 			raced = true
 			// Another container's ADD lands between our read and write.
-			cur := f.get(name)
+			cur := f.Object(name)
 			next := withEntries(cur, keyA, append(cur.Spec.Containers, entry("c2", "/run/netns/c2", "10.20.0.5/32")))
-			f.mu.Lock()
-			f.store(next, false)
-			f.mu.Unlock()
+			f.Store(next)
 		}
 		return nil
 	}
@@ -143,17 +155,17 @@ func TestPublishRereadsAndRetriesWhenAConcurrentWriterWins(t *testing.T) {
 	if res.Conflicts != 1 || a.Conflicts() != 1 {
 		t.Errorf("conflicts: result %d, advertiser %d; want 1", res.Conflicts, a.Conflicts())
 	}
-	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"c1", "c2", "c3"}) {
+	if ids := entryIDs(f.Object(keyA.Name())); !slices.Equal(ids, []string{"c1", "c2", "c3"}) {
 		t.Errorf("the concurrent writer's entry must survive: entries %q", ids)
 	}
 	wantCalls(t, f, "get "+keyA.Name(), "update "+keyA.Name(), "get "+keyA.Name(), "update "+keyA.Name())
 }
 
 func TestPublishThatLosesTheCreateRaceUpdatesTheWinnersObject(t *testing.T) {
-	f := newFake(t, "get", "create", "update")
-	f.react = func(verb, name string) error {
-		if verb == "create" && f.get(name) == nil {
-			f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	f := adverttest.New(t, "get", "create", "update")
+	f.React = func(verb, name string) error {
+		if verb == "create" && f.Object(name) == nil {
+			f.Seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
 		}
 		return nil
 	}
@@ -165,20 +177,18 @@ func TestPublishThatLosesTheCreateRaceUpdatesTheWinnersObject(t *testing.T) {
 	if res.Outcome != Updated || res.Conflicts != 1 {
 		t.Errorf("result = %+v", res)
 	}
-	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"c1", "c2"}) {
+	if ids := entryIDs(f.Object(keyA.Name())); !slices.Equal(ids, []string{"c1", "c2"}) {
 		t.Errorf("entries = %q", ids)
 	}
 }
 
 func TestPublishRecreatesAnAdvertisementDeletedBetweenReadAndWrite(t *testing.T) {
-	f := newFake(t, "get", "update", "create")
-	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
-	f.react = func(verb, name string) error {
+	f := adverttest.New(t, "get", "update", "create")
+	f.Seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	f.React = func(verb, name string) error {
 		if verb == "update" {
 			// The last container's DEL deletes it first.
-			f.mu.Lock()
-			delete(f.objs, name)
-			f.mu.Unlock()
+			f.Remove(name)
 		}
 		return nil
 	}
@@ -190,16 +200,16 @@ func TestPublishRecreatesAnAdvertisementDeletedBetweenReadAndWrite(t *testing.T)
 	if res.Outcome != Created || res.Conflicts != 1 {
 		t.Errorf("result = %+v", res)
 	}
-	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"c2"}) {
+	if ids := entryIDs(f.Object(keyA.Name())); !slices.Equal(ids, []string{"c2"}) {
 		t.Errorf("entries = %q", ids)
 	}
 }
 
 func TestPublishRefusesAnObjectThatDescribesAnotherNode(t *testing.T) {
-	f := newFake(t, "get")
+	f := adverttest.New(t, "get")
 	obj := existing(keyA, entry("c1", "/run/netns/c1"))
 	obj.Spec.Node = "node-z"
-	f.seed(obj)
+	f.Seed(obj)
 	a := testAdvertiser(f, liveSet{})
 	_, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2"))
 	if err == nil || !strings.Contains(err.Error(), "refusing") {
@@ -209,8 +219,8 @@ func TestPublishRefusesAnObjectThatDescribesAnotherNode(t *testing.T) {
 }
 
 func TestReleaseDeletesTheAdvertisementOfTheLastContainerWithPreconditions(t *testing.T) {
-	f := newFake(t, "get", "delete")
-	f.seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
+	f := adverttest.New(t, "get", "delete")
+	f.Seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
 	// The netns is still there during DEL: the entry is gone, so nothing is left.
 	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
 	res, err := a.Release(context.Background(), keyA, "c1", "net0")
@@ -220,15 +230,15 @@ func TestReleaseDeletesTheAdvertisementOfTheLastContainerWithPreconditions(t *te
 	if res.Outcome != Deleted || len(res.Removed) != 1 {
 		t.Errorf("result = %+v", res)
 	}
-	if f.get(keyA.Name()) != nil {
+	if f.Object(keyA.Name()) != nil {
 		t.Error("the advertisement must be gone")
 	}
 	wantCalls(t, f, "get "+keyA.Name(), "delete "+keyA.Name())
 }
 
 func TestReleaseKeepsALiveReplacementsEntryAndPrefixes(t *testing.T) {
-	f := newFake(t, "get", "update")
-	f.seed(existing(keyA,
+	f := adverttest.New(t, "get", "update")
+	f.Seed(existing(keyA,
 		entry("old", "/run/netns/old", "10.20.0.5/32"),
 		entry("new", "/run/netns/new", "10.20.0.5/32")))
 	a := testAdvertiser(f, liveSet{"/run/netns/old": true, "/run/netns/new": true})
@@ -236,7 +246,7 @@ func TestReleaseKeepsALiveReplacementsEntryAndPrefixes(t *testing.T) {
 	if err != nil || res.Outcome != Updated {
 		t.Fatalf("res %+v err %v", res, err)
 	}
-	got := f.get(keyA.Name())
+	got := f.Object(keyA.Name())
 	if ids := entryIDs(got); !slices.Equal(ids, []string{"new"}) {
 		t.Errorf("entries = %q", ids)
 	}
@@ -246,8 +256,8 @@ func TestReleaseKeepsALiveReplacementsEntryAndPrefixes(t *testing.T) {
 }
 
 func TestReleaseDeletesWhenOnlyDeadEntriesRemain(t *testing.T) {
-	f := newFake(t, "get", "delete")
-	f.seed(existing(keyA, entry("c1", "/run/netns/c1"), entry("gone", "/run/netns/gone")))
+	f := adverttest.New(t, "get", "delete")
+	f.Seed(existing(keyA, entry("c1", "/run/netns/c1"), entry("gone", "/run/netns/gone")))
 	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
 	res, err := a.Release(context.Background(), keyA, "c1", "net0")
 	if err != nil || res.Outcome != Deleted {
@@ -266,9 +276,9 @@ func TestReleaseWithNothingToReleaseWritesNothing(t *testing.T) {
 		{"an entry of another interface", existing(keyA, v1alpha1.ContainerEntry{ContainerID: "c1", IfName: "net1"}), Unchanged},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake(t, "get")
+			f := adverttest.New(t, "get")
 			if tc.seed != nil {
-				f.seed(tc.seed)
+				f.Seed(tc.seed)
 			}
 			res, err := testAdvertiser(f, liveSet{}).Release(context.Background(), keyA, "c1", "net0")
 			if err != nil || res.Outcome != tc.want {
@@ -280,17 +290,15 @@ func TestReleaseWithNothingToReleaseWritesNothing(t *testing.T) {
 }
 
 func TestReleaseUpdatesInsteadOfDeletingWhenAReplacementArrivedMeanwhile(t *testing.T) {
-	f := newFake(t, "get", "delete", "update")
-	f.seed(existing(keyA, entry("old", "/run/netns/old", "10.20.0.5/32")))
+	f := adverttest.New(t, "get", "delete", "update")
+	f.Seed(existing(keyA, entry("old", "/run/netns/old", "10.20.0.5/32")))
 	done := false
-	f.react = func(verb, name string) error {
+	f.React = func(verb, name string) error {
 		if verb == "delete" && !done {
 			done = true
-			cur := f.get(name)
+			cur := f.Object(name)
 			next := withEntries(cur, keyA, append(cur.Spec.Containers, entry("new", "/run/netns/new", "10.20.0.5/32")))
-			f.mu.Lock()
-			f.store(next, false)
-			f.mu.Unlock()
+			f.Store(next)
 		}
 		return nil
 	}
@@ -302,15 +310,15 @@ func TestReleaseUpdatesInsteadOfDeletingWhenAReplacementArrivedMeanwhile(t *test
 	if res.Outcome != Updated || res.Conflicts != 1 {
 		t.Errorf("result = %+v", res)
 	}
-	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"new"}) {
+	if ids := entryIDs(f.Object(keyA.Name())); !slices.Equal(ids, []string{"new"}) {
 		t.Errorf("the replacement's entry must survive: %q", ids)
 	}
 }
 
 func TestRetriesStopWhenTheContextEnds(t *testing.T) {
-	f := newFake(t, "get")
+	f := adverttest.New(t, "get")
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
-	f.react = func(string, string) error { return refused }
+	f.React = func(string, string) error { return refused }
 	ctx, cancel := context.WithCancel(context.Background())
 	attempts := 0
 	a := testAdvertiser(f, liveSet{})
@@ -325,7 +333,7 @@ func TestRetriesStopWhenTheContextEnds(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("want the last API error and the reason retries stopped, got %v", err)
 	}
-	if n := len(f.callLog()); n != 3 {
+	if n := len(f.Calls()); n != 3 {
 		t.Errorf("%d attempts, want 3", n)
 	}
 	if a.Conflicts() != 0 {
@@ -334,8 +342,10 @@ func TestRetriesStopWhenTheContextEnds(t *testing.T) {
 }
 
 func TestErrorsRetryingCannotFixAreReturnedAtOnce(t *testing.T) {
-	f := newFake(t, "get")
-	f.react = func(_, name string) error { return apierrors.NewForbidden(resource, name, errors.New("RBAC")) }
+	f := adverttest.New(t, "get")
+	f.React = func(_, name string) error {
+		return apierrors.NewForbidden(adverttest.Resource, name, errors.New("RBAC"))
+	}
 	_, err := testAdvertiser(f, liveSet{}).Publish(context.Background(), keyA, entry("c1", "/x"))
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("want forbidden, got %v", err)
@@ -344,8 +354,8 @@ func TestErrorsRetryingCannotFixAreReturnedAtOnce(t *testing.T) {
 }
 
 func TestRemoveDropsExactlyTheEntriesNotValid(t *testing.T) {
-	f := newFake(t, "get", "update")
-	f.seed(existing(keyA,
+	f := adverttest.New(t, "get", "update")
+	f.Seed(existing(keyA,
 		entry("c1", "/run/netns/c1", "10.20.0.1/32"),
 		entry("c2", "/run/netns/c2", "10.20.0.2/32"),
 		entry("c3", "/run/netns/c3", "10.20.0.3/32")))
@@ -355,7 +365,7 @@ func TestRemoveDropsExactlyTheEntriesNotValid(t *testing.T) {
 	if err != nil || res.Outcome != Updated {
 		t.Fatalf("res %+v err %v", res, err)
 	}
-	got := f.get(keyA.Name())
+	got := f.Object(keyA.Name())
 	if ids := entryIDs(got); !slices.Equal(ids, []string{"c1", "c3"}) {
 		t.Errorf("entries = %q", ids)
 	}
@@ -365,12 +375,12 @@ func TestRemoveDropsExactlyTheEntriesNotValid(t *testing.T) {
 }
 
 func TestPruneDropsDeadEntriesAndDeletesAdvertisementsLeftWithoutLiveOnes(t *testing.T) {
-	f := newFake(t, "update", "delete")
-	mixed := f.seed(existing(Key{"blue", "mixed", "node-a"}, entry("live", "/run/netns/live"), entry("dead", "/run/netns/dead")))
-	allDead := f.seed(existing(Key{"blue", "all-dead", "node-a"}, entry("dead", "/run/netns/dead")))
-	healthy := f.seed(existing(Key{"blue", "healthy", "node-a"}, entry("live", "/run/netns/live")))
-	empty := f.seed(existing(Key{"blue", "empty", "node-a"}))
-	other := f.seed(existing(Key{"blue", "mixed", "node-b"}, entry("dead", "/run/netns/dead")))
+	f := adverttest.New(t, "update", "delete")
+	mixed := f.Seed(existing(Key{"blue", "mixed", "node-a"}, entry("live", "/run/netns/live"), entry("dead", "/run/netns/dead")))
+	allDead := f.Seed(existing(Key{"blue", "all-dead", "node-a"}, entry("dead", "/run/netns/dead")))
+	healthy := f.Seed(existing(Key{"blue", "healthy", "node-a"}, entry("live", "/run/netns/live")))
+	empty := f.Seed(existing(Key{"blue", "empty", "node-a"}))
+	other := f.Seed(existing(Key{"blue", "mixed", "node-b"}, entry("dead", "/run/netns/dead")))
 	a := testAdvertiser(f, liveSet{"/run/netns/live": true})
 
 	results, err := a.Prune(context.Background(), "node-a", []v1alpha1.BGPAdvertisement{*mixed, *allDead, *healthy, *empty, *other})
@@ -383,26 +393,24 @@ func TestPruneDropsDeadEntriesAndDeletesAdvertisementsLeftWithoutLiveOnes(t *tes
 			t.Errorf("%s: %s, want %s", r.Name, r.Outcome, want[i])
 		}
 	}
-	if ids := entryIDs(f.get(mixed.Name)); !slices.Equal(ids, []string{"live"}) {
+	if ids := entryIDs(f.Object(mixed.Name)); !slices.Equal(ids, []string{"live"}) {
 		t.Errorf("mixed entries = %q", ids)
 	}
-	if f.get(allDead.Name) != nil || f.get(empty.Name) != nil {
+	if f.Object(allDead.Name) != nil || f.Object(empty.Name) != nil {
 		t.Error("advertisements without a live entry must be deleted")
 	}
-	if f.get(other.Name) == nil || f.get(healthy.Name) == nil {
+	if f.Object(other.Name) == nil || f.Object(healthy.Name) == nil {
 		t.Error("another node's advertisement and a healthy one must stay")
 	}
 	wantCalls(t, f, "update "+mixed.Name, "delete "+allDead.Name, "delete "+empty.Name)
 }
 
 func TestPruneRereadsAStaleListedObject(t *testing.T) {
-	f := newFake(t, "delete", "get", "update")
-	listed := f.seed(existing(keyA, entry("dead", "/run/netns/dead")))
+	f := adverttest.New(t, "delete", "get", "update")
+	listed := f.Seed(existing(keyA, entry("dead", "/run/netns/dead")))
 	// After the list, a new container published on this node.
-	cur := f.get(keyA.Name())
-	f.mu.Lock()
-	f.store(withEntries(cur, keyA, append(cur.Spec.Containers, entry("new", "/run/netns/new"))), false)
-	f.mu.Unlock()
+	cur := f.Object(keyA.Name())
+	f.Store(withEntries(cur, keyA, append(cur.Spec.Containers, entry("new", "/run/netns/new"))))
 
 	a := testAdvertiser(f, liveSet{"/run/netns/new": true})
 	results, err := a.Prune(context.Background(), "node-a", []v1alpha1.BGPAdvertisement{*listed})
@@ -412,19 +420,19 @@ func TestPruneRereadsAStaleListedObject(t *testing.T) {
 	if results[0].Outcome != Updated || results[0].Conflicts != 1 {
 		t.Errorf("result = %+v", results[0])
 	}
-	if ids := entryIDs(f.get(keyA.Name())); !slices.Equal(ids, []string{"new"}) {
+	if ids := entryIDs(f.Object(keyA.Name())); !slices.Equal(ids, []string{"new"}) {
 		t.Errorf("entries = %q", ids)
 	}
 	wantCalls(t, f, "delete "+keyA.Name(), "get "+keyA.Name(), "update "+keyA.Name())
 }
 
 func TestDeleteOthersDeletesOnlyOtherNodesAdvertisementsOfTheAttachment(t *testing.T) {
-	f := newFake(t, "list", "delete")
-	own := f.seed(existing(keyA, entry("c1", "/x")))
-	onB := f.seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
-	onC := f.seed(existing(Key{"blue", "web-0-net0", "node-c"}, entry("c9", "/z")))
-	otherAtt := f.seed(existing(Key{"blue", "db-0-net0", "node-b"}, entry("c2", "/y")))
-	otherVPC := f.seed(existing(Key{"red", "web-0-net0", "node-b"}, entry("c3", "/y")))
+	f := adverttest.New(t, "list", "delete")
+	own := f.Seed(existing(keyA, entry("c1", "/x")))
+	onB := f.Seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
+	onC := f.Seed(existing(Key{"blue", "web-0-net0", "node-c"}, entry("c9", "/z")))
+	otherAtt := f.Seed(existing(Key{"blue", "db-0-net0", "node-b"}, entry("c2", "/y")))
+	otherVPC := f.Seed(existing(Key{"red", "web-0-net0", "node-b"}, entry("c3", "/y")))
 
 	deleted, err := testAdvertiser(f, liveSet{}).DeleteOthers(context.Background(), keyA)
 	if err != nil {
@@ -435,22 +443,19 @@ func TestDeleteOthersDeletesOnlyOtherNodesAdvertisementsOfTheAttachment(t *testi
 		t.Errorf("deleted %q", deleted)
 	}
 	for _, keep := range []*v1alpha1.BGPAdvertisement{own, otherAtt, otherVPC} {
-		if f.get(keep.Name) == nil {
+		if f.Object(keep.Name) == nil {
 			t.Errorf("%s must stay", keep.Name)
 		}
 	}
 }
 
 func TestDeleteOthersLeavesAnAdvertisementWrittenSinceItWasListed(t *testing.T) {
-	f := newFake(t, "list", "delete")
-	onB := f.seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
-	f.react = func(verb, name string) error {
+	f := adverttest.New(t, "list", "delete")
+	onB := f.Seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
+	f.React = func(verb, name string) error {
 		if verb == "delete" {
 			// node-b writes between our list and our delete.
-			cur := f.get(name)
-			f.mu.Lock()
-			f.store(cur, false)
-			f.mu.Unlock()
+			f.Store(f.Object(name))
 		}
 		return nil
 	}
@@ -458,7 +463,7 @@ func TestDeleteOthersLeavesAnAdvertisementWrittenSinceItWasListed(t *testing.T) 
 	if len(deleted) != 0 || !apierrors.IsConflict(err) {
 		t.Fatalf("deleted %q err %v; want nothing deleted and a conflict", deleted, err)
 	}
-	if f.get(onB.Name) == nil {
+	if f.Object(onB.Name) == nil {
 		t.Error("the rewritten advertisement must stay")
 	}
 	wantCalls(t, f, "list "+names.AttachmentSelector("blue", "web-0-net0"), "delete "+onB.Name)
@@ -484,7 +489,7 @@ func TestHostPrefixesAndUnionAreSortedAndDeduplicated(t *testing.T) {
 }
 
 func TestInvalidKeysAreRejectedBeforeAnyCall(t *testing.T) {
-	f := newFake(t)
+	f := adverttest.New(t)
 	a := testAdvertiser(f, liveSet{})
 	if _, err := a.Publish(context.Background(), Key{VPC: "blue", Attachment: "a"}, entry("c1", "/x")); err == nil {
 		t.Error("a key without a node must be rejected")
