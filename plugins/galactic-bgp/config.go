@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/galactic-cni/galactic/pkg/netconf"
+)
+
+// NetConf is the galactic-bgp stanza of a network config list.
+type NetConf struct {
+	types.PluginConf
+	// VPC and Attachment name the attachment whose prefixes this node
+	// advertises; they must match the galactic-cni stanza before it.
+	netconf.Attachment
+}
+
+// Config is a parsed stanza: the attachment, and for ADD and CHECK the
+// previous plugin's result in the config's cniVersion with its addresses.
+type Config struct {
+	NetConf
+	// Prev is the prevResult as the config's cniVersion parses it; nil
+	// when the verb has none.
+	Prev types.Result
+	// IPs are Prev's addresses.
+	IPs []net.IP
+}
+
+// parseConf decodes and validates a stanza. With needPrev (ADD, CHECK) a
+// missing or malformed prevResult is an error; the other verbs ignore it.
+// Every error is a CNI error that says what to fix.
+func parseConf(data []byte, needPrev bool) (*Config, *types.Error) {
+	var c Config
+	if err := json.Unmarshal(data, &c.NetConf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "network config is not valid JSON for galactic-bgp: "+err.Error(), "")
+	}
+	if err := c.Attachment.Validate(); err != nil {
+		return nil, err
+	}
+	if !needPrev {
+		return &c, nil
+	}
+	if c.RawPrevResult == nil {
+		return nil, netconf.InvalidConfig("no prevResult: galactic-bgp is a chained plugin and must follow galactic-cni in the network's plugins list (cniVersion 0.3.0 or later)")
+	}
+	if err := version.ParsePrevResult(&c.PluginConf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult is not a valid cniVersion %s result: %v", c.CNIVersion, err), "")
+	}
+	prev, err := current.NewResultFromResult(c.PrevResult)
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "prevResult cannot be read: "+err.Error(), "")
+	}
+	c.Prev = c.PrevResult
+	for _, ip := range prev.IPs {
+		if ip == nil || ip.Address.IP == nil {
+			return nil, types.NewError(types.ErrDecodingFailure, "prevResult lists an IP without an address", "")
+		}
+		c.IPs = append(c.IPs, ip.Address.IP)
+	}
+	return &c, nil
+}
