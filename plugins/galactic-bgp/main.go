@@ -6,25 +6,30 @@ package main
 
 import (
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/galactic-cni/galactic/pkg/advert"
 	"github.com/galactic-cni/galactic/pkg/liveness"
+	"github.com/galactic-cni/galactic/pkg/settings"
 )
 
 // buildVersion is set at link time (-ldflags "-X main.buildVersion=...").
 var buildVersion = "dev"
 
 func main() {
+	var requests atomic.Int64
 	p := &plugin{
-		getenv:   os.Getenv,
-		stdout:   os.Stdout,
-		now:      time.Now,
-		live:     liveness.Netns,
-		connect:  connect,
-		timeouts: defaultTimeouts,
+		getenv:      os.Getenv,
+		stdout:      os.Stdout,
+		now:         time.Now,
+		live:        liveness.Netns,
+		connect:     func(n settings.Node) (advert.API, error) { return connectCounting(n, &requests) },
+		apiRequests: requests.Load,
+		timeouts:    defaultTimeouts,
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    p.cmdAdd,

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -50,17 +52,31 @@ type plugin struct {
 	live func(netns string) bool
 	// connect returns the BGPAdvertisement client of the node's namespace;
 	// each verb calls it at most once.
-	connect  func(settings.Node) (advert.API, error)
-	timeouts timeouts
+	connect func(settings.Node) (advert.API, error)
+	// apiRequests, if set, counts the API requests made so far; each
+	// verb's log line reports it.
+	apiRequests func() int64
+	timeouts    timeouts
 	// sleep, if set, replaces the advertiser's backoff timer.
 	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // connect builds the process's one API client from the node's kubeconfig.
-func connect(n settings.Node) (advert.API, error) {
+func connect(n settings.Node) (advert.API, error) { return connectCounting(n, nil) }
+
+// connectCounting is connect with every HTTP request counted in n.
+func connectCounting(n settings.Node, count *atomic.Int64) (advert.API, error) {
 	cfg, err := client.LoadConfig(n.Kubeconfig)
 	if err != nil {
 		return nil, err
+	}
+	if count != nil {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				count.Add(1)
+				return rt.RoundTrip(r)
+			})
+		})
 	}
 	c, err := client.New(cfg)
 	if err != nil {
@@ -68,6 +84,10 @@ func connect(n settings.Node) (advert.API, error) {
 	}
 	return c.BGPAdvertisements(n.Namespace), nil
 }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // invocation is one verb's settings, log and outcome.
 type invocation struct {
@@ -101,6 +121,9 @@ func (inv *invocation) set(attrs ...any) { inv.attrs = append(inv.attrs, attrs..
 func (inv *invocation) finish(err error) {
 	defer inv.closeFn()
 	attrs := append(inv.attrs, "durationMs", inv.p.now().Sub(inv.start).Milliseconds())
+	if inv.p.apiRequests != nil {
+		attrs = append(attrs, "apiRequests", inv.p.apiRequests())
+	}
 	var terr *types.Error
 	switch {
 	case errors.As(err, &terr):
@@ -239,14 +262,18 @@ func checkRecord(node settings.Node, args *skel.CmdArgs, conf *Config, prefixes 
 func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 	inv := p.begin("DEL", args)
 	defer func() { inv.finish(err) }()
+	// DEL always succeeds: galactic-cni's DEL runs after this one (the
+	// chain runs in reverse) and must get to remove the host interface.
+	// What is not released here, the node GC releases.
 	conf, terr := parseConf(args.StdinData, false)
 	if terr != nil {
-		return terr
+		// ADD rejects the same stanza before publishing, so nothing can
+		// have been published under it.
+		inv.warn = true
+		inv.set("outcome", "nothing to release: invalid network config", "reason", terr.Msg)
+		return nil
 	}
 	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment)
-	// From here on DEL succeeds: galactic-cni's DEL runs after this one
-	// and must get to remove the host interface. What is not released
-	// here, the node GC releases.
 	adv, terr := inv.advertiser()
 	if terr != nil {
 		inv.warn = true

@@ -54,13 +54,14 @@ func newTestEnv(t *testing.T, allowed ...string) *testEnv {
 		},
 	}
 	e.p = &plugin{
-		getenv:   func(k string) string { return e.env[k] },
-		stdout:   e.stdout,
-		now:      time.Now,
-		live:     func(p string) bool { return e.live[p] },
-		connect:  func(settings.Node) (advert.API, error) { return e.api, nil },
-		timeouts: defaultTimeouts,
-		sleep:    func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
+		getenv:      func(k string) string { return e.env[k] },
+		stdout:      e.stdout,
+		now:         time.Now,
+		live:        func(p string) bool { return e.live[p] },
+		connect:     func(settings.Node) (advert.API, error) { return e.api, nil },
+		apiRequests: func() int64 { return int64(len(e.api.Calls())) },
+		timeouts:    defaultTimeouts,
+		sleep:       func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
 	}
 	return e
 }
@@ -188,7 +189,7 @@ func TestAddPublishesHostPrefixesAndPassesPrevResultThrough(t *testing.T) {
 		t.Errorf("calls = %q, want get, create and list", calls)
 	}
 	lines := e.logLines(t)
-	if len(lines) != 1 || lines[0]["verb"] != "ADD" || lines[0]["outcome"] != "created" || lines[0]["containerID"] != "c1" {
+	if len(lines) != 1 || lines[0]["verb"] != "ADD" || lines[0]["outcome"] != "created" || lines[0]["containerID"] != "c1" || lines[0]["apiRequests"] != 3.0 {
 		t.Errorf("log = %v", lines)
 	}
 }
@@ -335,9 +336,14 @@ func TestDelSucceedsWhenItCannotRelease(t *testing.T) {
 	}
 }
 
-func TestDelRejectsAnInvalidStanza(t *testing.T) {
-	e := newTestEnv(t)
-	wantCode(t, e.p.cmdDel(args("c1", []byte(`{"cniVersion":"1.1.0","vpc":"blue"}`))), types.ErrInvalidNetworkConfig, "attachment is required")
+func TestDelWithAnInvalidStanzaSucceedsSoGalacticCNIsDelStillRuns(t *testing.T) {
+	e := newTestEnv(t) // no API call allowed
+	if err := e.p.cmdDel(args("c1", []byte(`{"cniVersion":"1.1.0","vpc":"blue"}`))); err != nil {
+		t.Fatal(err)
+	}
+	if l := e.logLines(t)[0]; l["level"] != "WARN" || !strings.Contains(l["reason"].(string), "attachment is required") {
+		t.Errorf("log = %v", l)
+	}
 }
 
 func TestCheckVerifiesTheEntryAndItsPrefixes(t *testing.T) {
