@@ -156,7 +156,7 @@ func (inv *invocation) advertiser() (*advert.Advertiser, *types.Error) {
 	}
 	api, err := inv.p.connect(inv.node)
 	if err != nil {
-		return nil, types.NewError(types.ErrPluginNotAvailable, "galactic-bgp cannot reach the API server: "+err.Error(), "")
+		return nil, types.NewError(types.ErrPluginNotAvailable, "galactic-bgp cannot build its API client: "+err.Error(), "")
 	}
 	return &advert.Advertiser{API: api, Live: inv.p.live, Sleep: inv.p.sleep}, nil
 }
