@@ -139,9 +139,17 @@ func (n *node) network(t *testing.T, name string, st map[string]any) {
 		map[string]any{"cniVersion": "1.1.0", "name": name, "plugins": []any{st}})
 }
 
+// container is a container netns as cnitool sees it: its path.
+type container interface{ Path() string }
+
+// gone is the path of a container netns that no longer exists.
+type gone string
+
+func (g gone) Path() string { return string(g) }
+
 // run runs the real cnitool inside the node for container c, with
 // CNI_IFNAME eth0.
-func (n *node) run(verb, network string, c ns.NetNS) (string, error) {
+func (n *node) run(verb, network string, c container) (string, error) {
 	var stdout, stderr bytes.Buffer
 	err := n.ns.Do(func(ns.NetNS) error {
 		cmd := exec.Command("cnitool", verb, network, c.Path())
@@ -159,7 +167,7 @@ func (n *node) run(verb, network string, c ns.NetNS) (string, error) {
 }
 
 // cnitool runs a verb that must succeed.
-func (n *node) cnitool(t *testing.T, verb, network string, c ns.NetNS) string {
+func (n *node) cnitool(t *testing.T, verb, network string, c container) string {
 	t.Helper()
 	out, err := n.run(verb, network, c)
 	if err != nil {
