@@ -332,15 +332,24 @@ func deleteLink(name string) error {
 	return nil
 }
 
-// liveHolder returns another live record of the same attachment.
-func (h Host) liveHolder(vpc, attachment, containerID, ifName string) (*state.Record, error) {
+// liveHolder returns another live record that uses the host interface
+// called hostIf: a replacement of the same attachment in the same mode.
+func (h Host) liveHolder(hostIf, containerID, ifName string) (*state.Record, error) {
 	recs, err := h.Store().List()
 	for _, r := range recs {
-		if r.VPC == vpc && r.Attachment == attachment && (r.ContainerID != containerID || r.IfName != ifName) && h.live(r.Netns) {
+		if recordInterface(r) == hostIf && (r.ContainerID != containerID || r.IfName != ifName) && h.live(r.Netns) {
 			return &r, nil
 		}
 	}
 	return nil, err
+}
+
+// recordInterface is the host interface a record describes.
+func recordInterface(r state.Record) string {
+	if r.HostInterface != "" {
+		return r.HostInterface
+	}
+	return names.HostInterface(r.Mode, r.VPC, r.Attachment)
 }
 
 func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error) {
@@ -353,7 +362,7 @@ func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error)
 		if err := ours(old, spec.VPC, spec.Attachment, "veth"); err != nil {
 			return nil, nil, err
 		}
-		other, err := h.liveHolder(spec.VPC, spec.Attachment, spec.ContainerID, spec.IfName)
+		other, err := h.liveHolder(name, spec.ContainerID, spec.IfName)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -457,8 +466,8 @@ func addHostAddress(l netlink.Link, gw netip.Addr) error {
 // Teardown undoes a record: it removes the host interface (a veth takes
 // its container end along), its rules and host routes, the record, and
 // the VPC's routing domain when this was its last attachment on the node.
-// The host interface is kept when another live record holds the same
-// attachment: a replacement whose ADD ran first uses it. What is already
+// The host interface is kept when another live record uses it: a
+// replacement of the same attachment whose ADD ran first. What is already
 // gone is not an error.
 func (h Host) Teardown(rec state.Record) error {
 	unlock, err := h.lock()
@@ -468,15 +477,12 @@ func (h Host) Teardown(rec state.Record) error {
 	defer unlock()
 
 	var errs []error
-	other, err := h.liveHolder(rec.VPC, rec.Attachment, rec.ContainerID, rec.IfName)
+	name := recordInterface(rec)
+	other, err := h.liveHolder(name, rec.ContainerID, rec.IfName)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if other == nil && err == nil {
-		name := rec.HostInterface
-		if name == "" {
-			name = names.HostInterface(rec.Mode, rec.VPC, rec.Attachment)
-		}
 		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses)))
 	}
 	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
