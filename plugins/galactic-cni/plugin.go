@@ -147,39 +147,6 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	return types.PrintResult(result(conf, args, att), conf.CNIVersion)
 }
 
-// lease is the handoff lease an ADD holds.
-type lease struct {
-	holder     string
-	generation int64
-	seconds    int32
-}
-
-// acquireHandoff takes the attachment's handoff lease before ADD touches
-// the kernel.
-func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) (lease, *types.Error) {
-	if !c.Handoff.Enabled {
-		return lease{}, nil
-	}
-	return lease{}, handoffUnavailable(inv)
-}
-
-// handoffUnavailable says why this node cannot serve an enabled handoff.
-// The lease (pkg/handoff) is not wired in yet, so an enabled handoff is
-// refused rather than silently skipped.
-func handoffUnavailable(inv *invocation) *types.Error {
-	if err := inv.node.RequireNodeName(); err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
-	}
-	return types.NewError(types.ErrPluginNotAvailable,
-		`handoff leases are not available in this build of galactic-cni: set "handoff": {"enabled": false}`, "")
-}
-
-// releaseHandoff gives back a lease acquireHandoff took, when ADD fails.
-func (p *plugin) releaseHandoff(inv *invocation, c *Config, l lease) {}
-
-// releaseRecordHandoff gives back the lease a record holds (DEL and GC).
-func (p *plugin) releaseRecordHandoff(inv *invocation, rec state.Record) error { return nil }
-
 func ipNet(p netip.Prefix) net.IPNet {
 	return net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
@@ -362,7 +329,9 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 		}
 	}
 	if conf.Handoff.Enabled {
-		return handoffUnavailable(inv)
+		if _, terr := leaseLock(inv, conf.VPC, conf.Attachment.Attachment, int32(conf.Handoff.Lease/time.Second)); terr != nil {
+			return terr
+		}
 	}
 	return nil
 }
