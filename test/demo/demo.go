@@ -213,6 +213,19 @@ func (d *demo) cnitool(node, verb string, c *harness.Netns) error {
 	return err
 }
 
+// launch starts the VM on a node: a sandbox netns, the chain's ADD, then
+// the VMM opening the tap.
+func (d *demo) launch(node string) (*harness.Netns, error) {
+	c, err := d.container()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.cnitool(node, "add", c); err != nil {
+		return nil, err
+	}
+	return c, d.startVMM(node)
+}
+
 // startVMM starts a process that holds the tap as a VMM does.
 func (d *demo) startVMM(node string) error {
 	n := d.nodes[node]
@@ -356,14 +369,8 @@ func tableOf(rules string) string {
 // 1. A VM attaches on node-a.
 func (d *demo) attach() error {
 	d.say("== 1. a VM attaches on node-a")
-	c, err := d.container()
+	c, err := d.launch("node-a")
 	if err != nil {
-		return err
-	}
-	if err := d.cnitool("node-a", "add", c); err != nil {
-		return err
-	}
-	if err := d.startVMM("node-a"); err != nil {
 		return err
 	}
 	s, err := d.observe(true)

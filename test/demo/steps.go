@@ -32,14 +32,8 @@ func (d *demo) upgrade() error {
 	if err := d.cnitool("node-a", "del", old.netns); err != nil {
 		return err
 	}
-	c, err := d.container()
+	c, err := d.launch("node-a")
 	if err != nil {
-		return err
-	}
-	if err := d.cnitool("node-a", "add", c); err != nil {
-		return err
-	}
-	if err := d.startVMM("node-a"); err != nil {
 		return err
 	}
 	old.netns.Delete()
@@ -220,19 +214,13 @@ func (d *demo) crash() error {
 		return err
 	}
 	d.say("node-b: GC stopped, VMM gone, container netns deleted, API server unreachable; no DEL ran")
-	c, err := d.container()
-	if err != nil {
-		return err
-	}
 	t0 := time.Now()
-	if err := d.cnitool("node-a", "add", c); err != nil {
+	c, err := d.launch("node-a")
+	if err != nil {
 		return err
 	}
 	waited := time.Since(t0)
 	d.say("node-a: ADD took over after %.1fs (lease duration %ds, judged by node-a's own clock)", waited.Seconds(), leaseSeconds)
-	if err := d.startVMM("node-a"); err != nil {
-		return err
-	}
 	d.current = &workload{node: "node-a", netns: c}
 	after, err := d.observe(true)
 	if err != nil {
