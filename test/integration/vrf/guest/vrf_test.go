@@ -2,9 +2,12 @@ package guest
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -99,6 +102,8 @@ func TestAVethContainerInAVRFReachesItsGateway(t *testing.T) {
 	n := newNode(t)
 	c := newNetns(t)
 	n.network(t, "blue", stanza("blue", "web-0-net0", names.ModeVeth, "10.20.0.5/24", "fd20::5/64"))
+	// STATUS probes for VRF: this kernel has it.
+	n.cnitool(t, "status", "blue", c)
 	n.cnitool(t, "add", "blue", c)
 
 	vrf := n.vrf(t, "blue")
@@ -289,5 +294,97 @@ func TestDelAfterTheContainerIsGoneRemovesTheHostEndAndTheVRF(t *testing.T) {
 	if l := n.link(t, vrf.Name); l != nil {
 		t.Fatalf("DEL should remove VRF %s with the VPC's last attachment", vrf.Name)
 	}
+	n.assertClean(t)
+}
+
+func TestEightParallelAddsOfOneVPCCreateOneVRF(t *testing.T) {
+	n := newNode(t)
+	const count = 8
+	containers := make([]ns.NetNS, count)
+	for i := range containers {
+		containers[i] = newNetns(t)
+		mode := names.ModeTap
+		if i%2 == 1 {
+			mode = names.ModeVeth
+		}
+		n.network(t, fmt.Sprintf("blue-%d", i), stanza("blue", fmt.Sprintf("web-%d", i), mode, fmt.Sprintf("10.20.0.%d/24", 10+i)))
+	}
+	parallel := func(verb string) {
+		errs := make([]error, count)
+		var wg sync.WaitGroup
+		for i := range containers {
+			wg.Go(func() { _, errs[i] = n.run(verb, fmt.Sprintf("blue-%d", i), containers[i]) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("parallel %s: %v", verb, err)
+		}
+	}
+	parallel("add")
+
+	vrf := n.vrf(t, "blue")
+	var vrfs []string
+	n.do(t, func() error {
+		links, err := netlink.LinkList()
+		for _, l := range links {
+			if _, ok := l.(*netlink.Vrf); ok {
+				vrfs = append(vrfs, l.Attrs().Name)
+			}
+		}
+		return err
+	})
+	if len(vrfs) != 1 {
+		t.Fatalf("eight attachments of one VPC should share one VRF, found %v", vrfs)
+	}
+	routes := n.tableRoutes(t, int(vrf.Table))
+	for i := range containers {
+		mode := names.ModeTap
+		if i%2 == 1 {
+			mode = names.ModeVeth
+		}
+		l := n.hostLink(t, mode, "blue", fmt.Sprintf("web-%d", i))
+		if l.Attrs().MasterIndex != vrf.Index {
+			t.Fatalf("%s should be enslaved to %s", l.Attrs().Name, vrf.Name)
+		}
+		if dst := fmt.Sprintf("10.20.0.%d/32", 10+i); !hasRoute(routes, dst, unix.RTN_UNICAST, l.Attrs().Index) {
+			t.Fatalf("the VRF's table should route %s to %s: %v", dst, l.Attrs().Name, routes)
+		}
+	}
+	parallel("del")
+	n.assertClean(t)
+}
+
+func TestAWorkloadInAVRFCannotReachTheNodesOwnAddresses(t *testing.T) {
+	n := newNode(t)
+	c := newNetns(t)
+	n.network(t, "blue", stanza("blue", "web-0-net0", names.ModeVeth, "10.20.0.5/24", "fd20::5/64"))
+	n.cnitool(t, "add", "blue", c)
+	// The node's own addresses live outside every VPC, in the default VRF;
+	// here they sit on the node's loopback.
+	nodeAddrs := []string{"192.0.2.1", "2001:db8::1"}
+	n.do(t, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		for _, s := range nodeAddrs {
+			a := netip.MustParseAddr(s)
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}, Flags: unix.IFA_F_NODAD}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	if err := ping(c, netip.MustParseAddr("10.20.0.1")); err != nil {
+		t.Fatalf("the workload should reach its own gateway: %v", err)
+	}
+	for _, s := range nodeAddrs {
+		if err := ping(c, netip.MustParseAddr(s)); !errors.Is(err, errUnreachable) {
+			t.Errorf("a workload in VPC blue's VRF must not reach the node's address %s outside the VPC; "+
+				"want destination unreachable from the VRF's table, got %v", s, err)
+		}
+	}
+	n.cnitool(t, "del", "blue", c)
 	n.assertClean(t)
 }
