@@ -41,6 +41,7 @@ func TestVRFRoutingWorksOnARealKernelWithVRF(t *testing.T) {
 	}
 
 	dir := t.TempDir()
+	start := time.Now()
 	if err := vm.BuildStatic(dir, "./plugins/galactic-cni", "github.com/containernetworking/cni/cnitool"); err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +67,8 @@ func TestVRFRoutingWorksOnARealKernelWithVRF(t *testing.T) {
 	if err := img.Write(initrd); err != nil {
 		t.Fatal(err)
 	}
+
+	t.Logf("built the static binaries and the initramfs in %s", time.Since(start).Round(100*time.Millisecond))
 
 	accel, why := vm.Accelerator()
 	opts := vm.BootOptions{Kernel: kernel.Image, Initrd: initrd, Accel: accel, Timeout: 150 * time.Second}
