@@ -394,6 +394,13 @@ func fetchKernel(dir, pkg string, modules []string) (*Kernel, error) {
 	if err := os.Rename(out, kdir); err != nil {
 		return nil, err
 	}
+	// Kernels apt no longer names current would only take space.
+	old, _ := filepath.Glob(filepath.Join(dir, "linux-image-*"))
+	for _, o := range old {
+		if o != kdir && !strings.Contains(filepath.Base(o), ".tmp-") {
+			_ = os.RemoveAll(o)
+		}
+	}
 	return loadKernel(kdir)
 }
 
