@@ -46,7 +46,7 @@ demo: build
 	$(GO) run ./test/cmd/demo
 
 bench: build
-	$(GO) run ./test/cmd/bench
+	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN)

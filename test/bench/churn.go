@@ -1,0 +1,231 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+// ChurnResult is many containers of one attachment coming and going at once.
+type ChurnResult struct {
+	Pairs, Parallelism int
+	Wall               time.Duration
+	Add, Del           Sample
+	Failures           []string
+	// Requests made by galactic-bgp; Conflicts are its writes the API
+	// server refused with 409 (a stale resourceVersion, a failed
+	// precondition or a create that lost the race), Raced its writes that
+	// found the object deleted meanwhile (404 on update or delete). Each
+	// is re-read and retried. LoggedConflicts is the plugin's own count.
+	Requests, Conflicts, Raced, LoggedConflicts int
+	// BGPAdd and BGPDel are galactic-bgp's own durations as it logged
+	// them (ms precision); MaxConflicts the most one verb retried.
+	BGPAdd, BGPDel Sample
+	MaxConflicts   int
+	// What was left afterwards; all must be zero.
+	Adverts, Entries, Records, Taps int
+	// RulesRoutesChanged lists policy rules or routes that differ from
+	// before the churn.
+	RulesRoutesChanged []string
+}
+
+// churn runs Pairs ADD/DEL pairs of distinct containers of one attachment
+// on one node, Parallelism at a time, and then proves nothing leaked.
+func (b *bench) churn() error {
+	r := &ChurnResult{Pairs: b.opts.ChurnPairs, Parallelism: b.opts.ChurnParallelism}
+	b.res.Churn = r
+	n, err := b.newNode("churn")
+	if err != nil {
+		return err
+	}
+	if err := n.viaProxy(b, true); err != nil {
+		return err
+	}
+	const vpc, att, network = "churn", "churn-0", "bench-churn"
+	if err := n.WriteConflistFile(galacticConf(network, vpc, att, false, true)); err != nil {
+		return err
+	}
+	before, err := rulesAndRoutes(n)
+	if err != nil {
+		return err
+	}
+	// Container namespaces are made up front: making them is the bench's
+	// cost, not the plugins'.
+	cs := make([]*harness.Netns, r.Pairs)
+	for i := range cs {
+		if cs[i], err = harness.CreateNetns("c"); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Delete()
+		}
+	}()
+	b.say("churn: %d container namespaces ready", len(cs))
+
+	mark := b.proxy.Mark()
+	work := make(chan int)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range r.Parallelism {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				add, aerr := b.cnitool(n, "add", network, cs[i], ifName)
+				del, derr := b.cnitool(n, "del", network, cs[i], ifName)
+				mu.Lock()
+				if aerr != nil {
+					r.Failures = append(r.Failures, aerr.Error())
+				} else {
+					r.Add = append(r.Add, add.Wall)
+				}
+				if derr != nil {
+					r.Failures = append(r.Failures, derr.Error())
+				} else {
+					r.Del = append(r.Del, del.Wall)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range cs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	r.Wall = time.Since(start)
+
+	for _, req := range b.proxy.Since(mark, AgentBGP) {
+		r.Requests++
+		write := req.Verb() != "get" && req.Verb() != "list"
+		switch {
+		case req.Status == http.StatusConflict:
+			r.Conflicts++
+		case req.Status == http.StatusNotFound && write:
+			r.Raced++
+		}
+	}
+	readBGPLog(n.Settings.LogFile, r)
+
+	// What is left: advertisements of the node, records, taps, rules and routes.
+	list, err := b.env.API.BGPAdvertisements(harness.Namespace).List(b.ctx, metav1.ListOptions{LabelSelector: names.NodeSelector(n.Name)})
+	if err != nil {
+		return err
+	}
+	r.Adverts = len(list.Items)
+	for _, a := range list.Items {
+		r.Entries += len(a.Spec.Containers)
+	}
+	recs, err := state.NewStore(n.Settings.StateDir).List()
+	if err != nil {
+		return err
+	}
+	r.Records = len(recs)
+	err = n.Do(func() error {
+		links, err := netlink.LinkList()
+		for _, l := range links {
+			if names.IsHostInterface(names.ModeTap, l.Attrs().Name) {
+				r.Taps++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	after, err := rulesAndRoutes(n)
+	if err != nil {
+		return err
+	}
+	r.RulesRoutesChanged = diffLines(before, after)
+	b.say("churn: %d pairs in %s (%.1f pairs/s), %d failures, %d conflicts (+%d raced), left: %d advertisements, %d entries, %d records, %d taps, %d rule/route lines changed",
+		r.Pairs, r.Wall.Round(time.Millisecond), float64(r.Pairs)/r.Wall.Seconds(), len(r.Failures), r.Conflicts, r.Raced,
+		r.Adverts, r.Entries, r.Records, r.Taps, len(r.RulesRoutesChanged))
+	if len(r.Failures) > 0 {
+		return fmt.Errorf("churn: %d operations failed, first: %s", len(r.Failures), r.Failures[0])
+	}
+	return nil
+}
+
+// readBGPLog sums the conflicts galactic-bgp logged on the node and
+// collects its per-verb durations.
+func readBGPLog(logFile string, r *ChurnResult) {
+	f, err := os.Open(logFile)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Plugin     string `json:"plugin"`
+			Msg        string `json:"msg"`
+			Conflicts  int    `json:"conflicts"`
+			DurationMs int64  `json:"durationMs"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Plugin != AgentBGP {
+			continue
+		}
+		r.LoggedConflicts += l.Conflicts
+		r.MaxConflicts = max(r.MaxConflicts, l.Conflicts)
+		d := time.Duration(l.DurationMs) * time.Millisecond
+		switch l.Msg {
+		case "ADD":
+			r.BGPAdd = append(r.BGPAdd, d)
+		case "DEL":
+			r.BGPDel = append(r.BGPDel, d)
+		}
+	}
+}
+
+// rulesAndRoutes is the node's policy rules and routes of every table.
+func rulesAndRoutes(n *node) ([]string, error) {
+	var lines []string
+	for _, args := range [][]string{{"-4", "rule"}, {"-6", "rule"}, {"-4", "route", "show", "table", "all"}, {"-6", "route", "show", "table", "all"}} {
+		out, err := n.Run("ip", args...)
+		if err != nil {
+			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			lines = append(lines, strings.Join(args, " ")+": "+l)
+		}
+	}
+	return lines, nil
+}
+
+func diffLines(before, after []string) []string {
+	seen := map[string]int{}
+	for _, l := range before {
+		seen[l]++
+	}
+	var diff []string
+	for _, l := range after {
+		if seen[l] > 0 {
+			seen[l]--
+			continue
+		}
+		diff = append(diff, "+ "+l)
+	}
+	for l, c := range seen {
+		for range c {
+			diff = append(diff, "- "+l)
+		}
+	}
+	return diff
+}

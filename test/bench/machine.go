@@ -1,0 +1,132 @@
+package bench
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs   int
+	Model  string
+	Kernel string
+	Go     string
+	// Processes is how many processes /proc listed at the start (the tap
+	// holder scan reads each one).
+	Processes          int
+	LoadStart, LoadEnd string
+}
+
+// Versions are the components measured.
+type Versions struct {
+	Galactic, CNI, Plugins, ClientGo, APIServer, Etcd string
+}
+
+func readMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadStart: loadAverage()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if entries, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range entries {
+			if strings.Trim(e.Name(), "0123456789") == "" {
+				m.Processes++
+			}
+		}
+	}
+	return m
+}
+
+// loadAverage is /proc/loadavg's 1, 5 and 15 minute figures.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func readVersions() Versions {
+	v := Versions{Galactic: gitDescribe()}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/containernetworking/cni":
+				v.CNI = d.Version
+			case "github.com/containernetworking/plugins":
+				v.Plugins = d.Version
+			case "k8s.io/client-go":
+				v.ClientGo = d.Version
+			}
+		}
+	}
+	// Built from the module proxy without release ldflags, kube-apiserver
+	// cannot name its version; the tools module that built it can.
+	tools := toolVersions()
+	v.APIServer, v.Etcd = "k8s.io/kubernetes "+tools["k8s.io/kubernetes"], "go.etcd.io/etcd/server/v3 "+tools["go.etcd.io/etcd/server/v3"]
+	return v
+}
+
+// toolVersions reads the required versions of test/tools/go.mod.
+func toolVersions() map[string]string {
+	out := map[string]string{}
+	data, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "test", "tools", "go.mod"))
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && strings.HasPrefix(f[1], "v") {
+			out[f[0]] = f[1]
+		}
+	}
+	return out
+}
+
+func gitDescribe() string {
+	cmd := exec.Command("git", "describe", "--always", "--dirty", "--exclude", "*")
+	cmd.Dir = harness.RepoRoot()
+	s := firstLine(cmd.Output())
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func firstLine(out []byte, err error) string {
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+// binarySize is the size of a file in the bin dir, 0 if missing.
+func binarySize(dir, name string) int64 {
+	st, err := os.Stat(filepath.Join(dir, name))
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
