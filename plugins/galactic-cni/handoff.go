@@ -16,9 +16,10 @@ import (
 	"github.com/galactic-cni/galactic/pkg/state"
 )
 
-// releaseTimeout bounds giving a lease back: DEL must not hang on an API
-// server that is down; a lease nobody renews expires by itself.
-const releaseTimeout = 5 * time.Second
+// apiTimeout bounds lease calls that must not wait: giving a lease back
+// (DEL must not hang on an API server that is down; a lease nobody renews
+// expires by itself) and the single attempt of waitSeconds 0.
+const apiTimeout = 5 * time.Second
 
 // lease is the handoff lease an ADD holds.
 type lease struct {
@@ -67,10 +68,19 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 		return lease{}, terr
 	}
 	holder := names.Holder(inv.node.NodeName, args.ContainerID)
-	ctx, cancel := context.WithTimeout(context.Background(), c.Handoff.Wait)
-	defer cancel()
 	start := p.now()
-	g, err := lock.Acquire(ctx, holder)
+	var g handoff.Grant
+	var err error
+	if c.Handoff.Wait == 0 {
+		// A zero wait is one attempt; a deadline of now would fail its reads.
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		g, err = lock.TryAcquire(ctx, holder)
+		cancel()
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), c.Handoff.Wait)
+		g, err = lock.Acquire(ctx, holder)
+		cancel()
+	}
 	if err != nil {
 		var held *handoff.HeldError
 		if errors.As(err, &held) {
@@ -110,7 +120,7 @@ func (p *plugin) release(inv *invocation, vpc, attachment string, l lease) {
 		inv.log.Warn("handoff lease not released; it expires after its duration", "holder", l.holder, "error", terr.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
 	err := lock.Release(ctx, handoff.Grant{Holder: l.holder, Token: l.generation})
 	switch {
