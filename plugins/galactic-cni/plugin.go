@@ -204,11 +204,13 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 		// Nothing recorded: ADD never completed here, or DEL already ran.
 		return nil
 	}
+	// Detach before releasing the lease, so that a successor never
+	// attaches while this host interface is still there.
 	var errs []error
-	if err := p.releaseRecordHandoff(inv, rec); err != nil {
+	if err := inv.host.Teardown(rec); err != nil {
 		errs = append(errs, err)
 	}
-	if err := inv.host.Teardown(rec); err != nil {
+	if err := p.releaseRecordHandoff(inv, rec); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -358,7 +360,8 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) (err error) {
 		if rec.Network != conf.Name || valid[types.GCAttachment{ContainerID: rec.ContainerID, IfName: rec.IfName}] {
 			continue
 		}
-		err := errors.Join(p.releaseRecordHandoff(inv, rec), inv.host.Teardown(rec))
+		err := inv.host.Teardown(rec)
+		err = errors.Join(err, p.releaseRecordHandoff(inv, rec))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("container %s interface %s: %w", rec.ContainerID, rec.IfName, err))
 			continue
