@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/state"
 )
 
@@ -57,7 +58,9 @@ type Advertisements interface {
 	Get(ctx context.Context, vpc, attachment string) (*v1alpha1.BGPAdvertisement, error)
 }
 
-// Leases renews and releases the handoff leases of local holders.
+// Leases renews and releases the handoff leases of local holders. Both
+// return an error wrapping handoff.ErrLost when the record's holder and
+// token are no longer current.
 type Leases interface {
 	Renew(ctx context.Context, rec state.Record) error
 	Release(ctx context.Context, rec state.Record) error
@@ -334,7 +337,12 @@ func (c *Collector) keepLeases(ctx context.Context, records []state.Record, r *R
 			r.LeasesRenewed++
 			continue
 		}
-		if err := c.Leases.Release(ctx, rec); err != nil {
+		err := c.Leases.Release(ctx, rec)
+		if errors.Is(err, handoff.ErrLost) {
+			// Released on an earlier pass, or another holder has it now.
+			continue
+		}
+		if err != nil {
 			fail("lease-release", err)
 			continue
 		}

@@ -3,11 +3,13 @@ package gc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/state"
 )
 
@@ -242,5 +244,53 @@ func TestRecordsWhoseContainerAndInterfaceAreGoneAreRemoved(t *testing.T) {
 	}
 	if _, ok, _ := w.store.Get("alive", "eth0"); !ok {
 		t.Fatal("live record removed")
+	}
+}
+
+// fakeLeases holds one lease per holder; Release frees it once.
+type fakeLeases struct {
+	held     map[string]bool
+	renewed  []string
+	released []string
+}
+
+func (l *fakeLeases) Renew(_ context.Context, rec state.Record) error {
+	if !l.held[rec.Holder] {
+		return fmt.Errorf("renewing: %w", handoff.ErrLost)
+	}
+	l.renewed = append(l.renewed, rec.Holder)
+	return nil
+}
+
+func (l *fakeLeases) Release(_ context.Context, rec state.Record) error {
+	if !l.held[rec.Holder] {
+		return fmt.Errorf("releasing: %w", handoff.ErrLost)
+	}
+	delete(l.held, rec.Holder)
+	l.released = append(l.released, rec.Holder)
+	return nil
+}
+
+func TestADeadHoldersLeaseIsReleasedOnceAndCountedOnce(t *testing.T) {
+	w := newWorld(t)
+	leases := &fakeLeases{held: map[string]bool{"node-a/live": true, "node-a/dead": true}}
+	w.c.Leases = leases
+	// The dead holder's tap is still there, so its record outlives the pass.
+	w.kernel.taps["gt1"] = Tap{Name: "gt1", Index: 7, VPC: "blue", Attachment: "web-0", Carrier: true}
+	_ = w.store.Put(state.Record{ContainerID: "dead", IfName: "net0", Netns: "/gone", VPC: "blue", Attachment: "web-0", HostInterface: "gt1", Holder: "node-a/dead", HolderGeneration: 3})
+	_ = w.store.Put(state.Record{ContainerID: "live", IfName: "net0", Netns: "/y", VPC: "blue", Attachment: "db-0", HostInterface: "gt2", Holder: "node-a/live", HolderGeneration: 1})
+	w.live["/y"] = true
+	w.kernel.links["gt2"] = true
+
+	r, err := w.c.Pass(context.Background())
+	if err != nil || r.LeasesReleased != 1 || r.LeasesRenewed != 1 {
+		t.Fatalf("first pass: %+v %v", r, err)
+	}
+	r, err = w.c.Pass(context.Background())
+	if err != nil || r.LeasesReleased != 0 || r.LeasesRenewed != 1 || r.Errors["lease-release"] != 0 {
+		t.Fatalf("a lease released before is neither released again nor an error: %+v %v", r, err)
+	}
+	if len(leases.released) != 1 {
+		t.Fatalf("released %v", leases.released)
 	}
 }

@@ -112,15 +112,12 @@ func (h HandoffLeases) Renew(ctx context.Context, rec state.Record) error {
 	return l.Renew(ctx, g)
 }
 
-// Release frees a dead holder's lease. A lease that is no longer the
-// holder's needs nothing.
+// Release frees a dead holder's lease; ErrLost means it is no longer the
+// holder's (released before, or taken over) and nothing was written.
 func (h HandoffLeases) Release(ctx context.Context, rec state.Record) error {
 	l, g, err := h.lock(rec)
 	if err != nil {
 		return err
 	}
-	if err := l.Release(ctx, g); err != nil && !errors.Is(err, handoff.ErrLost) {
-		return err
-	}
-	return nil
+	return l.Release(ctx, g)
 }
