@@ -1,0 +1,488 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/pkg/tap"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+const (
+	vpc    = "up"
+	ifName = "net0"
+	// hangGuard bounds waits that only end when something happens, so a
+	// broken build fails instead of hanging; it is never a speed limit.
+	hangGuard = 2 * time.Minute
+)
+
+var addresses = []string{"10.40.0.5/24", "fd40::5/64"}
+
+// attachment is one VPC attachment under test, with its conflist on the
+// nodes it may run on.
+type attachment struct {
+	env  *harness.Env
+	name string
+}
+
+// newAttachment names an attachment for one test and deletes its lease and
+// advertisements afterwards (the API server is shared by the package).
+func newAttachment(t *testing.T, env *harness.Env, name string) attachment {
+	t.Helper()
+	a := attachment{env: env, name: name}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = env.API.Leases.Leases(harness.Namespace).Delete(ctx, names.Lease(vpc, name), metav1.DeleteOptions{})
+		_ = env.API.BGPAdvertisements(harness.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, name)})
+	})
+	return a
+}
+
+// network is the conflist name on every node.
+func (a attachment) network() string { return "net-" + a.name }
+
+func (a attachment) tap() string { return names.HostInterface(names.ModeTap, vpc, a.name) }
+
+func (a attachment) lease() string { return names.Lease(vpc, a.name) }
+
+// install writes the attachment's chain on node: galactic-cni (tap, table
+// routing since this kernel has no VRF, handoff on) then galactic-bgp.
+func (a attachment) install(t *testing.T, node *harness.Node, waitSeconds, leaseSeconds int) {
+	t.Helper()
+	node.WriteConflist(t, map[string]any{
+		"cniVersion": "1.1.0", "name": a.network(),
+		"plugins": []any{
+			map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": a.name, "mode": "tap", "routing": "table",
+				"addresses": addresses,
+				"handoff":   map[string]any{"enabled": true, "waitSeconds": waitSeconds, "leaseSeconds": leaseSeconds}},
+			map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name},
+		},
+	})
+}
+
+func (a attachment) add(t *testing.T, node *harness.Node, c *harness.Netns) {
+	t.Helper()
+	if _, err := node.CNITool("add", a.network(), c, ifName); err != nil {
+		t.Fatalf("ADD on %s: %v", node.Name, err)
+	}
+}
+
+func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
+	t.Helper()
+	if _, err := node.CNITool("del", a.network(), c, ifName); err != nil {
+		t.Fatalf("DEL on %s: %v", node.Name, err)
+	}
+}
+
+// getLease returns the attachment's lease, nil when there is none.
+func (a attachment) getLease(t *testing.T) *coordinationv1.Lease {
+	t.Helper()
+	l, err := a.env.API.Leases.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func holder(l *coordinationv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+func token(l *coordinationv1.Lease) int64 {
+	if l == nil || l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return int64(*l.Spec.LeaseTransitions)
+}
+
+func holderOf(node *harness.Node, c *harness.Netns) string {
+	return names.Holder(node.Name, harness.ContainerID(c.Path))
+}
+
+// advertisements returns every node's advertisement of the attachment by node.
+func (a attachment) advertisements(t *testing.T) map[string]v1alpha1.BGPAdvertisement {
+	t.Helper()
+	list, err := a.env.API.BGPAdvertisements(harness.Namespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, a.name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]v1alpha1.BGPAdvertisement{}
+	for _, adv := range list.Items {
+		out[adv.Spec.Node] = adv
+	}
+	return out
+}
+
+// onlyAdvertisement returns the attachment's single advertisement and
+// fails unless it is node's with exactly one entry, that of container c.
+func (a attachment) onlyAdvertisement(t *testing.T, node *harness.Node, c *harness.Netns) v1alpha1.BGPAdvertisement {
+	t.Helper()
+	advs := a.advertisements(t)
+	adv, ok := advs[node.Name]
+	if !ok || len(advs) != 1 {
+		t.Fatalf("want only %s's advertisement, have those of %v", node.Name, nodesOf(advs))
+	}
+	if len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].ContainerID != harness.ContainerID(c.Path) {
+		t.Fatalf("want one entry, of container %s, in %s; have %+v", harness.ContainerID(c.Path), adv.Name, adv.Spec.Containers)
+	}
+	return adv
+}
+
+func nodesOf(advs map[string]v1alpha1.BGPAdvertisement) []string {
+	var out []string
+	for n := range advs {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkCurrentHolder checks that c on node holds the lease and that its
+// advertisement entry carries the lease's token as holderGeneration; it
+// returns the token.
+func (a attachment) checkCurrentHolder(t *testing.T, node *harness.Node, c *harness.Netns) int64 {
+	t.Helper()
+	l := a.getLease(t)
+	if got, want := holder(l), holderOf(node, c); got != want {
+		t.Fatalf("lease holder %q, want %q", got, want)
+	}
+	adv := a.onlyAdvertisement(t, node, c)
+	if got := adv.Spec.Containers[0].HolderGeneration; got != token(l) {
+		t.Fatalf("advertisement entry holderGeneration %d, the lease's leaseTransitions %d", got, token(l))
+	}
+	return token(l)
+}
+
+// records lists the node's galactic-cni records.
+func records(t *testing.T, node *harness.Node) []state.Record {
+	t.Helper()
+	recs, err := state.NewStore(node.Settings.StateDir).List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// inspectTap reports the attachment's tap on node; ok is false without one.
+func (a attachment) inspectTap(t testing.TB, node *harness.Node) (st tap.Status, ok bool) {
+	t.Helper()
+	err := node.Do(func() error {
+		var err error
+		st, ok, err = tap.Inspect(a.tap())
+		return err
+	})
+	if err != nil {
+		t.Fatalf("inspecting %s on %s: %v", a.tap(), node.Name, err)
+	}
+	return st, ok
+}
+
+// tapAddresses returns the global addresses on node's tap, sorted.
+func (a attachment) tapAddresses(t *testing.T, node *harness.Node) []string {
+	t.Helper()
+	var out []string
+	err := node.Do(func() error {
+		l, err := netlink.LinkByName(a.tap())
+		if err != nil {
+			return err
+		}
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, ad := range addrs {
+			// Link-local addresses follow the tap's MAC, which is new with each tap.
+			if ad.Scope == unix.RT_SCOPE_UNIVERSE {
+				p, _ := netip.AddrFromSlice(ad.IP)
+				bits, _ := ad.Mask.Size()
+				out = append(out, netip.PrefixFrom(p.Unmap(), bits).String())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("addresses of %s on %s: %v", a.tap(), node.Name, err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkNothingOn fails if anything of the attachment is left on node: a tap or
+// a record.
+func (a attachment) checkNothingOn(t *testing.T, node *harness.Node) {
+	t.Helper()
+	if _, ok := a.inspectTap(t, node); ok {
+		t.Errorf("%s: tap %s is still there", node.Name, a.tap())
+	}
+	if recs := records(t, node); len(recs) != 0 {
+		t.Errorf("%s: records left: %+v", node.Name, recs)
+	}
+}
+
+// gcOnce runs one `galactic-gc --once` pass inside the node.
+func gcOnce(t *testing.T, env *harness.Env, node *harness.Node) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"),
+		"--once", "--config", node.ConfigPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("galactic-gc --once on %s: %v\n%s", node.Name, err, out)
+	}
+	return string(out)
+}
+
+// waitUntil polls cond until it holds or the hang guard ends the test.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leaseWatch records every version of the lease a client-go watch delivers.
+type leaseWatch struct {
+	w    watch.Interface
+	done chan struct{}
+
+	mu       sync.Mutex
+	versions []leaseVersion
+	problem  error
+	// freeChecks counts the free versions during which every node was
+	// inspected; tapsWhileFree lists those where a node had the tap.
+	freeChecks    int
+	tapsWhileFree []string
+	checkErr      error
+}
+
+type leaseVersion struct {
+	resourceVersion string
+	holder          string
+	token           int64
+}
+
+// watchLease starts a watch on the attachment's lease; its first event is
+// the lease as it is now. Whenever it sees the lease free, it inspects the
+// nodes for the attachment's tap: a DEL removes the tap before it releases
+// and an ADD acquires before it creates one, so a free lease means no tap.
+// An inspection counts only if the lease is still that free version after
+// it, since the watch delivers each version a little late.
+func (a attachment) watchLease(t *testing.T, nodes ...*harness.Node) *leaseWatch {
+	t.Helper()
+	w, err := a.env.API.Leases.Leases(harness.Namespace).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", a.lease()).String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := &leaseWatch{w: w, done: make(chan struct{})}
+	go func() {
+		defer close(lw.done)
+		for ev := range w.ResultChan() {
+			lw.mu.Lock()
+			switch l, ok := ev.Object.(*coordinationv1.Lease); {
+			case !ok || ev.Type == watch.Error:
+				lw.problem = errors.Join(lw.problem, apierrors.FromObject(ev.Object))
+			case ev.Type == watch.Deleted:
+				lw.problem = errors.Join(lw.problem, errors.New("the lease was deleted"))
+			default:
+				lw.versions = append(lw.versions, leaseVersion{l.ResourceVersion, holder(l), token(l)})
+			}
+			lw.mu.Unlock()
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Deleted && holder(l) == "" && len(nodes) > 0 {
+				lw.checkFree(a, l.ResourceVersion, nodes)
+			}
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return lw
+}
+
+func (lw *leaseWatch) checkFree(a attachment, rv string, nodes []*harness.Node) {
+	var with []string
+	var errs []error
+	for _, n := range nodes {
+		err := n.Do(func() error {
+			_, ok, err := tap.Inspect(a.tap())
+			if ok {
+				with = append(with, n.Name)
+			}
+			return err
+		})
+		errs = append(errs, err)
+	}
+	cur, err := a.env.API.Leases.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if err := errors.Join(append(errs, err)...); err != nil {
+		lw.checkErr = errors.Join(lw.checkErr, err)
+		return
+	}
+	if cur.ResourceVersion != rv {
+		return
+	}
+	lw.freeChecks++
+	if len(with) > 0 {
+		lw.tapsWhileFree = append(lw.tapsWhileFree, fmt.Sprintf("lease version %s is free while %v have the tap", rv, with))
+	}
+}
+
+// stop waits until the watch has delivered the lease's current version,
+// ends it and returns what it saw.
+func (lw *leaseWatch) stop(t *testing.T, a attachment) []leaseVersion {
+	t.Helper()
+	want := a.getLease(t).ResourceVersion
+	waitUntil(t, "the watch to deliver lease version "+want, func() bool {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		return len(lw.versions) > 0 && lw.versions[len(lw.versions)-1].resourceVersion == want || lw.problem != nil
+	})
+	lw.mu.Lock()
+	vs, problem := slices.Clone(lw.versions), lw.problem
+	lw.mu.Unlock()
+	// Stopping closes the stream, which the watch may report as an error.
+	lw.w.Stop()
+	<-lw.done
+	if err := errors.Join(problem, lw.checkErr); err != nil {
+		t.Fatalf("lease watch: %v", err)
+	}
+	for _, e := range lw.tapsWhileFree {
+		t.Error(e)
+	}
+	if lw.freeChecks > 0 {
+		t.Logf("free lease versions checked for taps: %d", lw.freeChecks)
+	}
+	return vs
+}
+
+// holders is the sequence of holders the versions show, each change once.
+func holders(vs []leaseVersion) []string {
+	var out []string
+	for _, v := range vs {
+		if len(out) == 0 || out[len(out)-1] != v.holder {
+			out = append(out, v.holder)
+		}
+	}
+	return out
+}
+
+// checkNoDirectHandover fails where the lease went from one holder
+// straight to another without being free in between.
+func checkNoDirectHandover(t *testing.T, vs []leaseVersion) {
+	t.Helper()
+	hs := holders(vs)
+	for i := 1; i < len(hs); i++ {
+		if hs[i-1] != "" && hs[i] != "" {
+			t.Errorf("the lease passed straight from %q to %q; holders seen: %q", hs[i-1], hs[i], hs)
+		}
+	}
+}
+
+// tapSampler inspects the attachment's tap on two nodes over and over and
+// counts the samples in which both nodes had it (and both had it held).
+// Each sample reads one node, the other, then the first again, and counts
+// only when the first node's tap is the same device at both reads: the
+// reads are not simultaneous, so the sandwich is what places both taps at
+// one moment.
+type tapSampler struct {
+	stopc chan struct{}
+	done  chan struct{}
+
+	samples, bothPresent, bothHeld int
+	err                            error
+}
+
+func (a attachment) sampleTaps(t *testing.T, first, second *harness.Node) *tapSampler {
+	s := &tapSampler{stopc: make(chan struct{}), done: make(chan struct{})}
+	inspect := func(node *harness.Node) (st tap.Status, ok bool, err error) {
+		err = node.Do(func() error {
+			var err error
+			st, ok, err = tap.Inspect(a.tap())
+			return err
+		})
+		return st, ok, err
+	}
+	go func() {
+		defer close(s.done)
+		for {
+			select {
+			case <-s.stopc:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			f1, ok1, err1 := inspect(first)
+			sc, ok2, err2 := inspect(second)
+			f2, ok3, err3 := inspect(first)
+			if err := errors.Join(err1, err2, err3); err != nil {
+				s.err = err
+				return
+			}
+			s.samples++
+			if !ok1 || !ok2 || !ok3 || f1.Index != f2.Index {
+				continue
+			}
+			s.bothPresent++
+			if f1.Held() && sc.Held() && f2.Held() {
+				s.bothHeld++
+			}
+		}
+	}()
+	t.Cleanup(s.end)
+	return s
+}
+
+func (s *tapSampler) end() {
+	select {
+	case <-s.stopc:
+	default:
+		close(s.stopc)
+	}
+	<-s.done
+}
+
+// check stops the sampler and fails if a tap was ever on both nodes.
+func (s *tapSampler) check(t *testing.T) {
+	t.Helper()
+	s.end()
+	if s.err != nil {
+		t.Fatalf("sampling taps: %v", s.err)
+	}
+	if s.bothHeld > 0 {
+		t.Errorf("in %d of %d samples a VMM held the tap on both nodes", s.bothHeld, s.samples)
+	}
+	if s.bothPresent > 0 {
+		t.Errorf("in %d of %d samples the tap existed on both nodes", s.bothPresent, s.samples)
+	}
+	t.Logf("tap samples on both nodes: %d", s.samples)
+}
