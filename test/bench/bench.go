@@ -60,7 +60,7 @@ type bench struct {
 // and writes the report to opts.Out. Everything it creates is removed
 // before it returns.
 func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err error) {
-	b := &bench{ctx: ctx, opts: opts, out: out, start: time.Now(), res: &Results{Options: opts}}
+	b := &bench{ctx: ctx, opts: opts, out: out, start: time.Now(), res: &Results{Options: opts, Date: time.Now()}}
 	defer func() {
 		for i := len(b.undo) - 1; i >= 0; i-- {
 			b.undo[i]()

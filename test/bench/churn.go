@@ -156,9 +156,7 @@ func (b *bench) churn() error {
 	b.say("churn: %d pairs in %s (%.1f pairs/s), %d failures, %d conflicts (+%d raced), left: %d advertisements, %d entries, %d records, %d taps, %d rule/route lines changed",
 		r.Pairs, r.Wall.Round(time.Millisecond), float64(r.Pairs)/r.Wall.Seconds(), len(r.Failures), r.Conflicts, r.Raced,
 		r.Adverts, r.Entries, r.Records, r.Taps, len(r.RulesRoutesChanged))
-	if len(r.Failures) > 0 {
-		return fmt.Errorf("churn: %d operations failed, first: %s", len(r.Failures), r.Failures[0])
-	}
+	// Failures and leftovers are results, reported in the document.
 	return nil
 }
 

@@ -16,6 +16,7 @@ type Results struct {
 	Machine  Machine
 	Versions Versions
 	Took     time.Duration
+	Date     time.Time
 	Chains   []*ChainResult
 	Ops      []OpCount
 	Binaries []BinarySize
@@ -219,6 +220,7 @@ func renderMachine(w *strings.Builder, r *Results) {
 	p("")
 	p("| | |")
 	p("|---|---|")
+	p("| run | %s, took %s |", r.Date.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second))
 	p("| CPUs (nproc) | %d |", m.CPUs)
 	p("| CPU model | %s |", m.Model)
 	p("| kernel | %s |", m.Kernel)
@@ -405,6 +407,13 @@ func renderChurn(w *strings.Builder, r *Results) {
 	p("| of which galactic-bgp ADD p50 / p99 (its log) | %s / %s |", ms(c.BGPAdd.P50()), ms(c.BGPAdd.P99()))
 	p("| of which galactic-bgp DEL p50 / p99 (its log) | %s / %s |", ms(c.BGPDel.P50()), ms(c.BGPDel.P99()))
 	p("| failed operations | %d |", len(c.Failures))
+	for i, f := range c.Failures {
+		if i == 3 {
+			p("| | and %d more |", len(c.Failures)-3)
+			break
+		}
+		p("| | `%s` |", strings.NewReplacer("|", "\\|", "\n", " ").Replace(f))
+	}
 	p("| galactic-bgp requests | %d (%.1f per pair) |", c.Requests, float64(c.Requests)/float64(c.Pairs))
 	p("| conflicts retried (409 from the API server) | %d, %.2f per operation, at most %d in one (galactic-bgp's log: %d) |", c.Conflicts, float64(c.Conflicts)/float64(2*c.Pairs), c.MaxConflicts, c.LoggedConflicts)
 	p("| writes that found the object deleted (404, retried) | %d |", c.Raced)
