@@ -50,6 +50,8 @@ type demo struct {
 	nodes map[string]*harness.Node
 	gcds  map[string]*exec.Cmd
 	vmms  map[string]*exec.Cmd
+	// vmmStarted is when each node's VMM last attached.
+	vmmStarted map[string]time.Time
 	tap   string
 	undo  []func()
 	// current is where the instance runs now.
@@ -61,7 +63,7 @@ type demo struct {
 // when ctx is cancelled or a step fails.
 func Run(ctx context.Context, out io.Writer, env *harness.Env) (err error) {
 	d := &demo{ctx: ctx, out: out, start: time.Now(), nodes: map[string]*harness.Node{},
-		gcds: map[string]*exec.Cmd{}, vmms: map[string]*exec.Cmd{}, tap: names.HostInterface(names.ModeTap, vpc, attachment)}
+		gcds: map[string]*exec.Cmd{}, vmms: map[string]*exec.Cmd{}, vmmStarted: map[string]time.Time{}, tap: names.HostInterface(names.ModeTap, vpc, attachment)}
 	defer func() {
 		d.say("== teardown: removing namespaces, processes and files")
 		for i := len(d.undo) - 1; i >= 0; i-- {
@@ -189,6 +191,32 @@ func (d *demo) startGC(node string) error {
 	return nil
 }
 
+// waitGCPass waits until the node's GC daemon finished a pass that started
+// after t.
+func (d *demo) waitGCPass(node string, t time.Time) error {
+	path := filepath.Join(d.nodes[node].Dir, "galactic-gc.log")
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		data, _ := os.ReadFile(path)
+		for _, line := range strings.Split(string(data), "\n") {
+			var l struct {
+				Time     time.Time `json:"time"`
+				Msg      string    `json:"msg"`
+				Duration string    `json:"duration"`
+			}
+			if json.Unmarshal([]byte(line), &l) != nil || !strings.HasPrefix(l.Msg, "gc pass finished") {
+				continue
+			}
+			took, _ := time.ParseDuration(l.Duration)
+			if l.Time.Add(-took).After(t) {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("expected a galactic-gc pass on %s after %s", node, t.Format(time.RFC3339Nano))
+}
+
 func (d *demo) stopGC(node string) {
 	if cmd := d.gcds[node]; cmd != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -244,6 +272,7 @@ func (d *demo) startVMM(node string) error {
 	if err != nil || !strings.HasPrefix(line, "ready") {
 		return fmt.Errorf("the VMM on %s did not attach to %s: %q %v", node, d.tap, line, err)
 	}
+	d.vmmStarted[node] = time.Now()
 	d.say("%s: VMM (pid %d) opened tap %s", node, cmd.Process.Pid, d.tap)
 	return nil
 }

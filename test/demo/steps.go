@@ -207,6 +207,11 @@ func (d *demo) crash() error {
 	if err != nil {
 		return err
 	}
+	// node-b ran normally for a while before it crashed: its GC has seen
+	// the VM holding the tap, not only the moment between ADD and VMM start.
+	if err := d.waitGCPass("node-b", d.vmmStarted["node-b"]); err != nil {
+		return err
+	}
 	d.stopGC("node-b")
 	d.stopVMM("node-b")
 	d.current.netns.Delete()
