@@ -178,8 +178,14 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 	if !att.AdoptedTap {
 		rollback.push(func() error { return d.RemoveInterface(link.Attrs().Name) })
 	}
+	if !att.AdoptedTap {
+		rollback.push(func() error { return d.RemoveGateways(link.Attrs().Index) })
+	}
 	for _, gw := range Gateways(spec.Addresses) {
 		if err := addHostAddress(link, gw); err != nil {
+			return nil, err
+		}
+		if err := d.AddGateway(link, gw); err != nil {
 			return nil, err
 		}
 	}
@@ -543,6 +549,9 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
 			routed, err := routedAddrs(d.Table, l.Attrs().Index)
 			errs = append(errs, err)
 			addrs = append(addrs, routed...)
+			// The kernel would drop them with the interface; removing
+			// them first leaves nothing to chance.
+			errs = append(errs, d.RemoveGateways(l.Attrs().Index))
 		}
 		if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
@@ -558,7 +567,8 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
 	return errors.Join(errs...)
 }
 
-// routedAddrs are the host routes a table has to an interface.
+// routedAddrs are the host routes a table has to an interface; its
+// gateways' local routes are not among them.
 func routedAddrs(table, linkIndex int) ([]netip.Addr, error) {
 	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: table, LinkIndex: linkIndex}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF)
 	if err != nil {
@@ -566,7 +576,7 @@ func routedAddrs(table, linkIndex int) ([]netip.Addr, error) {
 	}
 	var addrs []netip.Addr
 	for _, r := range routes {
-		if r.Dst == nil {
+		if r.Dst == nil || r.Type != unix.RTN_UNICAST {
 			continue
 		}
 		if ones, bits := r.Dst.Mask.Size(); ones == bits {
@@ -656,7 +666,7 @@ func (h Host) Check(spec Spec) error {
 		for _, p := range spec.Addresses {
 			addrs = append(addrs, p.Addr())
 		}
-		if err := d.Verify(l, addrs); err != nil {
+		if err := d.Verify(l, addrs, Gateways(spec.Addresses)); err != nil {
 			diffs = append(diffs, err.Error())
 		}
 	}

@@ -33,6 +33,10 @@ const (
 	IifPriority = 1000
 	// DstPriority is the preference of the per-workload-address rules.
 	DstPriority = 1100
+	// LocalPriority is where galactic moves the kernel's `lookup local`
+	// rule (preference 0): behind its own rules and the VRF (l3mdev) rule,
+	// just before main.
+	LocalPriority = 32765
 	// unreachableMetric puts the unreachable defaults behind any default
 	// route someone adds to the table on purpose.
 	unreachableMetric = 4278198272
@@ -52,7 +56,9 @@ type Domain struct {
 	VPC   string
 	Kind  string
 	Table int
-	// Device is the VRF device; empty with table routing.
+	// Device is the VRF device; empty with table routing, and with vrf
+	// routing when the device is gone (deleted by hand) but its table is
+	// not: Ensure then creates the device again.
 	Device string
 }
 
@@ -72,11 +78,26 @@ func DeviceAlias(vpc string) string { return deviceAliasPrefix + vpc }
 
 // Marker is the prefix of the marker route that ties a table to its VPC:
 // 100::/64 (discard only) with the first 64 bits of sha256(vpc) after it.
-func Marker(vpc string) netip.Prefix {
+// It marks tables of table routing; VRFMarker marks those of vrf routing.
+func Marker(vpc string) netip.Prefix { return marker(vpc) }
+
+// VRFMarker is Marker for a VPC with vrf routing: 100::/64 with the first
+// 64 bits of sha256("vrf:<vpc>"). A distinct marker keeps the kind of a
+// domain known when its VRF device has been deleted by hand.
+func VRFMarker(vpc string) netip.Prefix { return marker("vrf:" + vpc) }
+
+func marker(s string) netip.Prefix {
 	var a [16]byte
 	a[0], a[1] = 0x01, 0x00
-	copy(a[8:], hash(vpc)[:8])
+	copy(a[8:], hash(s)[:8])
 	return netip.PrefixFrom(netip.AddrFrom16(a), 128)
+}
+
+func (d *Domain) marker() netip.Prefix {
+	if d.Kind == KindVRF {
+		return VRFMarker(d.VPC)
+	}
+	return Marker(d.VPC)
 }
 
 // Allocate picks a table for vpc that used does not contain. The search
@@ -155,29 +176,45 @@ func UsedTables() (map[int]bool, error) {
 	return used, nil
 }
 
-// Find returns the VPC's domain as the kernel shows it, or nil if it has none.
+// Find returns the VPC's domain as the kernel shows it, or nil if it has
+// none. A VRF domain whose device is gone has an empty Device.
 func Find(vpc string) (*Domain, error) {
-	marker := Marker(vpc)
 	routes, err := allRoutes(netlink.FAMILY_V6)
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
 	}
-	table := 0
+	tableMarked, vrfMarked := 0, 0
 	for _, r := range routes {
-		if p, ok := toPrefix(r.Dst); ok && p == marker && int(r.Protocol) == Protocol {
-			table = r.Table
-			break
+		p, ok := toPrefix(r.Dst)
+		if !ok || int(r.Protocol) != Protocol {
+			continue
+		}
+		switch p {
+		case Marker(vpc):
+			tableMarked = r.Table
+		case VRFMarker(vpc):
+			vrfMarked = r.Table
 		}
 	}
 	dev, err := vrfDevice(vpc)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case dev != nil && (table == 0 || int(dev.Table) == table):
+	if dev != nil {
+		// A table marker next to a VRF is what a VRF domain made before
+		// the markers differed carries.
+		for _, t := range []int{vrfMarked, tableMarked} {
+			if t != 0 && t != int(dev.Table) {
+				return nil, fmt.Errorf("VRF device %s of VPC %q uses table %d, but the VPC's marked table is %d; delete the device or the table", dev.Name, vpc, dev.Table, t)
+			}
+		}
 		return &Domain{VPC: vpc, Kind: KindVRF, Table: int(dev.Table), Device: dev.Name}, nil
-	case table != 0:
-		return &Domain{VPC: vpc, Kind: KindTable, Table: table}, nil
+	}
+	switch {
+	case vrfMarked != 0:
+		return &Domain{VPC: vpc, Kind: KindVRF, Table: vrfMarked}, nil
+	case tableMarked != 0:
+		return &Domain{VPC: vpc, Kind: KindTable, Table: tableMarked}, nil
 	}
 	return nil, nil
 }
@@ -213,8 +250,16 @@ func Ensure(vpc, kind string) (d *Domain, created bool, err error) {
 			return nil, false, fmt.Errorf("%w: VPC %q uses routing %q here, the config asks for %q; every attachment of a VPC on a node must use the same routing",
 				ErrKindMismatch, vpc, d.Kind, kind)
 		}
+		if d.Kind == KindVRF && d.Device == "" {
+			if err := d.createDevice(); err != nil {
+				return nil, false, fmt.Errorf("recreating the missing VRF device of VPC %q: %w", vpc, err)
+			}
+		}
 		// Completes a domain whose creation was interrupted.
 		if err := d.ensureTable(); err != nil {
+			return nil, false, err
+		}
+		if err := MoveLocalRule(); err != nil {
 			return nil, false, err
 		}
 		return d, false, nil
@@ -233,7 +278,11 @@ func Ensure(vpc, kind string) (d *Domain, created bool, err error) {
 			return nil, false, err
 		}
 	}
-	if err := d.ensureTable(); err != nil {
+	err = d.ensureTable()
+	if err == nil {
+		err = MoveLocalRule()
+	}
+	if err != nil {
 		if rerr := Remove(vpc); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("rolling back the new domain: %w", rerr))
 		}
@@ -269,7 +318,7 @@ func (d *Domain) createDevice() error {
 // ensureTable adds the marker and the unreachable defaults.
 func (d *Domain) ensureTable() error {
 	routes := []netlink.Route{{
-		Dst: ipNet(Marker(d.VPC)), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol,
+		Dst: ipNet(d.marker()), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol,
 	}}
 	for _, def := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
 		routes = append(routes, netlink.Route{
@@ -286,8 +335,11 @@ func (d *Domain) ensureTable() error {
 
 func describe(r netlink.Route) string {
 	p, _ := toPrefix(r.Dst)
-	if r.Type == unix.RTN_UNREACHABLE {
+	switch r.Type {
+	case unix.RTN_UNREACHABLE:
 		return "unreachable " + p.String()
+	case unix.RTN_LOCAL:
+		return "local " + p.String()
 	}
 	return p.String()
 }
@@ -301,7 +353,7 @@ func Remove(vpc string) error {
 		return err
 	}
 	var errs []error
-	if d.Kind == KindVRF {
+	if d.Kind == KindVRF && d.Device != "" {
 		if l, err := netlinksafe.LinkByName(d.Device); err == nil {
 			if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
 				errs = append(errs, fmt.Errorf("deleting VRF device %s: %w", d.Device, err))
@@ -472,8 +524,9 @@ func (d *Domain) RemoveHostRoute(addr netip.Addr) error {
 }
 
 // Verify reports what differs between the kernel and a domain that holds
-// link with the given workload addresses; nil when nothing does.
-func (d *Domain) Verify(link netlink.Link, addrs []netip.Addr) error {
+// link with the given workload addresses and gateways; nil when nothing
+// does.
+func (d *Domain) Verify(link netlink.Link, addrs, gateways []netip.Addr) error {
 	var diffs []string
 	routes, err := tableRoutes(d.Table)
 	if err != nil {
@@ -498,12 +551,20 @@ func (d *Domain) Verify(link netlink.Link, addrs []netip.Addr) error {
 		}
 	}
 	var want []rule
-	if d.Kind == KindVRF {
+	switch {
+	case d.Kind == KindVRF && d.Device == "":
+		diffs = append(diffs, fmt.Sprintf("VRF device %s of VPC %s is missing (its table %d is not)", DeviceName(d.VPC), d.VPC, d.Table))
+	case d.Kind == KindVRF:
 		dev, err := netlinksafe.LinkByName(d.Device)
 		if err != nil || link.Attrs().MasterIndex != dev.Attrs().Index {
 			diffs = append(diffs, fmt.Sprintf("%s is not enslaved to VRF %s", link.Attrs().Name, d.Device))
 		}
-	} else {
+	default:
+		for _, gw := range gateways {
+			if !has(HostPrefix(gw), unix.RTN_LOCAL, link.Attrs().Index) {
+				diffs = append(diffs, fmt.Sprintf("table %d lacks local %s dev %s", d.Table, gw, link.Attrs().Name))
+			}
+		}
 		want = d.iifRules(link.Attrs().Name)
 		for _, a := range addrs {
 			want = append(want, d.dstRule(a))
@@ -517,6 +578,13 @@ func (d *Domain) Verify(link netlink.Link, addrs []netip.Addr) error {
 		if !ok {
 			diffs = append(diffs, "missing "+r.String())
 		}
+	}
+	front, err := localRuleInFront()
+	if err != nil {
+		return err
+	}
+	if front != "" {
+		diffs = append(diffs, front)
 	}
 	if len(diffs) > 0 {
 		return errors.New(strings.Join(diffs, "; "))

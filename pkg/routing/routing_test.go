@@ -73,3 +73,19 @@ func TestTheVRFDeviceNameFitsAnInterfaceName(t *testing.T) {
 		t.Fatalf("alias %q", DeviceAlias("blue"))
 	}
 }
+
+func TestTheVRFMarkerDiffersFromTheTableMarkerSoAVRFWithoutItsDeviceIsStillKnown(t *testing.T) {
+	discard := netip.MustParsePrefix("100::/64")
+	for _, vpc := range []string{"blue", "red"} {
+		v := VRFMarker(vpc)
+		if !discard.Contains(v.Addr()) || v.Bits() != 128 {
+			t.Fatalf("VRF marker %s should be a /128 in %s", v, discard)
+		}
+		if v == Marker(vpc) {
+			t.Fatalf("VPC %s: the VRF and table markers must differ, both are %s", vpc, v)
+		}
+	}
+	if VRFMarker("blue") == VRFMarker("red") {
+		t.Fatal("VRF markers should differ per VPC")
+	}
+}
