@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
@@ -95,7 +96,8 @@ func domain(t *testing.T, node *harness.Node, vpc string) *routing.Domain {
 }
 
 // galacticRules are the node's rules galactic installed, as "iif X lookup N"
-// or "to A lookup N".
+// or "to A lookup N"; the moved `lookup local` rule, which stays for good,
+// is not among them.
 func galacticRules(t *testing.T, node *harness.Node) []string {
 	t.Helper()
 	var out []string
@@ -106,7 +108,7 @@ func galacticRules(t *testing.T, node *harness.Node) []string {
 				return err
 			}
 			for _, r := range rules {
-				if r.Protocol != routing.Protocol {
+				if r.Protocol != routing.Protocol || r.Table == unix.RT_TABLE_LOCAL {
 					continue
 				}
 				if r.IifName != "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
@@ -321,6 +322,28 @@ func (n *node) assertClean(t *testing.T) {
 	if len(left) > 0 {
 		t.Fatalf("the node should be clean, but has: %s", strings.Join(left, ", "))
 	}
+}
+
+// localRulePrefs are the preferences of the node's plain `from all lookup
+// local` rules, IPv4 first.
+func (n *node) localRulePrefs(t *testing.T) []int {
+	t.Helper()
+	var prefs []int
+	n.do(t, func() error {
+		for _, f := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+			rules, err := netlink.RuleList(f)
+			if err != nil {
+				return err
+			}
+			for _, r := range rules {
+				if r.Table == unix.RT_TABLE_LOCAL && r.Src == nil && r.Dst == nil && r.IifName == "" {
+					prefs = append(prefs, r.Priority)
+				}
+			}
+		}
+		return nil
+	})
+	return prefs
 }
 
 // errUnreachable is an ICMP destination unreachable answering a ping.

@@ -376,8 +376,10 @@ func TestAWorkloadInAVRFCannotReachTheNodesOwnAddresses(t *testing.T) {
 		return nil
 	})
 
-	if err := ping(c, netip.MustParseAddr("10.20.0.1")); err != nil {
-		t.Fatalf("the workload should reach its own gateway: %v", err)
+	for _, gw := range []string{"10.20.0.1", "fd20::1"} {
+		if err := ping(c, netip.MustParseAddr(gw)); err != nil {
+			t.Fatalf("the workload should reach its own gateway: %v", err)
+		}
 	}
 	for _, s := range nodeAddrs {
 		if err := ping(c, netip.MustParseAddr(s)); !errors.Is(err, errUnreachable) {
@@ -385,6 +387,92 @@ func TestAWorkloadInAVRFCannotReachTheNodesOwnAddresses(t *testing.T) {
 				"want destination unreachable from the VRF's table, got %v", s, err)
 		}
 	}
+	// The node reaches its own addresses through the moved local rule.
+	for _, s := range nodeAddrs {
+		if err := ping(n.ns, netip.MustParseAddr(s)); err != nil {
+			t.Errorf("the node should reach its own %s: %v", s, err)
+		}
+	}
+	n.cnitool(t, "check", "blue", c)
 	n.cnitool(t, "del", "blue", c)
+	n.assertClean(t)
+	if prefs := n.localRulePrefs(t); !slices.Equal(prefs, []int{routing.LocalPriority, routing.LocalPriority}) {
+		t.Fatalf("the local rules (IPv4, IPv6) should stay at %d after the last DEL, are at %v", routing.LocalPriority, prefs)
+	}
+	for _, s := range nodeAddrs {
+		if err := ping(n.ns, netip.MustParseAddr(s)); err != nil {
+			t.Errorf("the node should reach its own %s after the last DEL: %v", s, err)
+		}
+	}
+}
+
+func TestVRFAndTableVPCsOnOneNodeCannotReachEachOthersGateways(t *testing.T) {
+	n := newNode(t)
+	blueNS, redNS := newNetns(t), newNetns(t)
+	n.network(t, "blue", stanza("blue", "web-0", names.ModeVeth, "10.20.0.5/24", "fd20::5/64"))
+	red := stanza("red", "web-0", names.ModeVeth, "10.30.0.5/24", "fd30::5/64")
+	red["routing"] = routing.KindTable
+	n.network(t, "red", red)
+	n.cnitool(t, "add", "blue", blueNS)
+	n.cnitool(t, "add", "red", redNS)
+
+	for _, p := range []struct {
+		from ns.NetNS
+		to   string
+	}{{blueNS, "10.20.0.1"}, {blueNS, "fd20::1"}, {redNS, "10.30.0.1"}, {redNS, "fd30::1"}} {
+		if err := ping(p.from, netip.MustParseAddr(p.to)); err != nil {
+			t.Fatalf("a workload should reach its own gateway %s: %v", p.to, err)
+		}
+	}
+	for _, p := range []struct {
+		from      ns.NetNS
+		to, which string
+	}{{blueNS, "10.30.0.1", "the VRF workload"}, {blueNS, "fd30::1", "the VRF workload"}, {redNS, "10.20.0.1", "the table workload"}, {redNS, "fd20::1", "the table workload"}} {
+		if err := ping(p.from, netip.MustParseAddr(p.to)); !errors.Is(err, errUnreachable) {
+			t.Errorf("%s must not reach the other VPC's gateway %s; want destination unreachable, got %v", p.which, p.to, err)
+		}
+	}
+	n.cnitool(t, "check", "blue", blueNS)
+	n.cnitool(t, "check", "red", redNS)
+	n.cnitool(t, "del", "blue", blueNS)
+	n.cnitool(t, "del", "red", redNS)
+	n.assertClean(t)
+}
+
+func TestAVPCWhoseVRFDeviceWasDeletedByHandKeepsVRFRoutingAndGetsItsDeviceBack(t *testing.T) {
+	n := newNode(t)
+	first, second := newNetns(t), newNetns(t)
+	n.network(t, "blue-1", stanza("blue", "web-1", names.ModeVeth, "10.20.0.5/24"))
+	n.network(t, "blue-2", stanza("blue", "web-2", names.ModeVeth, "10.20.0.6/24"))
+	table := stanza("blue", "web-3", names.ModeVeth, "10.20.0.7/24")
+	table["routing"] = routing.KindTable
+	n.network(t, "blue-table", table)
+	n.cnitool(t, "add", "blue-1", first)
+	vrf := n.vrf(t, "blue")
+	n.do(t, func() error { return netlink.LinkDel(vrf) })
+
+	var d *routing.Domain
+	n.do(t, func() (err error) { d, err = routing.Find("blue"); return err })
+	if d == nil || d.Kind != routing.KindVRF || d.Table != int(vrf.Table) || d.Device != "" {
+		t.Fatalf("the VPC should still be found as vrf routing with table %d and no device: %+v", vrf.Table, d)
+	}
+	if _, err := n.run("check", "blue-1", first); err == nil || !strings.Contains(err.Error(), "VRF device "+vrf.Name+" of VPC blue is missing") {
+		t.Fatalf("CHECK should say the VRF device is missing, got %v", err)
+	}
+	if _, err := n.run("add", "blue-table", newNetns(t)); err == nil || !strings.Contains(err.Error(), `uses routing "vrf" here`) {
+		t.Fatalf("table routing must not take over the VPC whose VRF device went, got %v", err)
+	}
+
+	n.cnitool(t, "add", "blue-2", second)
+	again := n.vrf(t, "blue")
+	if again.Table != vrf.Table {
+		t.Fatalf("the recreated VRF should use the VPC's table %d, uses %d", vrf.Table, again.Table)
+	}
+	if err := ping(second, netip.MustParseAddr("10.20.0.1")); err != nil {
+		t.Fatalf("the attachment added after the VRF came back: %v", err)
+	}
+	n.cnitool(t, "check", "blue-2", second)
+	n.cnitool(t, "del", "blue-1", first)
+	n.cnitool(t, "del", "blue-2", second)
 	n.assertClean(t)
 }
