@@ -95,8 +95,13 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 }
 
 // releaseHandoff gives back a lease acquireHandoff took, when ADD fails.
-func (p *plugin) releaseHandoff(inv *invocation, c *Config, l lease) {
+func (p *plugin) releaseHandoff(inv *invocation, c *Config, args *skel.CmdArgs, l lease) {
 	if l.holder == "" {
+		return
+	}
+	// A repeated ADD of a container that is attached already must not take
+	// the lease from under it: its record still says it holds it.
+	if rec, ok, err := inv.host.Store().Get(args.ContainerID, args.IfName); err == nil && ok && rec.Holder == l.holder {
 		return
 	}
 	p.release(inv, c.VPC, c.Attachment.Attachment, l)

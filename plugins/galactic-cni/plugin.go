@@ -141,7 +141,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	spec.Holder, spec.HolderGeneration, spec.LeaseSeconds = lease.holder, lease.generation, lease.seconds
 	att, err = inv.host.Setup(spec)
 	if err != nil {
-		p.releaseHandoff(inv, conf, lease)
+		p.releaseHandoff(inv, conf, args, lease)
 		return setupError(err)
 	}
 	return types.PrintResult(result(conf, args, att), conf.CNIVersion)
