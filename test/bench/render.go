@@ -420,13 +420,13 @@ func renderChurn(w *strings.Builder, r *Results) {
 	p("| left afterwards: advertisements / entries of the node | %d / %d |", c.Adverts, c.Entries)
 	p("| left afterwards: node records | %d |", c.Records)
 	p("| left afterwards: galactic taps | %d |", c.Taps)
-	p("| policy rules and routes changed from before | %d |", len(c.RulesRoutesChanged))
+	p("| policy rules and routes changed from before (baseline after one pair: a node's first ADD moves the kernel's `local` rule for good) | %d |", len(c.RulesRoutesChanged))
 	for _, l := range c.RulesRoutesChanged {
 		p("| | `%s` |", l)
 	}
 	p("")
 	if len(c.BGPAdd) > 0 && len(c.Add) > 0 {
-		p("Under churn most of an operation's time is galactic-bgp's: its ADD p50 is %s of the chain's %s, its DEL %s of %s. Eight writers of one object lose races; each loser re-reads and retries after a jittered backoff (%s doubling to %s, `advert.DefaultBackoff`), so the tail grows with the number of writers, not with the work. The rest is cnitool and galactic-cni sharing two cores eight ways (galactic-cni also serialises its kernel changes on the node lock).",
+		p("Under churn galactic-bgp's own part (from its log) is %s of the chain's %s ADD p50 and %s of its %s DEL p50. Eight writers of one object lose races; each loser re-reads and retries after a jittered backoff (%s doubling to %s, `advert.DefaultBackoff`), so the tail grows with the number of writers, not with the work. The rest is cnitool and galactic-cni sharing two cores eight ways (galactic-cni also serialises its kernel changes on the node lock).",
 			ms(c.BGPAdd.P50()), ms(c.Add.P50()), ms(c.BGPDel.P50()), ms(c.Del.P50()), ms(advert.DefaultBackoff.Initial), ms(advert.DefaultBackoff.Max))
 		p("")
 	}
