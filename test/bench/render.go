@@ -328,7 +328,7 @@ func renderProcs(w *strings.Builder, r *Results) {
 	}
 	if len(r.Inits) > 0 {
 		p("")
-		p("Package initialisation before `main`, from `GODEBUG=inittrace=1` on `VERSION` (%d runs each, mean of the summed init clock time):", r.Options.ProcessRuns)
+		p("Package initialisation before `main`, from `GODEBUG=inittrace=1` on `VERSION`, %d runs each: the p50 of each run's summed init clock time, and the costliest packages by their mean:", r.Options.ProcessRuns)
 		p("")
 		p("| binary | packages initialised | init time p50 | costliest packages (mean) |")
 		p("|---|---|---|---|")
