@@ -52,8 +52,8 @@ type demo struct {
 	vmms  map[string]*exec.Cmd
 	// vmmStarted is when each node's VMM last attached.
 	vmmStarted map[string]time.Time
-	tap   string
-	undo  []func()
+	tap        string
+	undo       []func()
 	// current is where the instance runs now.
 	current *workload
 }
