@@ -415,7 +415,7 @@ func renderChurn(w *strings.Builder, r *Results) {
 		p("| | `%s` |", strings.NewReplacer("|", "\\|", "\n", " ").Replace(f))
 	}
 	p("| galactic-bgp requests | %d (%.1f per pair) |", c.Requests, float64(c.Requests)/float64(c.Pairs))
-	p("| conflicts retried (409 from the API server) | %d, %.2f per operation, at most %d in one (galactic-bgp's log: %d) |", c.Conflicts, float64(c.Conflicts)/float64(2*c.Pairs), c.MaxConflicts, c.LoggedConflicts)
+	p("| conflicts retried (409 from the API server) | %d, %.2f per operation, at most %d in one verb (galactic-bgp's own log counts %d: the 409s and the 404s below) |", c.Conflicts, float64(c.Conflicts)/float64(2*c.Pairs), c.MaxConflicts, c.LoggedConflicts)
 	p("| writes that found the object deleted (404, retried) | %d |", c.Raced)
 	p("| left afterwards: advertisements / entries of the node | %d / %d |", c.Adverts, c.Entries)
 	p("| left afterwards: node records | %d |", c.Records)
