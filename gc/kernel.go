@@ -22,20 +22,19 @@ type NodeKernel struct {
 	Host hostif.Host
 }
 
-func tapOf(l netlink.Link) (Tap, bool, error) {
+// tapOf describes l if it is a galactic tap, given the tun holders found
+// by one scan of /proc.
+func tapOf(l netlink.Link, holders map[string][]int) (Tap, bool) {
 	if _, isTap := l.(*netlink.Tuntap); !isTap || !names.IsHostInterface(names.ModeTap, l.Attrs().Name) {
-		return Tap{}, false, nil
+		return Tap{}, false
 	}
 	vpc, att, ok := names.ParseAlias(l.Attrs().Alias)
 	if !ok {
 		// Galactic's name without galactic's alias: not ours to judge.
-		return Tap{}, false, nil
+		return Tap{}, false
 	}
-	st, err := tap.InspectLink(l)
-	if err != nil {
-		return Tap{}, false, err
-	}
-	return Tap{Name: st.Name, Index: st.Index, VPC: vpc, Attachment: att, Carrier: st.Carrier, Holders: st.Holders}, true, nil
+	st := tap.StatusOf(l, holders)
+	return Tap{Name: st.Name, Index: st.Index, VPC: vpc, Attachment: att, Carrier: st.Carrier, Holders: st.Holders}, true
 }
 
 // Taps lists the galactic taps: name and ifalias must both say so.
@@ -44,19 +43,17 @@ func (k NodeKernel) Taps() ([]Tap, error) {
 	if err != nil {
 		return nil, err
 	}
+	holders, err := tap.AllHolders("/proc")
+	if err != nil {
+		return nil, err
+	}
 	var taps []Tap
-	var errs []error
 	for _, l := range links {
-		t, ok, err := tapOf(l)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if ok {
+		if t, ok := tapOf(l, holders); ok {
 			taps = append(taps, t)
 		}
 	}
-	return taps, errors.Join(errs...)
+	return taps, nil
 }
 
 // Tap re-reads one tap.
@@ -68,7 +65,12 @@ func (k NodeKernel) Tap(name string) (Tap, bool, error) {
 	if err != nil {
 		return Tap{}, false, err
 	}
-	return tapOf(l)
+	holders, err := tap.Holders("/proc", name)
+	if err != nil {
+		return Tap{}, false, err
+	}
+	t, ok := tapOf(l, map[string][]int{name: holders})
+	return t, ok, nil
 }
 
 // LinkExists reports whether a device of that name exists.

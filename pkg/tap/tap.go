@@ -59,20 +59,33 @@ func InspectLink(l netlink.Link) (Status, error) {
 }
 
 func inspectLink(l netlink.Link) (Status, bool, error) {
+	holders, err := Holders("/proc", l.Attrs().Name)
+	return StatusOf(l, map[string][]int{l.Attrs().Name: holders}), true, err
+}
+
+// StatusOf is the status of a tap given the holders AllHolders found, so a
+// caller looking at many taps scans /proc once.
+func StatusOf(l netlink.Link, holders map[string][]int) Status {
 	a := l.Attrs()
-	s := Status{Name: a.Name, Index: a.Index, Carrier: a.RawFlags&unix.IFF_UP != 0 && a.RawFlags&unix.IFF_LOWER_UP != 0}
-	holders, err := Holders("/proc", a.Name)
-	if err != nil {
-		return s, true, err
+	return Status{
+		Name: a.Name, Index: a.Index,
+		Carrier: a.RawFlags&unix.IFF_UP != 0 && a.RawFlags&unix.IFF_LOWER_UP != 0,
+		Holders: holders[a.Name],
 	}
-	s.Holders = holders
-	return s, true, nil
 }
 
 // Holders returns the PIDs under procRoot whose open tun files are bound
 // to the interface called name and that share the calling thread's network
 // namespace. Processes that exit while being read are skipped.
 func Holders(procRoot, name string) ([]int, error) {
+	all, err := AllHolders(procRoot)
+	return all[name], err
+}
+
+// AllHolders maps every interface a tun file is bound to, in the calling
+// thread's network namespace, to the PIDs holding it. One scan of procRoot
+// serves any number of taps.
+func AllHolders(procRoot string) (map[string][]int, error) {
 	self, err := netnsID(filepath.Join(procRoot, "thread-self/ns/net"))
 	if err != nil {
 		return nil, fmt.Errorf("reading own network namespace: %w", err)
@@ -81,7 +94,7 @@ func Holders(procRoot, name string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	var pids []int
+	held := map[string][]int{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -91,11 +104,13 @@ func Holders(procRoot, name string) ([]int, error) {
 		if id, err := netnsID(filepath.Join(dir, "ns/net")); err != nil || id != self {
 			continue
 		}
-		if holds(dir, name) {
-			pids = append(pids, pid)
+		for _, name := range bound(dir) {
+			if pids := held[name]; len(pids) == 0 || pids[len(pids)-1] != pid {
+				held[name] = append(pids, pid)
+			}
 		}
 	}
-	return pids, nil
+	return held, nil
 }
 
 // netnsID identifies a network namespace by its nsfs link target.
@@ -103,12 +118,13 @@ func netnsID(path string) (string, error) {
 	return os.Readlink(path)
 }
 
-// holds reports whether a tun fd of the process at dir is bound to name.
-func holds(dir, name string) bool {
+// bound lists the interfaces the tun fds of the process at dir are bound to.
+func bound(dir string) []string {
 	fds, err := os.ReadDir(filepath.Join(dir, "fdinfo"))
 	if err != nil {
-		return false
+		return nil
 	}
+	var names []string
 	for _, fd := range fds {
 		// Only tun files carry an iff line; checking the fd's target first
 		// avoids reading every socket's and file's fdinfo. A jailed VMM's
@@ -117,11 +133,11 @@ func holds(dir, name string) bool {
 		if err != nil || !strings.HasSuffix(target, "/net/tun") {
 			continue
 		}
-		if iff, err := boundInterface(filepath.Join(dir, "fdinfo", fd.Name())); err == nil && iff == name {
-			return true
+		if iff, err := boundInterface(filepath.Join(dir, "fdinfo", fd.Name())); err == nil {
+			names = append(names, iff)
 		}
 	}
-	return false
+	return names
 }
 
 // boundInterface reads the `iff:` line of a tun file's fdinfo.
