@@ -43,7 +43,7 @@ func NewCollector(node settings.Node, log *slog.Logger) (*Collector, error) {
 		StateDir: node.StateDir,
 		Kernel:   NodeKernel{Host: hostif.Host{StateDir: node.StateDir, Live: liveness.Netns, Now: time.Now}},
 		Adverts:  NodeAdverts{Node: node.NodeName, Adv: advert.New(cs.BGPAdvertisements(node.Namespace))},
-		Leases:   HandoffLeases{Leases: cs.Leases, Namespace: node.Namespace},
+		Leases:   HandoffLeases{Leases: cs.Leases(node.Namespace), Namespace: node.Namespace},
 		Live:     liveness.Netns,
 		Log:      log,
 	}, nil

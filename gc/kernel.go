@@ -7,7 +7,6 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
-	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/hostif"
@@ -91,7 +90,8 @@ func (k NodeKernel) RemoveTap(t Tap) error { return k.Host.RemoveInterface(t.Nam
 // HandoffLeases renews and releases leases through pkg/handoff, with the
 // grant a galactic-cni record keeps.
 type HandoffLeases struct {
-	Leases    coordinationv1.LeasesGetter
+	// Leases is the Lease client of Namespace.
+	Leases    handoff.LeaseClient
 	Namespace string
 }
 

@@ -1,15 +1,18 @@
-// Package client builds the Kubernetes clients galactic components share: a
-// typed BGPAdvertisement client and the coordination client for Leases, both
-// from one rest.Config, with no discovery calls.
+// Package client builds the Kubernetes clients galactic components share:
+// typed BGPAdvertisement and Lease clients over one HTTP client, with no
+// discovery calls. Only the two API groups are registered, so a plugin
+// process does not pay for client-go's registry of every built-in type.
 package client
 
 import (
 	"fmt"
+	"net/http"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/gentype"
-	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -25,15 +28,21 @@ func init() {
 	if err := v1alpha1.AddToScheme(Scheme); err != nil {
 		panic(err)
 	}
+	if err := coordinationv1.AddToScheme(Scheme); err != nil {
+		panic(err)
+	}
 }
 
 // BGPAdvertisementInterface reads and writes BGPAdvertisements in one namespace.
 type BGPAdvertisementInterface = *gentype.ClientWithList[*v1alpha1.BGPAdvertisement, *v1alpha1.BGPAdvertisementList]
 
+// LeaseInterface reads and writes Leases in one namespace.
+type LeaseInterface = *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList]
+
 // Clients are the API clients of one process.
 type Clients struct {
 	rest   rest.Interface
-	Leases coordinationv1.CoordinationV1Interface
+	leases rest.Interface
 }
 
 // BGPAdvertisements returns a typed client for the namespace.
@@ -42,6 +51,14 @@ func (c *Clients) BGPAdvertisements(namespace string) BGPAdvertisementInterface 
 		"bgpadvertisements", c.rest, parameterCodec, namespace,
 		func() *v1alpha1.BGPAdvertisement { return &v1alpha1.BGPAdvertisement{} },
 		func() *v1alpha1.BGPAdvertisementList { return &v1alpha1.BGPAdvertisementList{} })
+}
+
+// Leases returns a typed Lease client for the namespace.
+func (c *Clients) Leases(namespace string) LeaseInterface {
+	return gentype.NewClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList](
+		"leases", c.leases, parameterCodec, namespace,
+		func() *coordinationv1.Lease { return &coordinationv1.Lease{} },
+		func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} })
 }
 
 // LoadConfig reads a kubeconfig file into a rest.Config, with an error that
@@ -56,27 +73,34 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 
 // New builds the clients from cfg. The config is copied, never modified.
 func New(cfg *rest.Config) (*Clients, error) {
-	gv := v1alpha1.SchemeGroupVersion
-	crdCfg := rest.CopyConfig(cfg)
-	crdCfg.GroupVersion = &gv
-	crdCfg.APIPath = "/apis"
-	crdCfg.ContentType = runtime.ContentTypeJSON
-	crdCfg.NegotiatedSerializer = serializer.NewCodecFactory(Scheme).WithoutConversion()
-	if crdCfg.UserAgent == "" {
-		crdCfg.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	httpClient, err := rest.HTTPClientFor(crdCfg)
+	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building HTTP client: %w", err)
 	}
-	rc, err := rest.RESTClientForConfigAndClient(crdCfg, httpClient)
+	// Both groups share the HTTP client: one process, one connection pool.
+	crds, err := restClient(cfg, httpClient, v1alpha1.SchemeGroupVersion)
 	if err != nil {
-		return nil, fmt.Errorf("building API client: %w", err)
+		return nil, err
 	}
-	// Leases share the HTTP client, so one process keeps one connection pool.
-	leases, err := coordinationv1.NewForConfigAndClient(rest.CopyConfig(cfg), httpClient)
+	leases, err := restClient(cfg, httpClient, coordinationv1.SchemeGroupVersion)
 	if err != nil {
-		return nil, fmt.Errorf("building lease client: %w", err)
+		return nil, err
 	}
-	return &Clients{rest: rc, Leases: leases}, nil
+	return &Clients{rest: crds, leases: leases}, nil
+}
+
+func restClient(cfg *rest.Config, httpClient *http.Client, gv schema.GroupVersion) (rest.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeJSON
+	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientForConfigAndClient(c, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("building the %s client: %w", gv, err)
+	}
+	return rc, nil
 }

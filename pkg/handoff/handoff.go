@@ -9,8 +9,9 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -101,15 +102,24 @@ type Lock struct {
 // one call; each conflict means another writer made progress.
 const maxConflicts = 10
 
-// New returns a Lock over the Lease namespace/name (names.Lease).
-func New(leases coordinationv1client.LeasesGetter, namespace, name string, opts Options) (*Lock, error) {
+// LeaseClient is the part of a typed Lease client of one namespace that a
+// Lock uses; client.Clients.Leases and client-go's typed client fit.
+type LeaseClient interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error)
+	Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error)
+	Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
+}
+
+// New returns a Lock over the Lease namespace/name (names.Lease); leases is
+// the Lease client of that namespace.
+func New(leases LeaseClient, namespace, name string, opts Options) (*Lock, error) {
 	if leases == nil {
 		return nil, errors.New("handoff: no lease client")
 	}
 	if namespace == "" || name == "" {
 		return nil, fmt.Errorf("handoff: lease namespace and name are required, got %q/%q", namespace, name)
 	}
-	s := &leaseStore{leases: leases.Leases(namespace), namespace: namespace, name: name}
+	s := &leaseStore{leases: leases, namespace: namespace, name: name}
 	return NewWithStore(s, namespace+"/"+name, opts)
 }
 

@@ -7,7 +7,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
 
 // Record is the handoff state of one Lease, flat and free of API types.
@@ -101,7 +100,7 @@ func LeaseFromRecord(namespace, name, resourceVersion string, r Record) *coordin
 
 // leaseStore is the Store over the API server.
 type leaseStore struct {
-	leases          coordinationv1client.LeaseInterface
+	leases          LeaseClient
 	namespace, name string
 }
 

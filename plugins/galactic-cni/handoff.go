@@ -43,7 +43,7 @@ func leaseLock(inv *invocation, vpc, attachment string, seconds int32) (*handoff
 	if err != nil {
 		return nil, unavailable("handoff needs the API server: " + err.Error())
 	}
-	lock, err := handoff.New(cs.Leases, inv.node.Namespace, names.Lease(vpc, attachment), handoff.Options{
+	lock, err := handoff.New(cs.Leases(inv.node.Namespace), inv.node.Namespace, names.Lease(vpc, attachment), handoff.Options{
 		LeaseDuration: time.Duration(seconds) * time.Second,
 		// ADD retries are new processes: keep the observation of a silent
 		// holder on the node so that retries continue it.

@@ -25,14 +25,14 @@ func TestMain(m *testing.M) { harness.Main(m) }
 func lease(t *testing.T, env *harness.Env, attachment string) string {
 	name := names.Lease("blue", attachment)
 	t.Cleanup(func() {
-		_ = env.API.Leases.Leases(harness.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = env.API.Leases(harness.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return name
 }
 
 func newLock(t *testing.T, env *harness.Env, name string, opts handoff.Options) *handoff.Lock {
 	t.Helper()
-	l, err := handoff.New(env.API.Leases, harness.Namespace, name, opts)
+	l, err := handoff.New(env.API.Leases(harness.Namespace), harness.Namespace, name, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestTenContendersHoldTheLeaseOneAtATimeAndEachHandoffRaisesTheTokenByOne(t 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	name := lease(t, env, "contended")
-	w, err := env.API.Leases.Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	w, err := env.API.Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestTenContendersHoldTheLeaseOneAtATimeAndEachHandoffRaisesTheTokenByOne(t 
 	for i := range contenders {
 		wg.Go(func() {
 			// A long lease: every handoff here must come from a release.
-			l, err := handoff.New(env.API.Leases, harness.Namespace, name, handoff.Options{LeaseDuration: time.Minute, RetryPeriod: 200 * time.Millisecond})
+			l, err := handoff.New(env.API.Leases(harness.Namespace), harness.Namespace, name, handoff.Options{LeaseDuration: time.Minute, RetryPeriod: 200 * time.Millisecond})
 			if err != nil {
 				t.Error(err)
 				return

@@ -232,7 +232,7 @@ func TestTheServiceAccountCanDoWhatThePluginsAndGCNeedAndNothingElse(t *testing.
 	}
 
 	// Everything the handoff does to its lease.
-	leases := api.Leases.Leases(harness.Namespace)
+	leases := api.Leases(harness.Namespace)
 	holder := "node-a/c1"
 	lease, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: names.Lease("blue", "rbac-0")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{})
 	if err != nil {
@@ -283,7 +283,7 @@ func TestTheServiceAccountCanDoWhatThePluginsAndGCNeedAndNothingElse(t *testing.
 			return err
 		}},
 		{"get a lease in another namespace", func() error {
-			_, err := api.Leases.Leases(other).Get(ctx, "any", metav1.GetOptions{})
+			_, err := api.Leases(other).Get(ctx, "any", metav1.GetOptions{})
 			return err
 		}},
 		{"update a Node", func() error {

@@ -53,7 +53,7 @@ func newAttachment(t *testing.T, env *harness.Env, name string) attachment {
 	a := attachment{env: env, name: name}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		_ = env.API.Leases.Leases(harness.Namespace).Delete(ctx, names.Lease(vpc, name), metav1.DeleteOptions{})
+		_ = env.API.Leases(harness.Namespace).Delete(ctx, names.Lease(vpc, name), metav1.DeleteOptions{})
 		_ = env.API.BGPAdvertisements(harness.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
 			metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, name)})
 	})
@@ -99,7 +99,7 @@ func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
 // getLease returns the attachment's lease, nil when there is none.
 func (a attachment) getLease(t *testing.T) *coordinationv1.Lease {
 	t.Helper()
-	l, err := a.env.API.Leases.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
+	l, err := a.env.API.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -300,7 +300,7 @@ type leaseVersion struct {
 // it, since the watch delivers each version a little late.
 func (a attachment) watchLease(t *testing.T, nodes ...*harness.Node) *leaseWatch {
 	t.Helper()
-	w, err := a.env.API.Leases.Leases(harness.Namespace).Watch(context.Background(), metav1.ListOptions{
+	w, err := a.env.API.Leases(harness.Namespace).Watch(context.Background(), metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", a.lease()).String(),
 	})
 	if err != nil {
@@ -342,7 +342,7 @@ func (lw *leaseWatch) checkFree(a attachment, rv string, nodes []*harness.Node) 
 		})
 		errs = append(errs, err)
 	}
-	cur, err := a.env.API.Leases.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
+	cur, err := a.env.API.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	if err := errors.Join(append(errs, err)...); err != nil {
