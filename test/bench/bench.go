@@ -104,6 +104,9 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		}
 		b.say("%s took %s", s.name, time.Since(t).Round(time.Second))
 	}
+	if b.res.Unattributed = b.proxy.Unattributed(); b.res.Unattributed != nil {
+		b.say("WARNING: API requests without a galactic program's user agent: %v; the per-program counts miss them", b.res.Unattributed)
+	}
 	b.res.Machine.LoadEnd = loadAverage()
 	b.res.Took = time.Since(b.start)
 	if opts.Out != "" {

@@ -37,6 +37,17 @@ type ChurnResult struct {
 	MaxConflicts   int
 	// What was left afterwards; all must be zero.
 	Adverts, Entries, Records, Taps int
+	// LeftEntries are the container IDs of the entries left.
+	LeftEntries []string
+	// GaveUp are galactic-bgp verbs that succeeded without doing their API
+	// work (DEL leaves the entry for the node GC), by container ID, with
+	// the reason it logged.
+	GaveUp map[string]string
+	// AfterGC is what one galactic-gc pass left of the node's entries
+	// once the containers' namespaces were gone; only run when entries
+	// were left. GCSummary says what that pass did.
+	AfterGC   *int
+	GCSummary string
 	// RulesRoutesChanged lists policy rules or routes that differ from
 	// before the churn.
 	RulesRoutesChanged []string
@@ -83,9 +94,12 @@ func (b *bench) churn() error {
 			return err
 		}
 	}
+	deleted := false
 	defer func() {
-		for _, c := range cs {
-			c.Delete()
+		if !deleted {
+			for _, c := range cs {
+				c.Delete()
+			}
 		}
 	}()
 	b.say("churn: %d container namespaces ready", len(cs))
@@ -148,6 +162,9 @@ func (b *bench) churn() error {
 	r.Adverts = len(list.Items)
 	for _, a := range list.Items {
 		r.Entries += len(a.Spec.Containers)
+		for _, e := range a.Spec.Containers {
+			r.LeftEntries = append(r.LeftEntries, e.ContainerID)
+		}
 	}
 	recs, err := state.NewStore(n.Settings.StateDir).List()
 	if err != nil {
@@ -171,9 +188,39 @@ func (b *bench) churn() error {
 		return err
 	}
 	r.RulesRoutesChanged = diffLines(before, after)
-	b.say("churn: %d pairs in %s (%.1f pairs/s), %d failures, %d conflicts (+%d raced), left: %d advertisements, %d entries, %d records, %d taps, %d rule/route lines changed",
-		r.Pairs, r.Wall.Round(time.Millisecond), float64(r.Pairs)/r.Wall.Seconds(), len(r.Failures), r.Conflicts, r.Raced,
-		r.Adverts, r.Entries, r.Records, r.Taps, len(r.RulesRoutesChanged))
+	if r.Entries > 0 {
+		// What DEL leaves behind is the node GC's to remove once the
+		// container is gone: check that it does.
+		for _, c := range cs {
+			c.Delete()
+		}
+		deleted = true
+		e, err := b.gcOnce(n)
+		if err != nil {
+			return err
+		}
+		if rep, err := parseGCLog(e.Stderr); err == nil {
+			r.GCSummary = rep.Summary()
+		}
+		list, err := b.env.API.BGPAdvertisements(harness.Namespace).List(b.ctx, metav1.ListOptions{LabelSelector: names.NodeSelector(n.Name)})
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, a := range list.Items {
+			left += len(a.Spec.Containers)
+		}
+		r.AfterGC = &left
+	}
+	b.say("churn: %d pairs in %s (%.1f pairs/s), %d failures, %d conflicts (+%d raced), %d verbs gave up, left: %d advertisements, %d entries %v, %d records, %d taps, %d rule/route lines changed",
+		r.Pairs, r.Wall.Round(time.Millisecond), float64(r.Pairs)/r.Wall.Seconds(), len(r.Failures), r.Conflicts, r.Raced, len(r.GaveUp),
+		r.Adverts, r.Entries, r.LeftEntries, r.Records, r.Taps, len(r.RulesRoutesChanged))
+	for k, why := range r.GaveUp {
+		b.say("churn: galactic-bgp %s gave up: %s", k, why)
+	}
+	if r.AfterGC != nil {
+		b.say("churn: after one GC pass (namespaces deleted): %d entries left; the pass: %s", *r.AfterGC, r.GCSummary)
+	}
 	// Failures and leftovers are results, reported in the document.
 	return nil
 }
@@ -193,13 +240,22 @@ func readBGPLog(logFile string, offset int64, r *ChurnResult) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var l struct {
-			Plugin     string `json:"plugin"`
-			Msg        string `json:"msg"`
-			Conflicts  int    `json:"conflicts"`
-			DurationMs int64  `json:"durationMs"`
+			Plugin      string `json:"plugin"`
+			Msg         string `json:"msg"`
+			Level       string `json:"level"`
+			ContainerID string `json:"containerID"`
+			Reason      string `json:"reason"`
+			Conflicts   int    `json:"conflicts"`
+			DurationMs  int64  `json:"durationMs"`
 		}
 		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Plugin != AgentBGP {
 			continue
+		}
+		if l.Level == "WARN" {
+			if r.GaveUp == nil {
+				r.GaveUp = map[string]string{}
+			}
+			r.GaveUp[l.Msg+" "+l.ContainerID] = l.Reason
 		}
 		r.LoggedConflicts += l.Conflicts
 		r.MaxConflicts = max(r.MaxConflicts, l.Conflicts)

@@ -246,6 +246,9 @@ type InitCost struct {
 	Total Sample
 	// Top are the costliest packages by mean init time.
 	Top []PackageInit
+	// Means is every package the trace showed, by mean init time; it also
+	// tells which packages the binary links.
+	Means map[string]time.Duration
 }
 
 // PackageInit is one package's mean init time.
@@ -255,7 +258,7 @@ type PackageInit struct {
 }
 
 func (b *bench) initCost(n *node, c *harness.Netns, bin string, stdin []byte) (InitCost, error) {
-	ic := InitCost{Binary: bin}
+	ic := InitCost{Binary: bin, Means: map[string]time.Duration{}}
 	sums := map[string]time.Duration{}
 	runs := b.opts.ProcessRuns
 	for range runs {
@@ -283,7 +286,8 @@ func (b *bench) initCost(n *node, c *harness.Netns, bin string, stdin []byte) (I
 		ic.Total = append(ic.Total, total)
 	}
 	for name, d := range sums {
-		ic.Top = append(ic.Top, PackageInit{Name: name, Mean: d / time.Duration(runs)})
+		ic.Means[name] = d / time.Duration(runs)
+		ic.Top = append(ic.Top, PackageInit{Name: name, Mean: ic.Means[name]})
 	}
 	sort.Slice(ic.Top, func(i, j int) bool { return ic.Top[i].Mean > ic.Top[j].Mean })
 	ic.Top = ic.Top[:min(3, len(ic.Top))]

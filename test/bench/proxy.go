@@ -229,6 +229,25 @@ func (p *Proxy) Since(mark int, agent string) []Request {
 	return out
 }
 
+// Unattributed counts the relayed requests whose user agent names neither
+// a galactic program nor the bench itself (its in-process GC passes), by
+// agent: requests the per-program counts miss.
+func (p *Proxy) Unattributed() map[string]int {
+	self, _, _ := strings.Cut(rest.DefaultKubernetesUserAgent(), "/")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out map[string]int
+	for _, r := range p.reqs {
+		if !strings.HasPrefix(r.Agent, "galactic-") && r.Agent != self {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[r.Agent]++
+		}
+	}
+	return out
+}
+
 // proxyCerts makes a CA (written to dir/proxy-ca.crt) and a serving
 // certificate for 127.0.0.1 signed by it.
 func proxyCerts(dir string) (caFile string, cert tls.Certificate, err error) {
