@@ -474,7 +474,8 @@ func renderChurn(w *strings.Builder, r *Results) {
 	case c.Adverts+c.Entries+c.Records+c.Taps+len(c.RulesRoutesChanged) == 0:
 		p("Nothing leaked: no advertisement, entry, record, tap, rule or route of the churn is left.")
 	case c.Records+c.Taps+len(c.RulesRoutesChanged) == 0 && c.AfterGC != nil && *c.AfterGC == 0 && c.gaveUpAll():
-		p("Nothing leaked. No record, tap, rule or route is left; the %d entries left are those of DELs that gave up under contention (galactic-bgp's DEL always succeeds so that galactic-cni's DEL still runs, and leaves what it could not release to the node GC), and one GC pass removed them once the containers' namespaces were gone.", c.Entries)
+		p("Nothing leaked for good. No record, tap, rule or route is left. %d of the %d DELs gave up retrying under contention (the reasons above) and left their %d entries for the node GC, as galactic-bgp's DEL does so that galactic-cni's DEL still runs; one `galactic-gc --once`, run once the containers' namespaces were gone, removed them. Until such a pass a stale entry stays advertised for a container that no longer exists.",
+			c.gaveUp("DEL"), c.Pairs, c.Entries)
 	default:
 		p("**Something leaked** (see the table).")
 	}
@@ -489,6 +490,17 @@ func (c *ChurnResult) gaveUpAll() bool {
 		}
 	}
 	return true
+}
+
+// gaveUp counts the verbs of one kind that gave up.
+func (c *ChurnResult) gaveUp(verb string) int {
+	n := 0
+	for k := range c.GaveUp {
+		if strings.HasPrefix(k, verb+" ") {
+			n++
+		}
+	}
+	return n
 }
 
 func codeList(xs []string) string {
