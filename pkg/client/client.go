@@ -73,6 +73,12 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 
 // New builds the clients from cfg. The config is copied, never modified.
 func New(cfg *rest.Config) (*Clients, error) {
+	cfg = rest.CopyConfig(cfg)
+	// The transport sets the user agent, so it must be known before the
+	// HTTP client is built: it names the program in the API server's logs.
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building HTTP client: %w", err)
@@ -95,9 +101,6 @@ func restClient(cfg *rest.Config, httpClient *http.Client, gv schema.GroupVersio
 	c.APIPath = "/apis"
 	c.ContentType = runtime.ContentTypeJSON
 	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
 	rc, err := rest.RESTClientForConfigAndClient(c, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("building the %s client: %w", gv, err)
