@@ -5,7 +5,9 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 CACHE     ?= $(or $(GALACTIC_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/galactic)
 CONTROLLER_GEN := $(CACHE)/tools-$(shell sha256sum test/tools/go.sum | cut -c1-12)/controller-gen
-TEST_FLAGS ?= -timeout 45m
+# -count=1: integration tests build the binaries they run, which go test's
+# result cache cannot see, so a cached pass could hide a changed plugin.
+TEST_FLAGS ?= -timeout 45m -count=1
 
 .PHONY: all build test unit integration generate verify-generated lint controlplane demo bench clean
 
