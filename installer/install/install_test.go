@@ -3,16 +3,13 @@ package install
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/galactic-cni/galactic/pkg/settings"
+	"github.com/galactic-cni/galactic/test/harness"
 )
 
 // fixture is a temporary root plus the inputs of an install: plugin
@@ -66,39 +64,6 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// tree lists every path under root with its type, mode and content digest;
-// with identity it adds inode and mtime, which any rewrite changes.
-func tree(t *testing.T, root string, identity bool) string {
-	t.Helper()
-	var b strings.Builder
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		st, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		fmt.Fprintf(&b, "%s %s", rel, st.Mode())
-		if st.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(&b, " %x", sha256.Sum256(data))
-		}
-		if identity {
-			sys := st.Sys().(*syscall.Stat_t)
-			fmt.Fprintf(&b, " ino=%d mtime=%d", sys.Ino, st.ModTime().UnixNano())
-		}
-		b.WriteString("\n")
-		return nil
-	})
-	must(t, err)
-	return b.String()
 }
 
 func TestInstallWritesThePluginsNodeSettingsAndKubeconfigWithTheirModes(t *testing.T) {
@@ -161,11 +126,11 @@ func TestInstallWritesThePluginsNodeSettingsAndKubeconfigWithTheirModes(t *testi
 func TestASecondInstallWithTheSameInputsChangesNothingAndSaysSo(t *testing.T) {
 	f := newFixture(t)
 	must(t, Install(f.options()))
-	before := tree(t, f.root, true)
+	before := harness.Tree(t, f.root, true)
 	f.out.Reset()
 
 	must(t, Install(f.options()))
-	if after := tree(t, f.root, true); after != before {
+	if after := harness.Tree(t, f.root, true); after != before {
 		t.Errorf("the second install rewrote files:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	lines := strings.Split(strings.TrimSpace(f.out.String()), "\n")
@@ -211,12 +176,12 @@ func TestUninstallLeavesTheRootAsItWasBeforeInstall(t *testing.T) {
 	// A node that already has a CNI bin dir with another plugin in it.
 	must(t, os.MkdirAll(f.path("/opt/cni/bin"), 0o755))
 	must(t, os.WriteFile(f.path("/opt/cni/bin/loopback"), []byte("loopback"), 0o755))
-	before := tree(t, f.root, false)
+	before := harness.Tree(t, f.root, false)
 
 	must(t, Install(f.options()))
 	must(t, Install(f.options()))
 	must(t, Uninstall(f.options()))
-	if after := tree(t, f.root, false); after != before {
+	if after := harness.Tree(t, f.root, false); after != before {
 		t.Errorf("uninstall did not restore the root:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	f.out.Reset()
@@ -230,7 +195,7 @@ func TestUninstallWorksUnderAnotherRootThanInstall(t *testing.T) {
 	// Installed on the node itself, uninstalled from a pod that mounts the
 	// host's filesystem elsewhere: the record holds host paths.
 	f := newFixture(t)
-	before := tree(t, f.root, false)
+	before := harness.Tree(t, f.root, false)
 	must(t, Install(f.options()))
 	r, _, err := readRecord(f.path("/var/lib/galactic/installed.json"))
 	must(t, err)
@@ -242,7 +207,7 @@ func TestUninstallWorksUnderAnotherRootThanInstall(t *testing.T) {
 	o := f.options()
 	o.Root = moved
 	must(t, Uninstall(o))
-	if after := tree(t, moved, false); after != before {
+	if after := harness.Tree(t, moved, false); after != before {
 		t.Errorf("uninstall under the new root left:\n%s", after)
 	}
 }
@@ -278,11 +243,11 @@ func TestUninstallKeepsWhatOthersWroteAndFilesThatWereAlreadyInPlace(t *testing.
 
 func TestDryRunPrintsThePlanAndWritesNothing(t *testing.T) {
 	f := newFixture(t)
-	before := tree(t, f.root, true)
+	before := harness.Tree(t, f.root, true)
 	o := f.options()
 	o.DryRun = true
 	must(t, Install(o))
-	if after := tree(t, f.root, true); after != before {
+	if after := harness.Tree(t, f.root, true); after != before {
 		t.Errorf("dry run wrote:\n%s", after)
 	}
 	for _, want := range []string{"would create directory: " + f.path("/opt/cni/bin"), "would install: " + f.path("/etc/galactic/kubeconfig"), "dry run: nothing written"} {
@@ -292,9 +257,9 @@ func TestDryRunPrintsThePlanAndWritesNothing(t *testing.T) {
 	}
 
 	must(t, Install(f.options()))
-	before = tree(t, f.root, true)
+	before = harness.Tree(t, f.root, true)
 	must(t, Uninstall(o))
-	if after := tree(t, f.root, true); after != before {
+	if after := harness.Tree(t, f.root, true); after != before {
 		t.Errorf("uninstall dry run removed:\n%s", after)
 	}
 }
@@ -330,7 +295,7 @@ func TestInstallErrorsSayWhatToFixAndChangeNothing(t *testing.T) {
 			f := newFixture(t)
 			o := f.options()
 			tc.setup(t, f, &o)
-			before := tree(t, f.root, true)
+			before := harness.Tree(t, f.root, true)
 			err := Install(o)
 			if err == nil {
 				t.Fatal("install succeeded")
@@ -340,7 +305,7 @@ func TestInstallErrorsSayWhatToFixAndChangeNothing(t *testing.T) {
 					t.Errorf("error %q lacks %q", err, w)
 				}
 			}
-			if after := tree(t, f.root, true); after != before {
+			if after := harness.Tree(t, f.root, true); after != before {
 				t.Errorf("a failed install changed the root:\n%s", after)
 			}
 		})

@@ -3,9 +3,7 @@ package installer
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -131,7 +129,7 @@ func TestInstallIntoATemporaryRootThenAgainChangesNothingAndUninstallRestoresThe
 	n := newNode(t, env)
 	// A node that already has a CNI bin dir with another plugin in it.
 	copyFile(t, filepath.Join(env.BinDir, "loopback"), n.path("/opt/cni/bin/loopback"), 0o755)
-	pristine := tree(t, n.root, false)
+	pristine := harness.Tree(t, n.root, false)
 
 	out := n.mustRun(t, n.args("install")...)
 	for _, want := range []string{
@@ -169,9 +167,9 @@ func TestInstallIntoATemporaryRootThenAgainChangesNothingAndUninstallRestoresThe
 	}
 	canListAdvertisements(t, s.Kubeconfig)
 
-	installed := tree(t, n.root, true)
+	installed := harness.Tree(t, n.root, true)
 	out = n.mustRun(t, n.args("install")...)
-	if again := tree(t, n.root, true); again != installed {
+	if again := harness.Tree(t, n.root, true); again != installed {
 		t.Errorf("the second install touched files:\nbefore:\n%s\nafter:\n%s", installed, again)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -185,7 +183,7 @@ func TestInstallIntoATemporaryRootThenAgainChangesNothingAndUninstallRestoresThe
 	}
 
 	n.mustRun(t, n.args("uninstall")...)
-	if after := tree(t, n.root, false); after != pristine {
+	if after := harness.Tree(t, n.root, false); after != pristine {
 		t.Errorf("uninstall did not restore the root:\nbefore install:\n%s\nafter uninstall:\n%s", pristine, after)
 	}
 }
@@ -193,9 +191,9 @@ func TestInstallIntoATemporaryRootThenAgainChangesNothingAndUninstallRestoresThe
 func TestDryRunShowsThePlanAndWritesNothing(t *testing.T) {
 	env := harness.Setup(t)
 	n := newNode(t, env)
-	before := tree(t, n.root, true)
+	before := harness.Tree(t, n.root, true)
 	out := n.mustRun(t, n.args("install", "--dry-run")...)
-	if after := tree(t, n.root, true); after != before {
+	if after := harness.Tree(t, n.root, true); after != before {
 		t.Errorf("dry run wrote into the root:\n%s", after)
 	}
 	if !strings.Contains(out, "would install: "+n.path("/opt/cni/bin/galactic-cni")) || !strings.Contains(out, "dry run: nothing written") {
@@ -257,7 +255,7 @@ func TestInstallErrorsSayWhatToFixAndChangeNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, env)
 			cmd := tc.prepare(t, n)
-			before := tree(t, n.root, true)
+			before := harness.Tree(t, n.root, true)
 			var out, errs bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errs
 			var exit *exec.ExitError
@@ -272,7 +270,7 @@ func TestInstallErrorsSayWhatToFixAndChangeNothing(t *testing.T) {
 					t.Errorf("error output lacks %q:\n%s", w, errs.String())
 				}
 			}
-			if after := tree(t, n.root, true); after != before {
+			if after := harness.Tree(t, n.root, true); after != before {
 				t.Errorf("a failed install changed the root:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
@@ -334,40 +332,6 @@ func TestRunExitsNonZeroWhenTheTokenStaysGonePastTheGracePeriod(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "cannot refresh") || !strings.Contains(errs, "service account token") {
 		t.Fatalf("want exit 1 naming the token, got %d\n%s%s", code, out, errs)
 	}
-}
-
-// tree lists every path under root with its type, mode and content digest;
-// with identity it adds inode and mtime, which any rewrite changes.
-func tree(t *testing.T, root string, identity bool) string {
-	t.Helper()
-	var b strings.Builder
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		st, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		fmt.Fprintf(&b, "%s %s", rel, st.Mode())
-		if st.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(&b, " %x", sha256.Sum256(data))
-		}
-		if identity {
-			fmt.Fprintf(&b, " ino=%d mtime=%d", st.Sys().(*syscall.Stat_t).Ino, st.ModTime().UnixNano())
-		}
-		b.WriteString("\n")
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }
 
 // waitFor polls cond for a bounded time: it asserts an outcome, not a speed.
