@@ -162,7 +162,7 @@ func (c *Collector) Pass(ctx context.Context) (Report, error) {
 		}
 	}
 
-	c.collectRecords(records, &r, fail)
+	c.collectRecords(store, records, &r, fail)
 	c.collectTaps(ctx, store, mem, apiOK, liveRecord, advertisedHere, &r, fail)
 	c.keepLeases(ctx, records, &r, fail)
 
@@ -177,8 +177,7 @@ func (c *Collector) Pass(ctx context.Context) (Report, error) {
 
 // collectRecords removes records whose container and host interface are
 // both gone, undoing any host-side state they still account for.
-func (c *Collector) collectRecords(records []state.Record, r *Report, fail func(string, error)) {
-	store := state.NewStore(c.StateDir)
+func (c *Collector) collectRecords(store state.Store, records []state.Record, r *Report, fail func(string, error)) {
 	for _, rec := range records {
 		if c.Live(rec.Netns) {
 			continue

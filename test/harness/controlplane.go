@@ -213,16 +213,6 @@ func (cp *ControlPlane) dumpLogs(w io.Writer) {
 	}
 }
 
-// UserKubeconfig writes a kubeconfig for a client certificate with the
-// given user name and groups, and returns its path.
-func (cp *ControlPlane) UserKubeconfig(path, user string, groups ...string) error {
-	cert, key, err := cp.pki.issue("user-"+user, pkix.Name{CommonName: user, Organization: groups}, false)
-	if err != nil {
-		return err
-	}
-	return WriteKubeconfig(path, cp.Server, cp.CAFile, &clientcmdapi.AuthInfo{ClientCertificate: cert, ClientKey: key})
-}
-
 // WriteKubeconfig writes a single-context kubeconfig (mode 0600), embedding
 // the CA and any client certificate files so the file stands alone.
 func WriteKubeconfig(path, server, caFile string, auth *clientcmdapi.AuthInfo) error {

@@ -71,12 +71,6 @@ func (n *Netns) Delete() {
 	_ = exec.Command("ip", "netns", "del", n.Name).Run()
 }
 
-// Exists reports whether the namespace's path is still there.
-func (n *Netns) Exists() bool {
-	_, err := os.Stat(n.Path)
-	return err == nil
-}
-
 // Run runs a command inside the namespace and returns its combined output.
 func (n *Netns) Run(name string, args ...string) (string, error) {
 	out, err := exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...).CombinedOutput()
