@@ -187,11 +187,19 @@ func (a *Advertiser) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// Routing is how the advertisement is to be routed: the stanza's vni and
+// announce, which the latest ADD sets for the whole advertisement.
+type Routing struct {
+	VNI      int32
+	Announce v1alpha1.Announce
+}
+
 // Publish upserts e, keyed by (containerID, ifName), in k's advertisement,
-// creating it if needed, and drops other entries whose netns is gone.
-// spec.prefixes becomes the union of the entries' prefixes. An entry that
-// is already published as e with nothing to prune costs one read and no write.
-func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEntry) (Result, error) {
+// creating it if needed, sets spec.vni and spec.announce from r, and drops
+// other entries whose netns is gone. spec.prefixes becomes the union of the
+// entries' prefixes. An entry that is already published as e with nothing
+// to prune costs one read and no write.
+func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEntry, r Routing) (Result, error) {
 	res := Result{Name: k.Name()}
 	if err := k.validate(); err != nil {
 		return res, err
@@ -206,6 +214,7 @@ func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEnt
 		cur, err := a.API.Get(ctx, res.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			obj := newAdvertisement(k, []v1alpha1.ContainerEntry{e})
+			obj.Spec.VNI, obj.Spec.Announce = r.VNI, r.Announce
 			if _, err := a.API.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 				if apierrors.IsAlreadyExists(err) {
 					return raced(err)
@@ -232,6 +241,7 @@ func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEnt
 			}
 		}
 		next := withEntries(cur, k, append(kept, e))
+		next.Spec.VNI, next.Spec.Announce = r.VNI, r.Announce
 		if unchanged(cur, next) {
 			res.Outcome = Unchanged
 			return nil

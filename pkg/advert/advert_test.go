@@ -60,7 +60,7 @@ func TestPublishCreatesTheAdvertisementWithLabelsAndHostPrefixes(t *testing.T) {
 	a := testAdvertiser(f, liveSet{})
 	e := entry("c1", "/run/netns/c1", "fd20::5/128", "10.20.0.5/32")
 	e.HolderGeneration = 4
-	res, err := a.Publish(context.Background(), keyA, e)
+	res, err := a.Publish(context.Background(), keyA, e, Routing{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestPublishAddsAnEntryPrunesDeadOnesAndRecomputesThePrefixes(t *testing.T) 
 		entry("c-live", "/run/netns/live", "10.20.0.7/32"),
 		entry("c-dead", "/run/netns/dead", "10.20.0.9/32")))
 	a := testAdvertiser(f, liveSet{"/run/netns/live": true})
-	res, err := a.Publish(context.Background(), keyA, entry("c-new", "/run/netns/new", "10.20.0.5/32"))
+	res, err := a.Publish(context.Background(), keyA, entry("c-new", "/run/netns/new", "10.20.0.5/32"), Routing{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestPublishingTheSameEntryAgainWritesNothing(t *testing.T) {
 	f := adverttest.New(t, "get")
 	f.Seed(existing(keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32")))
 	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
-	res, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32"))
+	res, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32"), Routing{})
 	if err != nil || res.Outcome != Unchanged {
 		t.Fatalf("res %+v err %v", res, err)
 	}
@@ -123,7 +123,7 @@ func TestPublishReplacesTheContainersOwnEntry(t *testing.T) {
 	f := adverttest.New(t, "get", "update")
 	f.Seed(existing(keyA, entry("c1", "/run/netns/old", "10.20.0.5/32")))
 	a := testAdvertiser(f, liveSet{})
-	if _, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/new", "10.20.0.6/32")); err != nil {
+	if _, err := a.Publish(context.Background(), keyA, entry("c1", "/run/netns/new", "10.20.0.6/32"), Routing{}); err != nil {
 		t.Fatal(err)
 	}
 	got := f.Object(keyA.Name())
@@ -148,7 +148,7 @@ func TestPublishRereadsAndRetriesWhenAConcurrentWriterWins(t *testing.T) {
 		return nil
 	}
 	a := testAdvertiser(f, liveSet{"/run/netns/c1": true, "/run/netns/c2": true})
-	res, err := a.Publish(context.Background(), keyA, entry("c3", "/run/netns/c3", "10.20.0.5/32"))
+	res, err := a.Publish(context.Background(), keyA, entry("c3", "/run/netns/c3", "10.20.0.5/32"), Routing{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestPublishThatLosesTheCreateRaceUpdatesTheWinnersObject(t *testing.T) {
 		return nil
 	}
 	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
-	res, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2", "10.20.0.5/32"))
+	res, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2", "10.20.0.5/32"), Routing{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestPublishRecreatesAnAdvertisementDeletedBetweenReadAndWrite(t *testing.T)
 		return nil
 	}
 	a := testAdvertiser(f, liveSet{"/run/netns/c1": true})
-	res, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2", "10.20.0.5/32"))
+	res, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2", "10.20.0.5/32"), Routing{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestPublishRefusesAnObjectThatDescribesAnotherNode(t *testing.T) {
 	obj.Spec.Node = "node-z"
 	f.Seed(obj)
 	a := testAdvertiser(f, liveSet{})
-	_, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2"))
+	_, err := a.Publish(context.Background(), keyA, entry("c2", "/run/netns/c2"), Routing{})
 	if err == nil || !strings.Contains(err.Error(), "refusing") {
 		t.Fatalf("want a refusal, got %v", err)
 	}
@@ -346,7 +346,7 @@ func TestErrorsRetryingCannotFixAreReturnedAtOnce(t *testing.T) {
 	f.React = func(_, name string) error {
 		return apierrors.NewForbidden(adverttest.Resource, name, errors.New("RBAC"))
 	}
-	_, err := testAdvertiser(f, liveSet{}).Publish(context.Background(), keyA, entry("c1", "/x"))
+	_, err := testAdvertiser(f, liveSet{}).Publish(context.Background(), keyA, entry("c1", "/x"), Routing{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("want forbidden, got %v", err)
 	}
@@ -491,10 +491,10 @@ func TestHostPrefixesAndUnionAreSortedAndDeduplicated(t *testing.T) {
 func TestInvalidKeysAreRejectedBeforeAnyCall(t *testing.T) {
 	f := adverttest.New(t)
 	a := testAdvertiser(f, liveSet{})
-	if _, err := a.Publish(context.Background(), Key{VPC: "blue", Attachment: "a"}, entry("c1", "/x")); err == nil {
+	if _, err := a.Publish(context.Background(), Key{VPC: "blue", Attachment: "a"}, entry("c1", "/x"), Routing{}); err == nil {
 		t.Error("a key without a node must be rejected")
 	}
-	if _, err := a.Publish(context.Background(), keyA, v1alpha1.ContainerEntry{ContainerID: "c1"}); err == nil {
+	if _, err := a.Publish(context.Background(), keyA, v1alpha1.ContainerEntry{ContainerID: "c1"}, Routing{}); err == nil {
 		t.Error("an entry without ifName must be rejected")
 	}
 	wantCalls(t, f)

@@ -9,6 +9,8 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/galactic-cni/galactic/pkg/advert"
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/netconf"
 )
 
@@ -18,6 +20,34 @@ type NetConf struct {
 	// VPC and Attachment name the attachment whose prefixes this node
 	// advertises; they must match the galactic-cni stanza before it.
 	netconf.Attachment
+	// VNI is the VPC's VXLAN network identifier (1-16777215), the same on
+	// every node; absent means galactic-router does not route it.
+	VNI *int64 `json:"vni,omitempty"`
+	// Announce is always (the default) or whenAvailable.
+	Announce string `json:"announce,omitempty"`
+}
+
+// maxVNI is the largest 24-bit VXLAN network identifier.
+const maxVNI = 1<<24 - 1
+
+// routing is the validated vni and announce of the stanza.
+func (n NetConf) routing() (advert.Routing, *types.Error) {
+	var r advert.Routing
+	if n.VNI != nil {
+		if *n.VNI < 1 || *n.VNI > maxVNI {
+			return r, netconf.InvalidConfig(fmt.Sprintf("vni %d is out of range: a VXLAN network identifier is 1-%d", *n.VNI, maxVNI))
+		}
+		r.VNI = int32(*n.VNI)
+	}
+	switch a := v1alpha1.Announce(n.Announce); a {
+	case "", v1alpha1.AnnounceAlways:
+		r.Announce = v1alpha1.AnnounceAlways
+	case v1alpha1.AnnounceWhenAvailable:
+		r.Announce = a
+	default:
+		return r, netconf.InvalidConfig(fmt.Sprintf("announce %q is not supported: use %q or %q", n.Announce, v1alpha1.AnnounceAlways, v1alpha1.AnnounceWhenAvailable))
+	}
+	return r, nil
 }
 
 // Config is a parsed stanza: the attachment, and for ADD and CHECK the
@@ -29,6 +59,8 @@ type Config struct {
 	Prev types.Result
 	// IPs are Prev's addresses.
 	IPs []net.IP
+	// Routing is the validated vni and announce.
+	Routing advert.Routing
 }
 
 // parseConf decodes and validates a stanza. With needPrev (ADD, CHECK) a
@@ -42,6 +74,11 @@ func parseConf(data []byte, needPrev bool) (*Config, *types.Error) {
 	if err := c.Attachment.Validate(); err != nil {
 		return nil, err
 	}
+	r, terr := c.routing()
+	if terr != nil {
+		return nil, terr
+	}
+	c.Routing = r
 	if !needPrev {
 		return &c, nil
 	}

@@ -198,9 +198,12 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 		return terr
 	}
 	prefixes := advert.HostPrefixes(conf.IPs)
-	holderGeneration, terr := checkRecord(inv.node, args, conf, prefixes)
+	rec, terr := checkRecord(inv.node, args, conf, prefixes)
 	if terr != nil {
 		return terr
+	}
+	if conf.Routing.Announce == v1alpha1.AnnounceWhenAvailable && rec.Holder == "" {
+		return netconf.InvalidConfig(`announce "whenAvailable" needs the handoff lease: enable "handoff" in the galactic-cni stanza, or use announce "always"`)
 	}
 	adv, terr := inv.advertiser()
 	if terr != nil {
@@ -217,8 +220,8 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeouts.add)
 		res, err := adv.Publish(ctx, key, v1alpha1.ContainerEntry{
 			ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns,
-			Prefixes: prefixes, HolderGeneration: holderGeneration,
-		})
+			Prefixes: prefixes, HolderGeneration: rec.HolderGeneration,
+		}, conf.Routing)
 		cancel()
 		inv.set("outcome", string(res.Outcome), "pruned", entryIDs(res.Removed), "conflicts", res.Conflicts)
 		if err != nil {
@@ -240,23 +243,23 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 }
 
 // checkRecord compares prevResult with what galactic-cni recorded for this
-// container and returns the record's handoff generation (0 without one).
-func checkRecord(node settings.Node, args *skel.CmdArgs, conf *Config, prefixes []v1alpha1.Prefix) (int64, *types.Error) {
+// container and returns the record (the zero record when there is none).
+func checkRecord(node settings.Node, args *skel.CmdArgs, conf *Config, prefixes []v1alpha1.Prefix) (state.Record, *types.Error) {
 	rec, ok, err := state.NewStore(node.StateDir).Get(args.ContainerID, args.IfName)
 	if err != nil {
-		return 0, types.NewError(types.ErrIOFailure, "cannot read galactic-cni's record of this container: "+err.Error(), "")
+		return state.Record{}, types.NewError(types.ErrIOFailure, "cannot read galactic-cni's record of this container: "+err.Error(), "")
 	}
 	if !ok {
-		return 0, nil
+		return state.Record{}, nil
 	}
 	if rec.VPC != conf.VPC || rec.Attachment != conf.Attachment.Attachment {
-		return 0, netconf.InvalidConfig(fmt.Sprintf("galactic-bgp names %s/%s but galactic-cni attached this container to %s/%s: both stanzas must name the same vpc and attachment",
+		return state.Record{}, netconf.InvalidConfig(fmt.Sprintf("galactic-bgp names %s/%s but galactic-cni attached this container to %s/%s: both stanzas must name the same vpc and attachment",
 			conf.VPC, conf.Attachment.Attachment, rec.VPC, rec.Attachment))
 	}
 	if len(rec.Addresses) > 0 && len(prefixes) == 0 {
-		return 0, netconf.InvalidConfig(fmt.Sprintf("prevResult has no IPs although galactic-cni configured %v for this container: galactic-bgp must follow galactic-cni, and any plugin between them must pass the IPs on", rec.Addresses))
+		return state.Record{}, netconf.InvalidConfig(fmt.Sprintf("prevResult has no IPs although galactic-cni configured %v for this container: galactic-bgp must follow galactic-cni, and any plugin between them must pass the IPs on", rec.Addresses))
 	}
-	return rec.HolderGeneration, nil
+	return rec, nil
 }
 
 func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {

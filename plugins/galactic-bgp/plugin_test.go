@@ -133,6 +133,11 @@ func TestParseConfRejectsBadStanzasAndPrevResults(t *testing.T) {
 		{"no prevResult", string(stanza("")), true, types.ErrInvalidNetworkConfig, "no prevResult"},
 		{"prevResult of the wrong shape", string(stanza(`"prevResult":{"ips":"10.20.0.5"}`)), true, types.ErrDecodingFailure, "prevResult"},
 		{"prevResult IP without an address", string(stanza(`"prevResult":{"cniVersion":"1.1.0","ips":[{"gateway":"10.20.0.1"}]}`)), true, types.ErrDecodingFailure, "without an address"},
+		{"vni zero", string(stanza(`"vni":0`)), false, types.ErrInvalidNetworkConfig, "vni 0 is out of range"},
+		{"vni past 24 bits", string(stanza(`"vni":16777216`)), false, types.ErrInvalidNetworkConfig, "1-16777215"},
+		{"negative vni", string(stanza(`"vni":-5`)), false, types.ErrInvalidNetworkConfig, "vni -5"},
+		{"vni not a number", string(stanza(`"vni":"10100"`)), false, types.ErrDecodingFailure, "not valid JSON"},
+		{"unknown announce", string(stanza(`"announce":"sometimes"`)), false, types.ErrInvalidNetworkConfig, `announce "sometimes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseConf([]byte(tc.conf), tc.needPrev)
@@ -191,6 +196,40 @@ func TestAddPublishesHostPrefixesAndPassesPrevResultThrough(t *testing.T) {
 	lines := e.logLines(t)
 	if len(lines) != 1 || lines[0]["verb"] != "ADD" || lines[0]["outcome"] != "created" || lines[0]["containerID"] != "c1" || lines[0]["apiRequests"] != 3.0 {
 		t.Errorf("log = %v", lines)
+	}
+}
+
+func TestAddRecordsTheVNIAndAnnouncePolicy(t *testing.T) {
+	e := newTestEnv(t, "get", "create", "list")
+	e.record(t, state.Record{ContainerID: "c1", IfName: "net0", VPC: "blue", Attachment: "web-0-net0",
+		Addresses: []string{"10.20.0.5/24"}, Holder: "node-a/c1", HolderGeneration: 2})
+	if err := e.p.cmdAdd(args("c1", stanza(`"vni":10100,"announce":"whenAvailable","prevResult":`+prevResult))); err != nil {
+		t.Fatal(err)
+	}
+	obj := e.api.Object(advName)
+	if obj == nil || obj.Spec.VNI != 10100 || obj.Spec.Announce != v1alpha1.AnnounceWhenAvailable {
+		t.Fatalf("advertisement = %+v", obj)
+	}
+}
+
+func TestAddWithoutAVNIRecordsAnnounceAlwaysAndNoVNI(t *testing.T) {
+	e := newTestEnv(t, "get", "create", "list")
+	if err := e.p.cmdAdd(args("c1", stanza(`"prevResult":`+prevResult))); err != nil {
+		t.Fatal(err)
+	}
+	if obj := e.api.Object(advName); obj == nil || obj.Spec.VNI != 0 || obj.Spec.Announce != v1alpha1.AnnounceAlways {
+		t.Fatalf("advertisement = %+v", obj)
+	}
+}
+
+func TestAddRejectsWhenAvailableWithoutHandoffAndPublishesNothing(t *testing.T) {
+	e := newTestEnv(t)
+	e.record(t, state.Record{ContainerID: "c1", IfName: "net0", VPC: "blue", Attachment: "web-0-net0",
+		Addresses: []string{"10.20.0.5/24"}})
+	err := e.p.cmdAdd(args("c1", stanza(`"vni":10100,"announce":"whenAvailable","prevResult":`+prevResult)))
+	wantCode(t, err, types.ErrInvalidNetworkConfig, "needs the handoff lease")
+	if calls := e.api.Calls(); len(calls) != 0 {
+		t.Errorf("calls = %q, want none", calls)
 	}
 }
 

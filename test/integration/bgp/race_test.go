@@ -85,7 +85,7 @@ func TestPublishersThatReadTheSameVersionAllLandAfterRetrying(t *testing.T) {
 
 	barrier.arm(n)
 	all(func(i int) error {
-		_, err := a.Publish(ctx, key, v1alpha1.ContainerEntry{ContainerID: cidOf(i), IfName: ifName, Netns: "/var/run/netns/" + cidOf(i), Prefixes: []v1alpha1.Prefix{"10.20.13.5/32"}})
+		_, err := a.Publish(ctx, key, v1alpha1.ContainerEntry{ContainerID: cidOf(i), IfName: ifName, Netns: "/var/run/netns/" + cidOf(i), Prefixes: []v1alpha1.Prefix{"10.20.13.5/32"}}, advert.Routing{})
 		return err
 	})
 	addConflicts := a.Conflicts()

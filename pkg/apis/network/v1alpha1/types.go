@@ -25,6 +25,8 @@ type Prefix string
 // +kubebuilder:printcolumn:name="Attachment",type=string,JSONPath=`.spec.attachment`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
 // +kubebuilder:printcolumn:name="Prefixes",type=string,JSONPath=`.spec.prefixes`
+// +kubebuilder:printcolumn:name="Programmed",type=string,JSONPath=`.status.conditions[?(@.type=="Programmed")].status`
+// +kubebuilder:printcolumn:name="HolderAvailable",type=string,JSONPath=`.status.conditions[?(@.type=="HolderAvailable")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // BGPAdvertisement is one node's claim to serve an attachment: routers send
@@ -56,6 +58,20 @@ type BGPAdvertisementSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node"`
+
+	// VNI is the VPC's VXLAN network identifier, from the galactic-bgp
+	// stanza; 0 (absent) means the advertisement is not routed.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16777215
+	// +optional
+	VNI int32 `json:"vni,omitempty"`
+
+	// Announce says when galactic-router routes the prefixes: always
+	// (while an entry is live; the default) or whenAvailable (only while
+	// the current holder reports itself available).
+	// +kubebuilder:validation:Enum=always;whenAvailable
+	// +optional
+	Announce Announce `json:"announce,omitempty"`
 
 	// Prefixes is the sorted, deduplicated union of the entries' prefixes.
 	// +listType=set
@@ -102,6 +118,31 @@ type ContainerEntry struct {
 	// +optional
 	HolderGeneration int64 `json:"holderGeneration"`
 }
+
+// Announce is the spec.announce policy.
+type Announce string
+
+const (
+	AnnounceAlways        Announce = "always"
+	AnnounceWhenAvailable Announce = "whenAvailable"
+)
+
+// Condition types and reasons galactic-router writes.
+const (
+	// ConditionProgrammed is True while the prefixes are announced and at
+	// least one peer is established.
+	ConditionProgrammed = "Programmed"
+	// ConditionHolderAvailable says whether the current holder reports
+	// itself available, derived afresh from the handoff lease.
+	ConditionHolderAvailable = "HolderAvailable"
+
+	ReasonAnnounced         = "Announced"
+	ReasonNoEstablishedPeer = "NoEstablishedPeer"
+	ReasonNoVNI             = "NoVNI"
+	ReasonVNIConflict       = "VNIConflict"
+	ReasonHolderUnavailable = "HolderUnavailable"
+	ReasonNoLiveEntry       = "NoLiveEntry"
+)
 
 // BGPAdvertisementStatus is written by whatever consumes the advertisement.
 type BGPAdvertisementStatus struct {
