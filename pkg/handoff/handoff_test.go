@@ -181,7 +181,7 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 			wantErr: ErrLost, wantHolder: "node-a/c1", wantToken: 4,
 		},
 		{
-			name: "a predecessor's late report is lost and leaves the successor unavailable",
+			name:  "a predecessor's late report is lost and leaves the successor unavailable",
 			lease: reported(held("node-b/c2", 4), Report{Set: true, Token: 4, Reason: ReasonAcquired}),
 			do:    report(Grant{"node-a/c1", 3}, true, ""), calls: []string{"get"},
 			wantErr: ErrLost, wantHolder: "node-b/c2", wantToken: 4, wantReport: Report{Set: true, Token: 4, Reason: ReasonAcquired},
