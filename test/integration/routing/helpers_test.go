@@ -31,11 +31,17 @@ type attachment struct {
 	Addresses []string
 	Handoff   bool
 	Announce  string
+	// Mode is veth unless set.
+	Mode string
 }
 
 func (a attachment) conflist() map[string]any {
+	mode := a.Mode
+	if mode == "" {
+		mode = "veth"
+	}
 	cni := map[string]any{
-		"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": "veth",
+		"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": mode,
 		"routing": "table", "addresses": a.Addresses,
 		"handoff": map[string]any{"enabled": a.Handoff, "waitSeconds": 20, "leaseSeconds": 5},
 	}
