@@ -283,3 +283,17 @@ func TestAVPCsKeptVNIMakesTheOlderAdvertisementTheConflict(t *testing.T) {
 		t.Errorf("verdicts %+v", verdicts)
 	}
 }
+
+func TestOfTwoClaimsOfOneGenerationTheUndrainedIsAnnouncedWhateverTheOrder(t *testing.T) {
+	// Without handoff every entry has generation 0; the list order of the
+	// watch cache must not flip the route between drained and not.
+	gated := advert("web-0", "blue", 10100, 0, v1alpha1.AnnounceWhenAvailable, []string{"10.20.0.5/32"}, entry("g", "/live/g", 0))
+	always := advert("web-1", "blue", 10100, 1, v1alpha1.AnnounceAlways, []string{"10.20.0.5/32"}, entry("a", "/live/a", 0))
+	for _, order := range [][]*v1alpha1.BGPAdvertisement{{gated, always}, {always, gated}} {
+		in := exportInput(order...)
+		in.Available = judge(metav1.ConditionFalse, "Stopping")
+		in.Announced = routeSet(want("blue", "10.20.0.5/32", 10100, 0, false))
+		got, _ := Desired(in)
+		sameRoutes(t, got, routeSet(want("blue", "10.20.0.5/32", 10100, 0, false)))
+	}
+}
