@@ -179,3 +179,17 @@ func TestAFailedStatusWriteIsReportedAsNotWritten(t *testing.T) {
 		t.Fatalf("wrote %v, err %v, %d calls", wrote, err, len(w.calls))
 	}
 }
+
+func TestAHolderConditionNoLongerJudgedIsRemoved(t *testing.T) {
+	// whenAvailable turned into always without handoff: there is no holder
+	// to judge, and a stale report must not stay on the object.
+	adv := withStatus(programmed(metav1.ConditionTrue, "Announced"),
+		metav1.Condition{Type: v1alpha1.ConditionHolderAvailable, Status: metav1.ConditionTrue, Reason: "Serving"})
+	next, changed := withConditions(adv, Conditions(Verdict{Announced: true}, true), now)
+	if !changed || meta.FindStatusCondition(next.Status.Conditions, v1alpha1.ConditionHolderAvailable) != nil {
+		t.Fatalf("changed %v, conditions %+v", changed, next.Status.Conditions)
+	}
+	if _, changed := withConditions(next, Conditions(Verdict{Announced: true}, true), now); changed {
+		t.Fatal("the removal is not steady")
+	}
+}
