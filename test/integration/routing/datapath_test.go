@@ -33,8 +33,18 @@ func TestWorkloadsOfOneVPCReachEachOtherAcrossNodesOverIPv4AndIPv6(t *testing.T)
 	wa := add(t, a.Node, onA)
 	wc := add(t, c.Node, onC)
 	for _, v6 := range []bool{false, true} {
-		waitPing(t, wc, onA.Addr(v6))
-		waitPing(t, wa, onC.Addr(v6))
+		if err := func() (err error) {
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				if err = wc.Ping(onA.Addr(v6)); err == nil {
+					return wa.Ping(onC.Addr(v6))
+				}
+			}
+			return err
+		}(); err != nil {
+			t.Fatalf("v6=%v: %v\nC:\n%s\n%s\n%s\nA:\n%s\n%s", v6, err, c.Router.Log(), show(c.Node, "ip", "-6", "route", "show", "table", "all"), show(c.Node, "ip", "-6", "neigh"),
+				show(a.Node, "ip", "-6", "route", "show", "table", "all"), show(a.Node, "ip", "-6", "rule"))
+		}
 	}
 	r := kernelRoute(t, c.Node, "blue", onA.Prefixes()[0])
 	if r == nil || int(r.Protocol) != dataplane.Protocol || r.Gw.String() != a.Underlay.String() {
