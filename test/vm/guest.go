@@ -20,6 +20,8 @@ import (
 const (
 	MarkerReady = "GALACTIC-VM: READY"
 	MarkerMTU   = "GALACTIC-VM: MTU "
+	// MarkerStatusEnd ends what the guest prints for "status".
+	MarkerStatusEnd = "GALACTIC-VM: END OF STATUS"
 )
 
 // GuestModules are what the network guest loads: the virtio NIC qemu gives
@@ -72,6 +74,7 @@ echo "` + MarkerReady + `"
 while read -r cmd; do
 	case "$(echo "$cmd" | tr -d '\r')" in
 	poweroff) break ;;
+	status) ip addr; ip route; ip -6 route; ip neigh; echo "` + MarkerStatusEnd + `" ;;
 	esac
 done
 kill $! 2>/dev/null
@@ -261,6 +264,26 @@ func (g *Guest) MTU() int {
 		}
 	}
 	return 0
+}
+
+// Status asks the guest for its addresses, routes and neighbours and
+// returns them, for a failure message; it waits at most timeout.
+func (g *Guest) Status(timeout time.Duration) string {
+	from := len(g.Console())
+	if g.Exited() {
+		return "(qemu has exited)"
+	}
+	if _, err := io.WriteString(g.stdin, "status\n"); err != nil {
+		return err.Error()
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && !g.Exited() {
+		if out := g.Console()[from:]; strings.Contains(out, MarkerStatusEnd) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return g.Console()[from:] + "\n(no end of status)"
 }
 
 // Poweroff asks the guest on its console to power off and waits until
