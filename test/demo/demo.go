@@ -56,8 +56,8 @@ type demo struct {
 	vmmStarted map[string]time.Time
 	// lastAdd is how long the last launch's ADD took.
 	lastAdd time.Duration
-	tap        string
-	undo       []func()
+	tap     string
+	undo    []func()
 	// current is where the instance runs now.
 	current *workload
 }
