@@ -25,6 +25,7 @@ type Results struct {
 	Kernel   *KernelFloor
 	GC       []GCRow
 	Churn    *ChurnResult
+	VMs      []*VMBootResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -207,6 +208,7 @@ func Render(r *Results) string {
 	renderProcs(&w, r)
 	renderGC(&w, r)
 	renderChurn(&w, r)
+	renderVMs(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()

@@ -20,6 +20,8 @@ import (
 const (
 	MarkerReady = "GALACTIC-VM: READY"
 	MarkerMTU   = "GALACTIC-VM: MTU "
+	// MarkerUptime is the guest kernel's uptime as it says ready.
+	MarkerUptime = "GALACTIC-VM: UPTIME "
 	// MarkerStatusEnd ends what the guest prints for "status".
 	MarkerStatusEnd = "GALACTIC-VM: END OF STATUS"
 )
@@ -70,6 +72,7 @@ for g in $gateways; do
 done
 nc -ll -p ` + strconv.Itoa(EchoPort) + ` -e cat &
 echo "` + MarkerMTU + `$(cat /sys/class/net/$dev/mtu)"
+echo "` + MarkerUptime + `$(cut -d' ' -f1 /proc/uptime)"
 echo "` + MarkerReady + `"
 while read -r cmd; do
 	case "$(echo "$cmd" | tr -d '\r')" in
@@ -284,6 +287,20 @@ func (g *Guest) Status(timeout time.Duration) string {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return g.Console()[from:] + "\n(no end of status)"
+}
+
+// Uptime is how long the guest's kernel had run when it said ready: the
+// part of a boot after qemu and the firmware have loaded the kernel. 0
+// before it said so.
+func (g *Guest) Uptime() time.Duration {
+	for _, line := range strings.Split(g.Console(), "\n") {
+		if _, v, ok := strings.Cut(line, MarkerUptime); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	return 0
 }
 
 // Poweroff asks the guest on its console to power off and waits until
