@@ -91,7 +91,7 @@ func Run(ctx context.Context, out io.Writer, env *harness.Env) (err error) {
 	d.undo = append(d.undo, func() { os.RemoveAll(d.dir) })
 	d.say("control plane at %s; CRDs installed", env.CP.Server)
 	var why string
-	d.vmm, why = chooseVMM(env.BinDir, d.dir)
+	d.vmm, why = chooseVMM(env.BinDir, d.dir, out)
 	if _, fallback := d.vmm.(tapholder); fallback {
 		d.say("the VM is %s, because %s", d.vmm.describe(), why)
 	} else {

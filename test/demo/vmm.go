@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -44,14 +45,14 @@ type instance interface {
 
 // chooseVMM picks qemu where it can run, else the tapholder stand-in, and
 // says why.
-func chooseVMM(bin, dir string) (vmm, string) {
+func chooseVMM(bin, dir string, progress io.Writer) (vmm, string) {
 	if os.Getenv(EnvVMM) == "tapholder" {
 		return tapholder{bin: bin}, EnvVMM + "=tapholder asks for it"
 	}
 	if err := vm.Available(); err != nil {
 		return tapholder{bin: bin}, "qemu cannot run here: " + err.Error()
 	}
-	assets, err := vm.EnsureGuestAssets(dir, os.Stdout)
+	assets, err := vm.EnsureGuestAssets(dir, progress)
 	if err != nil {
 		return tapholder{bin: bin}, "there is no guest kernel: " + err.Error()
 	}
