@@ -58,7 +58,7 @@ func TestTheGCKeepsATapWhileQEMURunsAndAfterACrashAndAMoveReclaimsItOnTheSecondP
 	st, _ := a.inspectTap(t, nodeA)
 	index := st.Index
 
-	for pass := 1; pass <= 3; pass++ {
+	for pass := 1; pass <= 5; pass++ {
 		out := gcOnce(t, env, nodeA)
 		st, ok := a.inspectTap(t, nodeA)
 		if !ok || st.Index != index || !slices.Contains(st.Holders, g.Pid) {
