@@ -33,7 +33,7 @@ type Judge func(lease *coordinationv1.Lease, holder string, token int64) (metav1
 
 // Options are what the daemon runs with.
 type Options struct {
-	Config   *config.Config
+	Config    *config.Config
 	Node      string
 	Namespace string
 	StateDir  string

@@ -219,16 +219,15 @@ func toAPI(r Route) (*api.Path, error) {
 		bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN),
 		bgp.NewRoutersMacExtended(r.RouterMAC.String()),
 	}
+	large := []*bgp.LargeCommunity{bgp.NewLargeCommunity(uint32(r.RTASN), LargeCommunityHolderGeneration, r.Generation)}
+	if r.Drained {
+		large = append(large, bgp.NewLargeCommunity(uint32(r.RTASN), LargeCommunityDrain, 0))
+	}
 	attrs := []bgp.PathAttributeInterface{
 		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
 		bgp.NewPathAttributeMpReachNLRI(r.NextHop.String(), []bgp.AddrPrefixInterface{nlri}),
 		bgp.NewPathAttributeExtendedCommunities(ecs),
-		bgp.NewPathAttributeLargeCommunities([]*bgp.LargeCommunity{
-			bgp.NewLargeCommunity(uint32(r.RTASN), LargeCommunityHolderGeneration, r.Generation),
-		}),
-	}
-	if r.Drained {
-		attrs = append(attrs, bgp.NewPathAttributeCommunities([]uint32{CommunityDrain}))
+		bgp.NewPathAttributeLargeCommunities(large),
 	}
 	return apiutil.NewPath(nlri, false, attrs, time.Now())
 }
@@ -282,6 +281,7 @@ func fromAPI(p *api.Path) (Received, error) {
 	if err != nil {
 		return r, err
 	}
+	var large []*bgp.LargeCommunity
 	for _, a := range attrs {
 		switch a := a.(type) {
 		case *bgp.PathAttributeMpReachNLRI:
@@ -300,17 +300,20 @@ func fromAPI(p *api.Path) (Received, error) {
 				}
 			}
 		case *bgp.PathAttributeLargeCommunities:
-			for _, lc := range a.Values {
-				if lc.LocalData1 == LargeCommunityHolderGeneration {
-					r.Generation = lc.LocalData2
-				}
-			}
-		case *bgp.PathAttributeCommunities:
-			for _, c := range a.Value {
-				if c == CommunityDrain {
-					r.Drained = true
-				}
-			}
+			large = a.Values
+		}
+	}
+	// Only galactic's own large communities count: those under the route
+	// target's AS.
+	for _, lc := range large {
+		if lc.ASN != uint32(r.RTASN) {
+			continue
+		}
+		switch lc.LocalData1 {
+		case LargeCommunityHolderGeneration:
+			r.Generation = lc.LocalData2
+		case LargeCommunityDrain:
+			r.Drained = true
 		}
 	}
 	if r.RouterMAC == nil {

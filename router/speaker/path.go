@@ -19,10 +19,12 @@ const (
 	// entry's fencing token on the route, so every receiver prefers the
 	// current holder.
 	LargeCommunityHolderGeneration = 1
-	// CommunityDrain is the drain marking: the well-known GRACEFUL_SHUTDOWN
-	// community 65535:0 (RFC 8326). A receiver removes a marked path's
-	// kernel route at once instead of holding it.
-	CommunityDrain = 0xFFFF0000
+	// LargeCommunityDrain is the first local-data field of the drain
+	// marking <routeTargetASN>:2:0: a receiver removes a marked path's
+	// kernel route at once instead of holding it. A private marking, so a
+	// fabric's own maintenance communities (GRACEFUL_SHUTDOWN) never drop
+	// galactic routes.
+	LargeCommunityDrain = 2
 )
 
 // Route is one EVPN IP prefix route (RFC 9136 type 5): ethernet tag 0, ESI
