@@ -49,9 +49,32 @@ func RequireFRR(t testing.TB) {
 func NewFabric(t testing.TB) *Fabric {
 	t.Helper()
 	RequireFRR(t)
-	f := &Fabric{Netns: NewNetns(t, "f"), RR: netip.MustParseAddr("192.0.2.1"), dir: t.TempDir(), next: 11}
-	if err := os.Chmod(f.dir, 0o755); err != nil {
+	f, err := CreateFabric(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// CreateFabric is NewFabric outside a test: FRR's files go under dir, and
+// Close removes what it made.
+func CreateFabric(dir string) (*Fabric, error) {
+	nn, err := CreateNetns("f")
+	if err != nil {
+		return nil, err
+	}
+	f := &Fabric{Netns: nn, RR: netip.MustParseAddr("192.0.2.1"), dir: dir, next: 11}
+	if err := f.setup(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *Fabric) setup() error {
+	if err := os.Chmod(f.dir, 0o755); err != nil {
+		return err
 	}
 	for _, args := range [][]string{
 		{"ip", "link", "add", "br0", "type", "bridge"},
@@ -59,20 +82,31 @@ func NewFabric(t testing.TB) *Fabric {
 		{"ip", "addr", "add", "192.0.2.1/24", "dev", "br0"},
 	} {
 		if out, err := f.Run(args[0], args[1:]...); err != nil {
-			t.Fatalf("%v: %v %s", args, err, out)
+			return fmt.Errorf("%v: %v %s", args, err, out)
 		}
 	}
-	if err := f.StartFRR(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.StopFRR)
-	return f
+	return f.StartFRR()
+}
+
+// Close stops bgpd and deletes the fabric namespace.
+func (f *Fabric) Close() {
+	f.StopFRR()
+	f.Netns.Delete()
 }
 
 // Attach connects node to the fabric with a veth called ul0 and returns
 // its underlay address.
 func (f *Fabric) Attach(t testing.TB, n *Node) netip.Addr {
 	t.Helper()
+	addr, err := f.AttachNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// AttachNode is Attach outside a test.
+func (f *Fabric) AttachNode(n *Node) (netip.Addr, error) {
 	f.mu.Lock()
 	octet := f.next
 	f.next++
@@ -85,12 +119,12 @@ func (f *Fabric) Attach(t testing.TB, n *Node) netip.Addr {
 	}
 	for _, s := range steps {
 		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v %s", s, err, out)
+			return addr, fmt.Errorf("%v: %v %s", s, err, out)
 		}
 	}
 	for _, s := range [][]string{{"ip", "link", "set", host, "master", "br0", "up"}} {
 		if out, err := f.Run(s[0], s[1:]...); err != nil {
-			t.Fatalf("%v: %v %s", s, err, out)
+			return addr, fmt.Errorf("%v: %v %s", s, err, out)
 		}
 	}
 	for _, s := range [][]string{
@@ -98,10 +132,10 @@ func (f *Fabric) Attach(t testing.TB, n *Node) netip.Addr {
 		{"ip", "link", "set", "ul0", "up"},
 	} {
 		if out, err := n.Run(s[0], s[1:]...); err != nil {
-			t.Fatalf("%v: %v %s", s, err, out)
+			return addr, fmt.Errorf("%v: %v %s", s, err, out)
 		}
 	}
-	return addr
+	return addr, nil
 }
 
 func (f *Fabric) vty() string { return filepath.Join(f.dir, "vty") }
@@ -111,6 +145,7 @@ func (f *Fabric) LogPath() string { return filepath.Join(f.dir, "bgpd.log") }
 
 const bgpdConf = `hostname fabric-rr
 log file %s
+log timestamp precision 6
 debug bgp updates in
 debug bgp neighbor-events
 router bgp %d
@@ -295,40 +330,82 @@ func (f *Fabric) LogOffset() int64 {
 	return st.Size()
 }
 
-// CountUpdates reads FRR's log from offset and counts prefix's updates.
-func (f *Fabric) CountUpdates(from int64, prefix netip.Prefix) (Updates, error) {
-	u := Updates{Announced: map[string]int{}, Withdrawn: map[string]int{}}
+// LogUpdate is one update line of FRR's log about a type-5 route.
+type LogUpdate struct {
+	// At is the line's timestamp (the log has microseconds).
+	At        time.Time
+	Peer      string
+	RD        string
+	Prefix    netip.Prefix
+	Withdrawn bool
+}
+
+// ReadUpdates parses FRR's log from offset: the type-5 updates, the number
+// of notifications received and the offset after the last whole line.
+func (f *Fabric) ReadUpdates(from int64) (ups []LogUpdate, notifications int, next int64, err error) {
 	fh, err := os.Open(f.LogPath())
 	if err != nil {
-		return u, err
+		return nil, 0, from, err
 	}
 	defer fh.Close()
 	if _, err := fh.Seek(from, 0); err != nil {
+		return nil, 0, from, err
+	}
+	r := bufio.NewReaderSize(fh, 1<<20)
+	next = from
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			// A line without its newline is still being written.
+			break
+		}
+		next += int64(len(line))
+		if u, ok := parseUpdate(line); ok {
+			ups = append(ups, u)
+		} else if strings.Contains(line, "NOTIFICATION: received from neighbor") {
+			notifications++
+		}
+	}
+	return ups, notifications, next, nil
+}
+
+func parseUpdate(line string) (LogUpdate, bool) {
+	m, withdrawn := withdrawRE.FindStringSubmatch(line), true
+	if m == nil {
+		m, withdrawn = rcvdRE.FindStringSubmatch(line), false
+	}
+	if m == nil {
+		return LogUpdate{}, false
+	}
+	a, err := netip.ParseAddr(m[4])
+	if err != nil {
+		return LogUpdate{}, false
+	}
+	var bits int
+	fmt.Sscan(m[3], &bits)
+	u := LogUpdate{Peer: m[1], RD: m[2], Prefix: netip.PrefixFrom(a, bits), Withdrawn: withdrawn}
+	if len(line) >= 26 {
+		u.At, _ = time.ParseInLocation("2006/01/02 15:04:05.000000", line[:26], time.Local)
+	}
+	return u, true
+}
+
+// CountUpdates reads FRR's log from offset and counts prefix's updates.
+func (f *Fabric) CountUpdates(from int64, prefix netip.Prefix) (Updates, error) {
+	u := Updates{Announced: map[string]int{}, Withdrawn: map[string]int{}}
+	ups, notes, _, err := f.ReadUpdates(from)
+	if err != nil {
 		return u, err
 	}
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	match := func(m []string) bool {
-		if m == nil {
-			return false
-		}
-		a, err := netip.ParseAddr(m[4])
-		if err != nil {
-			return false
-		}
-		var bits int
-		fmt.Sscan(m[3], &bits)
-		return netip.PrefixFrom(a, bits) == prefix
-	}
-	for sc.Scan() {
-		line := sc.Text()
-		if m := withdrawRE.FindStringSubmatch(line); match(m) {
-			u.Withdrawn[m[1]]++
-		} else if m := rcvdRE.FindStringSubmatch(line); match(m) {
-			u.Announced[m[1]]++
-		} else if strings.Contains(line, "NOTIFICATION: received from neighbor") {
-			u.Notifications++
+	u.Notifications = notes
+	for _, x := range ups {
+		switch {
+		case x.Prefix != prefix:
+		case x.Withdrawn:
+			u.Withdrawn[x.Peer]++
+		default:
+			u.Announced[x.Peer]++
 		}
 	}
-	return u, sc.Err()
+	return u, nil
 }

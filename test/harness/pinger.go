@@ -31,9 +31,10 @@ type Pinger struct {
 type PingerStats struct {
 	Sent, Received int
 	// Lost are the requests not answered; LongestGap is the longest time
-	// between two answered requests' send times.
-	Lost       int
-	LongestGap time.Duration
+	// between two answered requests' send times, starting at LongestGapFrom.
+	Lost           int
+	LongestGap     time.Duration
+	LongestGapFrom time.Time
 }
 
 // StartPinger pings addr from n every interval until Stop.
@@ -121,7 +122,7 @@ func (p *Pinger) Stats() PingerStats {
 		if _, ok := p.replied[seq]; ok {
 			s.Received++
 			if !lastOK.IsZero() && at.Sub(lastOK) > s.LongestGap {
-				s.LongestGap = at.Sub(lastOK)
+				s.LongestGap, s.LongestGapFrom = at.Sub(lastOK), lastOK
 			}
 			lastOK = at
 		} else {

@@ -65,16 +65,25 @@ func (n *Node) RouterConfigPath() string { return filepath.Join(n.Dir, "router.j
 // galactic-router in the node; t's cleanup kills it.
 func (n *Node) StartRouter(t testing.TB, cfg RouterConfig, args ...string) *Router {
 	t.Helper()
-	r := &Router{Node: n, Config: cfg, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
-	data, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(n.RouterConfigPath(), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(); err != nil {
+	r, err := n.LaunchRouter(cfg, args...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Kill() })
 	return r
+}
+
+// LaunchRouter is StartRouter outside a test; the caller kills it.
+func (n *Node) LaunchRouter(cfg RouterConfig, args ...string) (*Router, error) {
+	r := &Router{Node: n, Config: cfg, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
+	data, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(n.RouterConfigPath(), data, 0o644); err != nil {
+		return nil, err
+	}
+	if err := r.Start(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Start starts the process (again).
@@ -100,6 +109,17 @@ func (r *Router) Start() error {
 	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	r.cmd, r.done = cmd, done
 	return nil
+}
+
+// Pid is the running router's process ID (ip netns exec execs the
+// router itself), 0 when it is stopped.
+func (r *Router) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
 }
 
 // signal sends sig and waits for the process to exit.
@@ -180,4 +200,3 @@ func (r *Router) Drain() (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
-
