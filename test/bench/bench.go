@@ -98,6 +98,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		{"churn", b.churn},
 		{"GC pass scaling", b.gcScaling},
 		{"VM boot", b.vmBoot},
+		{"Routing", b.routing},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {

@@ -26,6 +26,7 @@ type Results struct {
 	GC       []GCRow
 	Churn    *ChurnResult
 	VMs      []*VMBootResult
+	Routing  *RoutingResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -209,6 +210,7 @@ func Render(r *Results) string {
 	renderGC(&w, r)
 	renderChurn(&w, r)
 	renderVMs(&w, r)
+	renderRouting(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()
