@@ -121,6 +121,9 @@ type Proxy struct {
 	srv  *http.Server
 	mu   sync.Mutex
 	reqs []Request
+	// begun are the requests as they arrived: a watch shows here while it
+	// is open, in reqs only once it ends.
+	begun []Request
 }
 
 type acceptedKey struct{}
@@ -199,6 +202,9 @@ func (p *Proxy) record(next http.Handler) http.Handler {
 		req := Request{At: time.Now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
 		req.Accepted, _ = r.Context().Value(acceptedKey{}).(time.Time)
 		req.Agent, _, _ = strings.Cut(r.UserAgent(), "/")
+		p.mu.Lock()
+		p.begun = append(p.begun, req)
+		p.mu.Unlock()
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		req.Status, req.Done = sw.status, sw.done
@@ -223,6 +229,20 @@ func (p *Proxy) Since(mark int, agent string) []Request {
 	var out []Request
 	for _, r := range p.reqs[mark:] {
 		if agent == "" || r.Agent == agent {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Begun returns the requests of agent that arrived in [from, to), ended
+// or not, without their status.
+func (p *Proxy) Begun(agent string, from, to time.Time) []Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Request
+	for _, r := range p.begun {
+		if r.Agent == agent && !r.At.Before(from) && r.At.Before(to) {
 			out = append(out, r)
 		}
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/advert"
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/test/harness"
@@ -55,6 +57,10 @@ type RoutingResult struct {
 	RefAdd, RefDel Sample
 	// Add and Del: cnitool ADD or DEL returned → FRR logged the update.
 	Add, Del Sample
+	// The same from the command's start: the route can be in FRR before
+	// the command returns (galactic-bgp is the last plugin of ADD and the
+	// first of DEL).
+	RefAddStart, RefDelStart, AddStart, DelStart Sample
 	// Install: ADD on A returned → the route in C's kernel.
 	Install Sample
 	// Available and Unavailable: the command returned → C's kernel.
@@ -69,12 +75,15 @@ type RoutingResult struct {
 type MoveResult struct {
 	Handoff bool
 	// Blackout is the pinger's longest gap between answered requests;
-	// Wait is the part of it before the new holder's ADD returned.
+	// Wait is the part of it before the new holder acquired the lease.
 	Blackout, Wait time.Duration
 	Lost           int
 	// Withdrawn and Announced are the updates FRR received about the
 	// prefix; KernelChanges the route changes in C's kernel.
 	Withdrawn, Announced, KernelChanges int
+	// KernelAfterAdd is C's route change for the prefix, from the new
+	// holder's ADD returned.
+	KernelAfterAdd time.Duration
 }
 
 // Routing is the part of the blackout the handoff wait does not explain.
@@ -87,13 +96,18 @@ type ScaleResult struct {
 	ToFRR time.Duration
 	// RSS and HWM are the router's VmRSS and VmHWM with every prefix out.
 	RSS, HWM int64
-	// Startup are the router's API requests from its start to the steady
-	// window; Steady those begun in the window.
+	// Startup are the router's API requests from its restart to the
+	// steady window, the last StartupTook after the restart; Steady those
+	// begun in the window.
 	Startup, Steady []Request
+	StartupTook     time.Duration
 	// Installed is the receiver's router start → every prefix in its
 	// kernel; RemoteRSS and RemoteHWM its memory then.
 	Installed            time.Duration
 	RemoteRSS, RemoteHWM int64
+	// SessionUp and RemoteSessionUp are each router's start → its BGP
+	// session established, from its log.
+	SessionUp, RemoteSessionUp time.Duration
 }
 
 // RestartResult is a SIGTERM restart of the scale node's router.
@@ -104,8 +118,8 @@ type RestartResult struct {
 	Withdrawn, Notifications int
 	Back                     time.Duration
 	// ReceiverChanges are the kernel route changes the receiving node's
-	// router made across it.
-	ReceiverChanges float64
+	// router made across it; ReceiverUpdates the updates it received.
+	ReceiverChanges, ReceiverUpdates float64
 }
 
 // routedNode is a bench node on the fabric.
@@ -340,7 +354,7 @@ func (b *bench) routeLatency(r *RoutingResult, log *frrLog, ref, a, c *routedNod
 		if err != nil {
 			return fmt.Errorf("reference add: %w", err)
 		}
-		refAdd := u.At.Sub(returned(e))
+		refAdd, refAddStart := u.At.Sub(returned(e)), u.At.Sub(e.Start)
 		m = log.mark()
 		if e, err = cli("del"); err != nil {
 			return err
@@ -348,7 +362,7 @@ func (b *bench) routeLatency(r *RoutingResult, log *frrLog, ref, a, c *routedNod
 		if u, err = log.wait(m, 10*time.Second, update(ref.underlay, refPrefix, true)); err != nil {
 			return fmt.Errorf("reference del: %w", err)
 		}
-		refDel := u.At.Sub(returned(e))
+		refDel, refDelStart := u.At.Sub(returned(e)), u.At.Sub(e.Start)
 
 		// galactic: a new address each round, so C has no route for it
 		// (a withdrawn one is held there for withdrawHoldSeconds).
@@ -367,7 +381,7 @@ func (b *bench) routeLatency(r *RoutingResult, log *frrLog, ref, a, c *routedNod
 		if u, err = log.wait(m, 10*time.Second, update(a.underlay, p, false)); err != nil {
 			return fmt.Errorf("galactic ADD: %w", err)
 		}
-		add := u.At.Sub(returned(e))
+		add, addStart := u.At.Sub(returned(e)), u.At.Sub(e.Start)
 		ev, err := mon.wait(k, 10*time.Second, p, false)
 		if err != nil {
 			return fmt.Errorf("galactic ADD to C's kernel: %w", err)
@@ -383,6 +397,8 @@ func (b *bench) routeLatency(r *RoutingResult, log *frrLog, ref, a, c *routedNod
 		if keep {
 			r.RefAdd, r.RefDel = append(r.RefAdd, refAdd), append(r.RefDel, refDel)
 			r.Add, r.Del = append(r.Add, add), append(r.Del, u.At.Sub(returned(e)))
+			r.RefAddStart, r.RefDelStart = append(r.RefAddStart, refAddStart), append(r.RefDelStart, refDelStart)
+			r.AddStart, r.DelStart = append(r.AddStart, addStart), append(r.DelStart, u.At.Sub(e.Start))
 			r.Install = append(r.Install, install)
 		}
 	}
@@ -402,7 +418,7 @@ func (b *bench) availability(r *RoutingResult, a, c *routedNode, mon *routeLog) 
 		return err
 	}
 	report := func(verb string) (Exec, error) {
-		return b.run(a.node, nil, nil, filepath.Join(b.env.BinDir, "galactic-cni"), verb,
+		return b.run(a.node, nil, a.Environ(), filepath.Join(b.env.BinDir, "galactic-cni"), verb,
 			"--vpc", routingVPC, "--attachment", att, "--container", harness.ContainerID(cont.Path))
 	}
 	for i := 0; i < r.Iterations+1; i++ {
@@ -457,7 +473,7 @@ func (b *bench) moves(r *RoutingResult, log *frrLog, a, bn *routedNode, mon *rou
 			if err != nil {
 				return err
 			}
-			m, err := b.moveOnce(log, mon, from, p, conf, holder, other, cont, next, handoff)
+			m, err := b.moveOnce(log, mon, from, p, att, conf, holder, other, cont, next, handoff)
 			if err != nil {
 				return fmt.Errorf("move %d (handoff %v): %w", i+1, handoff, err)
 			}
@@ -473,7 +489,7 @@ func (b *bench) moves(r *RoutingResult, log *frrLog, a, bn *routedNode, mon *rou
 	return nil
 }
 
-func (b *bench) moveOnce(log *frrLog, mon *routeLog, from *harness.Netns, p netip.Prefix, conf map[string]any, holder, other *routedNode, cont, next *harness.Netns, handoff bool) (MoveResult, error) {
+func (b *bench) moveOnce(log *frrLog, mon *routeLog, from *harness.Netns, p netip.Prefix, att string, conf map[string]any, holder, other *routedNode, cont, next *harness.Netns, handoff bool) (MoveResult, error) {
 	m := MoveResult{Handoff: handoff}
 	pg, err := from.StartPinger(p.Addr(), 10*time.Millisecond)
 	if err != nil {
@@ -528,7 +544,19 @@ func (b *bench) moveOnce(log *frrLog, mon *routeLog, from *harness.Netns, p neti
 	s := pg.Stop()
 	m.Blackout, m.Lost = s.LongestGap, s.Lost
 	if handoff && !s.LongestGapFrom.IsZero() {
-		m.Wait = min(max(returned(add).Sub(s.LongestGapFrom), 0), s.LongestGap)
+		// The wait ends when B holds the lease; the lease records that to
+		// the microsecond.
+		lease, err := b.env.Kube.CoordinationV1().Leases(harness.Namespace).Get(b.ctx, names.Lease(routingVPC, att), metav1.GetOptions{})
+		if err != nil {
+			return m, err
+		}
+		if lease.Spec.AcquireTime == nil || !strings.HasPrefix(derefString(lease.Spec.HolderIdentity), other.Name+"/") {
+			return m, fmt.Errorf("the lease is not %s's after the move: %+v", other.Name, lease.Spec)
+		}
+		m.Wait = min(max(lease.Spec.AcquireTime.Sub(s.LongestGapFrom), 0), s.LongestGap)
+	}
+	if at, err := mon.wait(k, 0, p, false); err == nil {
+		m.KernelAfterAdd = at.Sub(returned(add))
 	}
 	for _, u := range log.since(lm) {
 		if u.Prefix == p {
@@ -541,6 +569,13 @@ func (b *bench) moveOnce(log *frrLog, mon *routeLog, from *harness.Netns, p neti
 	}
 	m.KernelChanges = mon.count(k, p)
 	return m, nil
+}
+
+func derefString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // waitReplies waits until the pinger has an answer sent after now.
@@ -569,10 +604,6 @@ func (b *bench) routingScale(r *RoutingResult, f *harness.Fabric, log *frrLog) e
 	if err != nil {
 		return err
 	}
-	// S's programs go through the counting proxy, for the router's requests.
-	if err := sNode.viaProxy(b, true); err != nil {
-		return err
-	}
 	// One real ADD on each makes the VPC's routing domain.
 	if _, err := b.attach(sNode, routedConf(scaleVPC, "dom", "tap", []string{"10.63.0.5/16"}, false, "")); err != nil {
 		return err
@@ -595,8 +626,8 @@ func (b *bench) routingScale(r *RoutingResult, f *harness.Fabric, log *frrLog) e
 	s := &ScaleResult{Prefixes: len(prefixes)}
 	r.Scale = s
 
-	lm, mark := log.mark(), b.proxy.Mark()
-	start := time.Now()
+	lm := log.mark()
+	start0 := time.Now()
 	if err := b.startRouter(sNode, f); err != nil {
 		return err
 	}
@@ -604,10 +635,10 @@ func (b *bench) routingScale(r *RoutingResult, f *harness.Fabric, log *frrLog) e
 	if err != nil {
 		return fmt.Errorf("S's prefixes to FRR: %w", err)
 	}
-	s.ToFRR = last.Sub(start)
+	s.ToFRR = last.Sub(start0)
 	b.say("Routing: %d prefixes in FRR %s after S's router started", len(prefixes), ms(s.ToFRR))
 
-	start = time.Now()
+	start := time.Now()
 	if err := b.startRouter(rNode, f); err != nil {
 		return err
 	}
@@ -625,34 +656,41 @@ func (b *bench) routingScale(r *RoutingResult, f *harness.Fabric, log *frrLog) e
 
 	// Settle, then the memory and the steady state's requests.
 	time.Sleep(5 * time.Second)
+	s.SessionUp = established(sNode.router, start0)
+	s.RemoteSessionUp = established(rNode.router, start)
 	if s.RSS, s.HWM, err = procMemory(sNode.router.Pid()); err != nil {
 		return err
 	}
 	if s.RemoteRSS, s.RemoteHWM, err = procMemory(rNode.router.Pid()); err != nil {
 		return err
 	}
-	steadyFrom := time.Now()
-	time.Sleep(steadyWindow)
-	steadyTo := time.Now()
-
+	// The restart goes through the counting proxy (the timings above do
+	// not), so its requests are counted from its start.
+	if err := sNode.viaProxy(b, true); err != nil {
+		return err
+	}
+	restartAt := time.Now()
 	rs, err := b.restart(log, sNode, rNode, want)
 	if err != nil {
 		return err
 	}
 	r.Restart = rs
-	// A watch is recorded when it ends: stop the router to close them.
-	sNode.router.Kill()
-	time.Sleep(500 * time.Millisecond)
-	for _, q := range b.proxy.Since(mark, AgentRouter) {
-		switch {
-		case q.At.Before(steadyFrom):
-			s.Startup = append(s.Startup, q)
-		case q.At.Before(steadyTo):
-			s.Steady = append(s.Steady, q)
+	// The status writes of the start (client-go's default 5 requests per
+	// second) end before the steady window begins.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		reqs := b.proxy.Begun(AgentRouter, restartAt, time.Now())
+		if len(reqs) > 0 && time.Since(reqs[len(reqs)-1].At) > 5*time.Second {
+			s.StartupTook = reqs[len(reqs)-1].At.Sub(restartAt)
+			break
 		}
 	}
-	b.say("Routing: S's router RSS %s (peak %s), R's %s; requests at start %s; in %s of steady state %d",
-		mib(s.RSS), mib(s.HWM), mib(s.RemoteRSS), summarize(s.Startup), steadyWindow, len(s.Steady))
+	steadyFrom := time.Now()
+	time.Sleep(steadyWindow)
+	steadyTo := time.Now()
+	s.Startup = b.proxy.Begun(AgentRouter, restartAt, steadyFrom)
+	s.Steady = b.proxy.Begun(AgentRouter, steadyFrom, steadyTo)
+	b.say("Routing: S's router RSS %s (peak %s), R's %s; requests from its restart (last %s after it) %s; in %s of steady state %s",
+		mib(s.RSS), mib(s.HWM), mib(s.RemoteRSS), ms(s.StartupTook), summarize(s.Startup), steadyWindow, summarize(s.Steady))
 	return nil
 }
 
@@ -697,6 +735,10 @@ func (b *bench) restart(log *frrLog, sNode, rNode *routedNode, want map[netip.Pr
 	if err != nil {
 		return nil, err
 	}
+	beforeUp, err := rNode.router.Metric("galactic_router_received_updates_total")
+	if err != nil {
+		return nil, err
+	}
 	lm := log.mark()
 	start := time.Now()
 	sNode.router.Terminate()
@@ -721,9 +763,31 @@ func (b *bench) restart(log *frrLog, sNode, rNode *routedNode, want map[netip.Pr
 		return nil, err
 	}
 	rs.ReceiverChanges = after - before
-	b.say("Routing: SIGTERM restart: %d withdrawals, %d notifications at FRR, every prefix back after %s; %v route changes on R",
-		rs.Withdrawn, rs.Notifications, ms(rs.Back), rs.ReceiverChanges)
+	afterUp, err := rNode.router.Metric("galactic_router_received_updates_total")
+	if err != nil {
+		return nil, err
+	}
+	rs.ReceiverUpdates = afterUp - beforeUp
+	b.say("Routing: SIGTERM restart: %d withdrawals, %d notifications at FRR, every prefix back after %s; R received %v updates and made %v route changes",
+		rs.Withdrawn, rs.Notifications, ms(rs.Back), rs.ReceiverUpdates, rs.ReceiverChanges)
 	return rs, nil
+}
+
+// established is the time from start to the first "ESTABLISHED" peer
+// line in the router's log (0 if none).
+func established(r *harness.Router, start time.Time) time.Duration {
+	for _, line := range strings.Split(r.Log(), "\n") {
+		if !strings.Contains(line, `"state":"ESTABLISHED"`) {
+			continue
+		}
+		var entry struct {
+			Time time.Time `json:"time"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Time.After(start) {
+			return entry.Time.Sub(start)
+		}
+	}
+	return 0
 }
 
 // countRoutes counts want's routes in the VPC's table in n.
@@ -1125,30 +1189,33 @@ func renderRouting(w *strings.Builder, res *Results) {
 		p("| %s | %s | %s | %s |", g.what, g.issue, g.measured, verdict)
 	}
 	p("")
-	p("| from → to | p50 | p90 | p99 | max | p50 / reference |")
-	p("|---|---|---|---|---|---|")
-	row := func(name string, s Sample, ref Sample) {
-		q := "—"
-		if ref != nil {
-			q = ratio(Ratio(s.P50(), ref.P50()))
+	p("| from → to | p50 | p90 | p99 | max | p50 from the command's start | that p50 / the reference's |")
+	p("|---|---|---|---|---|---|---|")
+	row := func(name string, s, start, refStart Sample) {
+		from, q := "—", "—"
+		if start != nil {
+			from = ms(start.P50())
 		}
-		p("| %s | %s | %s | %s | %s | %s |", name, ms(s.P50()), ms(s.P90()), ms(s.P99()), ms(s.Quantile(1)), q)
+		if refStart != nil {
+			q = ratio(Ratio(start.P50(), refStart.P50()))
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |", name, ms(s.P50()), ms(s.P90()), ms(s.P99()), ms(s.Quantile(1)), from, q)
 	}
-	row("reference: `gobgp ... add` returned → in FRR", r.RefAdd, nil)
-	row("reference: `gobgp ... del` returned → withdrawn in FRR", r.RefDel, nil)
-	row("galactic: ADD returned (cnitool, galactic-cni + galactic-bgp with `vni`) → in FRR", r.Add, r.RefAdd)
-	row("galactic: DEL returned → withdrawn in FRR", r.Del, r.RefDel)
-	row("galactic: ADD on A returned → installed in C's kernel", r.Install, nil)
-	row("`galactic-cni available` returned → installed in C's kernel (`announce: whenAvailable`)", r.Available, nil)
-	row("`galactic-cni unavailable` returned → removed from C's kernel (drain marking)", r.Unavailable, nil)
+	row("reference: `gobgp ... add` returned → in FRR", r.RefAdd, r.RefAddStart, nil)
+	row("reference: `gobgp ... del` returned → withdrawn in FRR", r.RefDel, r.RefDelStart, nil)
+	row("galactic: ADD returned (cnitool, galactic-cni + galactic-bgp with `vni`) → in FRR", r.Add, r.AddStart, r.RefAddStart)
+	row("galactic: DEL returned → withdrawn in FRR", r.Del, r.DelStart, r.RefDelStart)
+	row("galactic: ADD on A returned → installed in C's kernel", r.Install, nil, nil)
+	row("`galactic-cni available` returned → installed in C's kernel (`announce: whenAvailable`)", r.Available, nil, nil)
+	row("`galactic-cni unavailable` returned → removed from C's kernel (drain marking)", r.Unavailable, nil, nil)
 	p("")
-	p("The reference's figure is gobgpd's own path from its API to the wire: the CLI returns once gobgpd has the path, and gobgpd sends the update at once. galactic's ADD returns once galactic-bgp has written the advertisement; the router then learns it from its watch, computes the node's desired paths and hands them to the embedded gobgp, so the difference to the reference is the API server's watch delivery and the router's pass.")
+	p("A negative figure means the route was in FRR before the command returned: galactic-bgp is the last plugin of the ADD chain and the first of DEL (galactic-cni's removal of the interface follows it), and cnitool and the gobgp CLI still exit after the work is done. The ratio to the reference is therefore taken from the commands' starts, where both figures are positive: it compares a whole CNI ADD (two plugin processes, the API server's write and watch delivery, the router's pass) with a gRPC call to a running gobgpd.")
 	p("")
 	if hm, nm := r.moves(true), r.moves(false); len(hm)+len(nm) > 0 {
-		p("**Moves.** An attachment (veth, so the container answers) moves between A and B while a pinger in a container on C sends an echo request every 10 ms. With handoff, B's ADD starts first and waits for the lease; a second later A's DEL releases it (galactic-bgp's DEL withdraws A's route, galactic-cni's removes the interface and releases the lease), then B's ADD attaches and publishes. *Blackout* is the pinger's longest time between two answered requests (10 ms without a loss); *of it, the handoff wait* is the part before B's ADD returned (A's DEL, the lease changing hands, B's attach), and *routing* the rest: B's advertisement to C's kernel. Without handoff, B's ADD runs while A's instance is live (its move fallback deletes A's advertisement) and A's DEL follows 2 s later. Updates are what FRR received about the prefix during the move; route changes what C's kernel saw for it.")
+		p("**Moves.** An attachment (veth, so the container answers) moves between A and B while a pinger in a container on C sends an echo request every 10 ms. With handoff, B's ADD starts first and waits for the lease; a second later A's DEL releases it (galactic-bgp's DEL withdraws A's route, galactic-cni's removes the interface and releases the lease), then B's ADD attaches and publishes. *Blackout* is the pinger's longest time between two answered requests (10 ms without a loss); *of it, the handoff wait* is the part before B held the lease (the rest of A's DEL after its interface went, and B's ADD noticing the release: it polls at pkg/handoff's retry period, %s, so this part spreads over up to that much), from the lease's `acquireTime` (microseconds); *routing* is the rest, the issue's blackout minus the handoff wait: B's galactic-cni attaching after the lease, galactic-bgp publishing, and the route reaching C's kernel. The route can reach C before B's ADD returns: galactic-bgp's move fallback (listing and deleting the attachment's advertisements on other nodes) runs after it publishes. Without handoff, B's ADD runs while A's instance is live (its move fallback deletes A's advertisement) and A's DEL follows 2 s later. Updates are what FRR received about the prefix during the move; route changes what C's kernel saw for it.", handoff.DefaultRetryPeriod)
 		p("")
-		p("| move | moves | blackout p50 | blackout max | of it, handoff wait p50 | routing p50 | routing max | withdrawals at FRR per move | announcements at FRR per move | route changes at C per move |")
-		p("|---|---|---|---|---|---|---|---|---|---|")
+		p("| move | moves | blackout p50 | blackout max | of it, handoff wait p50 | routing p50 | routing max | C's route change after B's ADD returned, p50 | withdrawals at FRR per move | announcements at FRR per move | route changes at C per move |")
+		p("|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, set := range []struct {
 			name string
 			ms   []MoveResult
@@ -1159,25 +1226,36 @@ func renderRouting(w *strings.Builder, res *Results) {
 			bo := moveSample(set.ms, func(m MoveResult) time.Duration { return m.Blackout })
 			wt := moveSample(set.ms, func(m MoveResult) time.Duration { return m.Wait })
 			rt := moveSample(set.ms, MoveResult.Routing)
+			ka := moveSample(set.ms, func(m MoveResult) time.Duration { return m.KernelAfterAdd })
 			waitCol, rtCol, rtMax := ms(wt.P50()), ms(rt.P50()), ms(rt.Quantile(1))
 			if set.name == "without handoff" {
 				waitCol, rtCol, rtMax = "no wait", "= blackout", "= blackout"
 			}
-			p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |", set.name, len(set.ms), ms(bo.P50()), ms(bo.Quantile(1)), waitCol, rtCol, rtMax,
+			p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |", set.name, len(set.ms), ms(bo.P50()), ms(bo.Quantile(1)), waitCol, rtCol, rtMax, ms(ka.P50()),
 				perMove(set.ms, func(m MoveResult) int { return m.Withdrawn }), perMove(set.ms, func(m MoveResult) int { return m.Announced }),
 				perMove(set.ms, func(m MoveResult) int { return m.KernelChanges }))
 		}
 		p("")
 	}
 	if s := r.Scale; s != nil {
-		p("**Scale.** %s prefixes on one node: %d advertisements of %d prefixes (in entries of at most %d, the CRD's limits), created on the API server directly, every entry live (its netns exists); one real ADD made the VPC's routing domain. The router starts after they exist: %s from its start (session with FRR included) to the last of them in FRR's log. With them announced it holds %s resident (peak %s). A second node with the VPC's routing domain starts its router once they are all in FRR and has all %s routes in the VPC's table %s later, holding %s (peak %s). The announcing router's API requests, through the counting proxy (user agent `%s`): from its start %s; in %s of steady state (after the routes settled), %s.",
-			thousands(s.Prefixes), scaleAdverts, scalePerAdvert, scalePerEntry, ms(s.ToFRR), mib(s.RSS), mib(s.HWM), thousands(s.Prefixes), ms(s.Installed), mib(s.RemoteRSS), mib(s.RemoteHWM),
-			AgentRouter, summarize(s.Startup), steadyWindow, summarize(s.Steady))
+		writes, named := 0, map[string]bool{}
+		for _, q := range s.Startup {
+			if q.Resource() == "bgpadvertisements/status" {
+				writes++
+				named[q.name()] = true
+			}
+		}
+		p("**Scale.** %s prefixes on one node: %d advertisements of %d prefixes (in entries of %d, under the CRD's limits of 256 per advertisement and 64 per entry), created on the API server directly, every entry live (its netns exists); one real ADD made the VPC's routing domain. The router starts after they exist: %s from its start to the last of them in FRR's log, of which %s until its session with FRR was established (gobgp v3 makes its first connection attempt after a random 1–2 s, its connect-retry timer at the minimum of 1 s, so every start pays this). With them announced it holds %s resident (peak %s). A second node with the VPC's routing domain starts its router once they are all in FRR and has all %s routes in the VPC's table %s later (its session up after %s), holding %s (peak %s).",
+			thousands(s.Prefixes), scaleAdverts, scalePerAdvert, scalePerEntry, ms(s.ToFRR), ms(s.SessionUp), mib(s.RSS), mib(s.HWM), thousands(s.Prefixes), ms(s.Installed), ms(s.RemoteSessionUp), mib(s.RemoteRSS), mib(s.RemoteHWM))
+		p("")
+		p("The announcing router's API requests, counted through the counting proxy from its restart below (user agent `%s`, each counted when it arrives, so an open watch counts; the timings above do not go through the proxy): from that start %s, the last %s after it; in %s of steady state after that, %s. The %d status writes are %.1f per advertisement for %d advertisements, spaced at 5 a second, client-go's default client-side rate limit (QPS 5, burst 10), which the router keeps. The routes do not wait for them, but with one advertisement per attachment (the usual case) the status of a node with 250 attachments would take %s to come up to date after every start at this pace.",
+			AgentRouter, summarize(s.Startup), ms(s.StartupTook), steadyWindow, summarize(s.Steady), writes, float64(writes)/float64(max(len(named), 1)), len(named),
+			(time.Duration(250*writes/max(len(named), 1)) * time.Second / 5).Round(time.Second))
 		p("")
 	}
 	if rs := r.Restart; rs != nil {
-		p("**Restart.** The announcing router of the scale run gets SIGTERM (as in an upgrade) and is started again: FRR's log shows %d withdrawals and %d notifications from it, and every one of its %s prefixes announced again %s after the SIGTERM. FRR 8.4 has no graceful-restart helper for `l2vpn-evpn` (FRRouting/frr#9749), so it drops the node's routes while the session is down and tells the other nodes; the receiving node's withdrawal hold keeps them: its router made %.0f kernel route changes across the restart (counted 15 s after the SIGTERM, past the 10 s hold).",
-			rs.Withdrawn, rs.Notifications, thousands(rs.Prefixes), ms(rs.Back), rs.ReceiverChanges)
+		p("**Restart.** The announcing router of the scale run gets SIGTERM (as in an upgrade) and is started again: FRR's log shows %d withdrawals and %d notifications from it, and every one of its %s prefixes announced again %s after the SIGTERM (this start reaches the API server through the counting proxy). FRR 8.4 has no graceful-restart helper for `l2vpn-evpn` (FRRouting/frr#9749), so it drops the node's routes while the session is down and tells the other nodes: the receiving node's router received %.0f updates across the restart (withdrawals and re-announcements of the %s), and its withdrawal hold kept the routes: it made %.0f kernel route changes (counted 15 s after the SIGTERM, past the 10 s hold).",
+			rs.Withdrawn, rs.Notifications, thousands(rs.Prefixes), ms(rs.Back), rs.ReceiverUpdates, thousands(rs.Prefixes), rs.ReceiverChanges)
 		p("")
 	}
 	var missed []goal
