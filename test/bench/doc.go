@@ -6,5 +6,6 @@
 // real kube-apiserver and etcd (test/harness), network namespaces as nodes
 // and containers, the built plugins run by the real cnitool. API requests
 // are counted by a TLS-terminating proxy (Proxy) that the nodes'
-// kubeconfig points at; timings never go through it.
+// kubeconfig points at; timings never go through it. The Routing section
+// adds FRR's bgpd as route reflector and Debian's gobgpd as its reference.
 package bench

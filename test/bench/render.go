@@ -226,6 +226,7 @@ func renderRerun(w *strings.Builder, r *Results) {
 	p("sudo go run ./test/cmd/bench -quick -out /tmp/b.md  # the same, writing elsewhere")
 	p("sudo go run ./test/cmd/bench -gc-profile /tmp/gc.prof # also a CPU profile of one GC pass at the largest size")
 	p("sudo go run ./test/cmd/bench -quick -only \"VM boot\" -out /tmp/vm.md # one section only (here the VM boots), for development")
+	p("sudo go run ./test/cmd/bench -only Routing -out /tmp/routing.md   # section 7 alone: needs FRR and gobgpd (Debian: frr, gobgpd)")
 	p("```")
 	p("")
 	p("`-iterations N` changes the chain latency loop (default %d after %d warm-up rounds).", DefaultOptions(false).Iterations, DefaultOptions(false).Warmup)

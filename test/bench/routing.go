@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,8 @@ const (
 	scalePerAdvert = 250
 	scalePerEntry  = 63
 	steadyWindow   = 30 * time.Second
+	// moveSpacing exceeds the routers' default withdrawHoldSeconds (10).
+	moveSpacing = 12 * time.Second
 )
 
 // RoutingResult is the Routing section.
@@ -101,6 +104,10 @@ type ScaleResult struct {
 	// begun in the window.
 	Startup, Steady []Request
 	StartupTook     time.Duration
+	// FirstWrites are the status writes of the first start (the router's
+	// metric); Writes the restart's, completed, with their status codes.
+	FirstWrites float64
+	Writes      []Request
 	// Installed is the receiver's router start → every prefix in its
 	// kernel; RemoteRSS and RemoteHWM its memory then.
 	Installed            time.Duration
@@ -468,7 +475,13 @@ func (b *bench) moves(r *RoutingResult, log *frrLog, a, bn *routedNode, mon *rou
 		if _, err := b.addConf(holder, conf, cont); err != nil {
 			return err
 		}
+		var last time.Time
 		for i := 0; i < count; i++ {
+			// The old holder keeps the new holder's route from the move
+			// before for withdrawHoldSeconds and would forward C's packets
+			// to B without any routing change: moves are spaced past it.
+			time.Sleep(time.Until(last.Add(moveSpacing)))
+			last = time.Now()
 			next, err := b.container()
 			if err != nil {
 				return err
@@ -669,7 +682,10 @@ func (b *bench) routingScale(r *RoutingResult, f *harness.Fabric, log *frrLog) e
 	if err := sNode.viaProxy(b, true); err != nil {
 		return err
 	}
-	restartAt := time.Now()
+	if s.FirstWrites, err = sNode.router.Metric("galactic_router_status_writes_total"); err != nil {
+		return err
+	}
+	restartAt, mark := time.Now(), b.proxy.Mark()
 	rs, err := b.restart(log, sNode, rNode, want)
 	if err != nil {
 		return err
@@ -689,6 +705,11 @@ func (b *bench) routingScale(r *RoutingResult, f *harness.Fabric, log *frrLog) e
 	steadyTo := time.Now()
 	s.Startup = b.proxy.Begun(AgentRouter, restartAt, steadyFrom)
 	s.Steady = b.proxy.Begun(AgentRouter, steadyFrom, steadyTo)
+	for _, q := range b.proxy.Since(mark, AgentRouter) {
+		if q.Resource() == "bgpadvertisements/status" && q.At.Before(steadyFrom) {
+			s.Writes = append(s.Writes, q)
+		}
+	}
 	b.say("Routing: S's router RSS %s (peak %s), R's %s; requests from its restart (last %s after it) %s; in %s of steady state %s",
 		mib(s.RSS), mib(s.HWM), mib(s.RemoteRSS), ms(s.StartupTook), summarize(s.Startup), steadyWindow, summarize(s.Steady))
 	return nil
@@ -1176,7 +1197,7 @@ func renderRouting(w *strings.Builder, res *Results) {
 		p("")
 		return
 	}
-	p("galactic-router on nodes peered with FRR's `bgpd` as the `l2vpn evpn` route reflector in a fabric namespace (the test fabric of the routing tests), against a reference in the same run: Debian's `gobgpd` (%s) in a node namespace of its own, peered with the same FRR, and its `gobgp` CLI adding and deleting the same kind of type-5 route (`gobgp global rib -a evpn add prefix 10.20.0.5/32 esi 0 etag 0 rd 192.0.2.11:1 rt 65000:10100 encap vxlan label 10100 router-mac 02:00:00:00:00:01 nexthop 192.0.2.11`, then `del`). \"In FRR\" is the timestamp (microseconds) of the update line FRR's log writes on receiving it (`debug bgp updates in`), \"in the kernel\" the moment a netlink route monitor in the receiving node gets the change; both are measured from the moment the command (cnitool, the gobgp CLI, `galactic-cni available`) returned. The routers run with their defaults (resync 30 s, withdrawHoldSeconds 10); every node keeps one resident attachment of the VPC, so its routing domain exists, as on a node that runs workloads. %d rounds after 2 warm-up rounds, the reference and galactic taking turns. Two shared cores run the API server, etcd, FRR, four routers and the bench: the figures are noisy, and a single slow round sets a p99.",
+	p("galactic-router on nodes peered with FRR's `bgpd` as the `l2vpn evpn` route reflector in a fabric namespace (the test fabric of the routing tests), against a reference in the same run: Debian's `gobgpd` (%s) in a node namespace of its own, peered with the same FRR, and its `gobgp` CLI adding and deleting the same kind of type-5 route (`gobgp global rib -a evpn add prefix 10.20.0.5/32 esi 0 etag 0 rd 192.0.2.11:1 rt 65000:10100 encap vxlan label 10100 router-mac 02:00:00:00:00:01 nexthop 192.0.2.11`, then `del`). \"In FRR\" is the timestamp (microseconds) of the update line FRR's log writes on receiving it (`debug bgp updates in`), \"in the kernel\" the moment a netlink route monitor in the receiving node gets the change; both are measured from the moment the command (cnitool, the gobgp CLI, `galactic-cni available`) returned. The routers run with their defaults (resync 30 s, withdrawHoldSeconds 10); every node keeps one resident attachment of the VPC, so its routing domain exists, as on a node that runs workloads. %d rounds after 2 warm-up rounds, the reference and galactic taking turns. galactic's ADD gives the attachment a new address each round (tap mode, handoff off), so C never holds a route for it yet. Two shared cores run the API server, etcd, FRR, gobgpd, up to five galactic routers and the bench: the figures are noisy, and with this many rounds the slowest round or two set the p99.",
 		gobgpVersion(), r.Iterations)
 	p("")
 	p("| goal | issue | measured | |")
@@ -1212,7 +1233,7 @@ func renderRouting(w *strings.Builder, res *Results) {
 	p("A negative figure means the route was in FRR before the command returned: galactic-bgp is the last plugin of the ADD chain and the first of DEL (galactic-cni's removal of the interface follows it), and cnitool and the gobgp CLI still exit after the work is done. The ratio to the reference is therefore taken from the commands' starts, where both figures are positive: it compares a whole CNI ADD (two plugin processes, the API server's write and watch delivery, the router's pass) with a gRPC call to a running gobgpd.")
 	p("")
 	if hm, nm := r.moves(true), r.moves(false); len(hm)+len(nm) > 0 {
-		p("**Moves.** An attachment (veth, so the container answers) moves between A and B while a pinger in a container on C sends an echo request every 10 ms. With handoff, B's ADD starts first and waits for the lease; a second later A's DEL releases it (galactic-bgp's DEL withdraws A's route, galactic-cni's removes the interface and releases the lease), then B's ADD attaches and publishes. *Blackout* is the pinger's longest time between two answered requests (10 ms without a loss); *of it, the handoff wait* is the part before B held the lease (the rest of A's DEL after its interface went, and B's ADD noticing the release: it polls at pkg/handoff's retry period, %s, so this part spreads over up to that much), from the lease's `acquireTime` (microseconds); *routing* is the rest, the issue's blackout minus the handoff wait: B's galactic-cni attaching after the lease, galactic-bgp publishing, and the route reaching C's kernel. The route can reach C before B's ADD returns: galactic-bgp's move fallback (listing and deleting the attachment's advertisements on other nodes) runs after it publishes. Without handoff, B's ADD runs while A's instance is live (its move fallback deletes A's advertisement) and A's DEL follows 2 s later. Updates are what FRR received about the prefix during the move; route changes what C's kernel saw for it.", handoff.DefaultRetryPeriod)
+		p("**Moves.** An attachment (veth, so the container answers) moves between A and B while a pinger in a container on C sends an echo request every 10 ms. With handoff, B's ADD starts first and waits for the lease; a second later A's DEL releases it (galactic-bgp's DEL withdraws A's route, galactic-cni's removes the interface and releases the lease), then B's ADD attaches and publishes. *Blackout* is the pinger's longest time between two answered requests (10 ms without a loss); *of it, the handoff wait* is the part before B held the lease (the rest of A's DEL after its interface went, and B's ADD noticing the release: it polls at pkg/handoff's retry period, %s, so this part spreads over up to that much), from the lease's `acquireTime` (microseconds); *routing* is the rest, the issue's blackout minus the handoff wait: B's galactic-cni attaching after the lease, galactic-bgp publishing, and the route reaching C's kernel. The route can reach C before B's ADD returns: galactic-bgp's move fallback (listing and deleting the attachment's advertisements on other nodes) runs after it publishes. Moves start %s apart, past the routers' withdrawal hold: the old holder keeps a route to the node that held the attachment before it for that long, and moving back within it would forward C's packets through the old holder with no routing change at all. Without handoff, B's ADD runs while A's instance is live (its move fallback deletes A's advertisement) and A's DEL follows 2 s later. Updates are what FRR received about the prefix during the move; route changes what C's kernel saw for it.", handoff.DefaultRetryPeriod, moveSpacing)
 		p("")
 		p("| move | moves | blackout p50 | blackout max | of it, handoff wait p50 | routing p50 | routing max | C's route change after B's ADD returned, p50 | withdrawals at FRR per move | announcements at FRR per move | route changes at C per move |")
 		p("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -1238,19 +1259,28 @@ func renderRouting(w *strings.Builder, res *Results) {
 		p("")
 	}
 	if s := r.Scale; s != nil {
-		writes, named := 0, map[string]bool{}
-		for _, q := range s.Startup {
-			if q.Resource() == "bgpadvertisements/status" {
-				writes++
-				named[q.name()] = true
-			}
+		named, codes := map[string]bool{}, map[int]int{}
+		for _, q := range s.Writes {
+			named[q.name()] = true
+			codes[q.Status]++
+		}
+		var codeList []string
+		for c, n := range codes {
+			codeList = append(codeList, fmt.Sprintf("%d× %d", n, c))
+		}
+		sort.Strings(codeList)
+		rate := 0.0
+		if n := len(s.Writes); n > 1 {
+			rate = float64(n-1) / s.Writes[n-1].At.Sub(s.Writes[0].At).Seconds()
 		}
 		p("**Scale.** %s prefixes on one node: %d advertisements of %d prefixes (in entries of %d, under the CRD's limits of 256 per advertisement and 64 per entry), created on the API server directly, every entry live (its netns exists); one real ADD made the VPC's routing domain. The router starts after they exist: %s from its start to the last of them in FRR's log, of which %s until its session with FRR was established (gobgp v3 makes its first connection attempt after a random 1–2 s, its connect-retry timer at the minimum of 1 s, so every start pays this). With them announced it holds %s resident (peak %s). A second node with the VPC's routing domain starts its router once they are all in FRR and has all %s routes in the VPC's table %s later (its session up after %s), holding %s (peak %s).",
 			thousands(s.Prefixes), scaleAdverts, scalePerAdvert, scalePerEntry, ms(s.ToFRR), ms(s.SessionUp), mib(s.RSS), mib(s.HWM), thousands(s.Prefixes), ms(s.Installed), ms(s.RemoteSessionUp), mib(s.RemoteRSS), mib(s.RemoteHWM))
 		p("")
-		p("The announcing router's API requests, counted through the counting proxy from its restart below (user agent `%s`, each counted when it arrives, so an open watch counts; the timings above do not go through the proxy): from that start %s, the last %s after it; in %s of steady state after that, %s. The %d status writes are %.1f per advertisement for %d advertisements, spaced at 5 a second, client-go's default client-side rate limit (QPS 5, burst 10), which the router keeps. The routes do not wait for them, but with one advertisement per attachment (the usual case) the status of a node with 250 attachments would take %s to come up to date after every start at this pace.",
-			AgentRouter, summarize(s.Startup), ms(s.StartupTook), steadyWindow, summarize(s.Steady), writes, float64(writes)/float64(max(len(named), 1)), len(named),
-			(time.Duration(250*writes/max(len(named), 1)) * time.Second / 5).Round(time.Second))
+		p("The announcing router's API requests, counted through the counting proxy from its restart below (user agent `%s`, each counted when it arrives, so an open watch counts; the timings above do not go through the proxy): from that start %s, the last %s after it; in %s of steady state after that, %s.",
+			AgentRouter, summarize(s.Startup), ms(s.StartupTook), steadyWindow, summarize(s.Steady))
+		p("")
+		p("Status writes: the first start wrote %.0f for the %d advertisements (the router's `galactic_router_status_writes_total`); the restart %d for %d of them (%s), at %.1f a second, which is client-go's default client-side rate limit (QPS 5, burst 10); the router keeps the default. The routes never wait for these writes, but the status of a node with many advertisements lags its routes by the number of writes divided by 5 seconds after every start: with one advertisement per attachment (the usual case) and two writes each, 250 attachments take about %s.",
+			s.FirstWrites, scaleAdverts, len(s.Writes), len(named), strings.Join(codeList, ", "), rate, (250 * 2 * time.Second / 5).Round(time.Second))
 		p("")
 	}
 	if rs := r.Restart; rs != nil {

@@ -1,7 +1,7 @@
 // Command bench runs `make bench`: chain latency against the upstream tap
 // plugin, API requests per operation, plugin process cost, GC pass scaling,
-// churn and a VM's start on a galactic tap, all in one run on this machine,
-// and writes docs/benchmarks.md.
+// churn, a VM's start on a galactic tap and galactic-router against gobgpd,
+// all in one run on this machine, and writes docs/benchmarks.md.
 package main
 
 import (
