@@ -1279,8 +1279,9 @@ func renderRouting(w *strings.Builder, res *Results) {
 		p("The announcing router's API requests, counted through the counting proxy from its restart below (user agent `%s`, each counted when it arrives, so an open watch counts; the timings above do not go through the proxy): from that start %s, the last %s after it; in %s of steady state after that, %s.",
 			AgentRouter, summarize(s.Startup), ms(s.StartupTook), steadyWindow, summarize(s.Steady))
 		p("")
-		p("Status writes: the first start wrote %.0f for the %d advertisements (the router's `galactic_router_status_writes_total`); the restart %d for %d of them (%s), at %.1f a second, which is client-go's default client-side rate limit (QPS 5, burst 10); the router keeps the default. The routes never wait for these writes, but the status of a node with many advertisements lags its routes by the number of writes divided by 5 seconds after every start: with one advertisement per attachment (the usual case) and two writes each, 250 attachments take about %s.",
-			s.FirstWrites, scaleAdverts, len(s.Writes), len(named), strings.Join(codeList, ", "), rate, (250 * 2 * time.Second / 5).Round(time.Second))
+		p("Status writes: the first start wrote %.0f for the %d advertisements (the router's `galactic_router_status_writes_total`); the restart %d for %d of them (%s), at %.1f a second, which is client-go's default client-side rate limit (QPS 5, burst 10); the router keeps the default. The routes never wait for these writes, but the status of a node with many advertisements lags its routes after every start by its number of writes divided by 5 a second: with one advertisement per attachment (the usual case) and %.1f writes each as at the first start, 250 attachments take about %s.",
+			s.FirstWrites, scaleAdverts, len(s.Writes), len(named), strings.Join(codeList, ", "), rate,
+			s.FirstWrites/scaleAdverts, (time.Duration(250*s.FirstWrites/scaleAdverts/5) * time.Second).Round(time.Second))
 		p("")
 	}
 	if rs := r.Restart; rs != nil {
