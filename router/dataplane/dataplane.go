@@ -251,6 +251,9 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 	wantNeigh := map[netip.Addr]net.HardwareAddr{}
 	wantFDB := map[string]netip.Addr{}
 	want := map[netip.Prefix]bool{}
+	// Thousands of routes share a few next hops: each gateway's neighbour
+	// is set once, before the first route through it.
+	neighErr := map[netip.Addr]error{}
 	var errs []error
 	for _, rm := range remotes {
 		if foreign[rm.Prefix] || want[rm.Prefix] {
@@ -271,8 +274,15 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 		}
 		// Neighbour first: the route must never point at a gateway the
 		// device cannot resolve.
-		if err := p.ensureNeigh(dev, gw, rm.RouterMAC); err != nil {
-			errs = append(errs, err)
+		nerr, done := neighErr[gw]
+		if !done {
+			nerr = p.ensureNeigh(dev, gw, rm.RouterMAC)
+			neighErr[gw] = nerr
+			if nerr != nil {
+				errs = append(errs, nerr)
+			}
+		}
+		if nerr != nil {
 			continue
 		}
 		var err error
