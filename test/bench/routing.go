@@ -120,6 +120,8 @@ type ScaleResult struct {
 	// SessionUp and RemoteSessionUp are each router's start → its BGP
 	// session established, from its log.
 	SessionUp, RemoteSessionUp time.Duration
+	// RemoteFirst is the receiver's start → its first routes installed.
+	RemoteFirst time.Duration
 }
 
 // RestartResult is a SIGTERM restart of the scale node's router.
@@ -701,8 +703,9 @@ func (b *bench) routingScale(r *RoutingResult, f *harness.Fabric, log *frrLog) e
 
 	// Settle, then the memory and the steady state's requests.
 	time.Sleep(5 * time.Second)
-	s.SessionUp = established(sNode.router, start0)
-	s.RemoteSessionUp = established(rNode.router, start)
+	s.SessionUp = logged(sNode.router, start0, `"state":"ESTABLISHED"`)
+	s.RemoteSessionUp = logged(rNode.router, start, `"state":"ESTABLISHED"`)
+	s.RemoteFirst = logged(rNode.router, start, `"msg":"remote routes"`)
 	if s.RSS, s.HWM, err = procMemory(sNode.router.Pid()); err != nil {
 		return err
 	}
@@ -826,11 +829,11 @@ func (b *bench) restart(log *frrLog, sNode, rNode *routedNode, want map[netip.Pr
 	return rs, nil
 }
 
-// established is the time from start to the first "ESTABLISHED" peer
-// line in the router's log (0 if none).
-func established(r *harness.Router, start time.Time) time.Duration {
+// logged is the time from start to the first line of the router's log
+// that contains what (0 if none).
+func logged(r *harness.Router, start time.Time, what string) time.Duration {
 	for _, line := range strings.Split(r.Log(), "\n") {
-		if !strings.Contains(line, `"state":"ESTABLISHED"`) {
+		if !strings.Contains(line, what) {
 			continue
 		}
 		var entry struct {
@@ -1310,8 +1313,8 @@ func renderRouting(w *strings.Builder, res *Results) {
 		if n := len(s.Writes); n > 1 {
 			spread = s.Writes[n-1].At.Sub(s.Writes[0].At)
 		}
-		p("**Scale.** %s prefixes on one node: %d advertisements of %d prefixes (in entries of %d, under the CRD's limits of 256 per advertisement and 64 per entry), created on the API server directly, every entry live (its netns exists); one real ADD made the VPC's routing domain. The router starts after they exist: %s from its start to the last of them in FRR's log, of which %s until its session with FRR was established (gobgp v3 makes its first connection attempt after a random 1–2 s, its connect-retry timer at the minimum of 1 s, so every start pays this). With them announced it holds %s resident (peak %s). A second node with the VPC's routing domain starts its router once they are all in FRR and has all %s routes in the VPC's table %s later (its session up after %s, so %s from the session to the last route), holding %s (peak %s).",
-			thousands(s.Prefixes), scaleAdverts, scalePerAdvert, scalePerEntry, ms(s.ToFRR), ms(s.SessionUp), mib(s.RSS), mib(s.HWM), thousands(s.Prefixes), ms(s.Installed), ms(s.RemoteSessionUp), ms(s.Installed-s.RemoteSessionUp), mib(s.RemoteRSS), mib(s.RemoteHWM))
+		p("**Scale.** %s prefixes on one node: %d advertisements of %d prefixes (in entries of %d, under the CRD's limits of 256 per advertisement and 64 per entry), created on the API server directly, every entry live (its netns exists); one real ADD made the VPC's routing domain. The router starts after they exist: %s from its start to the last of them in FRR's log, of which %s until its session with FRR was established (gobgp v3 makes its first connection attempt after a random 1–2 s, its connect-retry timer at the minimum of 1 s, so every start pays this). With them announced it holds %s resident (peak %s). A second node with the VPC's routing domain starts its router once they are all in FRR and has all %s routes in the VPC's table %s later (its session up after %s, the first routes installed after %s, so %s from the session to the last route), holding %s (peak %s).",
+			thousands(s.Prefixes), scaleAdverts, scalePerAdvert, scalePerEntry, ms(s.ToFRR), ms(s.SessionUp), mib(s.RSS), mib(s.HWM), thousands(s.Prefixes), ms(s.Installed), ms(s.RemoteSessionUp), ms(s.RemoteFirst), ms(s.Installed-s.RemoteSessionUp), mib(s.RemoteRSS), mib(s.RemoteHWM))
 		p("")
 		p("The announcing router's API requests, counted through the counting proxy from its restart below (user agent `%s`, each counted when it arrives, so an open watch counts; the timings above do not go through the proxy): from that start %s, the last %s after it; in %s of steady state after that, %s.",
 			AgentRouter, summarize(s.Startup), ms(s.StartupTook), steadyWindow, summarize(s.Steady))
