@@ -25,11 +25,11 @@ const (
 )
 
 // Exit codes of the availability subcommands; docs/availability.md lists
-// them. Every code but exitOK means nothing was written.
+// them. Codes 2 to 5 mean nothing was written.
 const (
 	exitOK = 0
 	// exitFailed: the node settings, the kubeconfig or the API server
-	// failed; the report may be retried.
+	// failed; retrying is safe (a report that landed is not written again).
 	exitFailed = 1
 	// exitUsage: bad flags.
 	exitUsage = 2

@@ -47,6 +47,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	}
 	fs := flag.NewFlagSet("galactic-router "+verb, flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "router config (default $"+config.EnvConfig+" or "+config.DefaultPath+")")
+	resync := fs.Duration("resync", 30*time.Second, "longest time the kernel and the status go unchecked without an event")
 	nodeConfig := fs.String("node-config", "", "node settings file (default $"+settings.EnvConfig+" or "+settings.DefaultConfig+")")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,7 +71,10 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	}
 	switch verb {
 	case "run":
-		return serve(cfg, node)
+		if *resync <= 0 {
+			return fmt.Errorf("--resync must be positive, got %s", *resync)
+		}
+		return serve(cfg, node, *resync)
 	case "drain":
 		return drain(cfg, stdout)
 	case "help":
@@ -81,7 +85,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	return fmt.Errorf("unknown command %q", verb)
 }
 
-func serve(cfg *config.Config, node settings.Node) error {
+func serve(cfg *config.Config, node settings.Node, resync time.Duration) error {
 	if err := node.RequireNodeName(); err != nil {
 		return err
 	}
@@ -99,7 +103,7 @@ func serve(cfg *config.Config, node settings.Node) error {
 		Config: cfg, Node: node.NodeName, Namespace: node.Namespace, StateDir: node.StateDir,
 		Adverts: cs.BGPAdvertisements(node.Namespace), Leases: cs.Leases(node.Namespace),
 		LeaseSelector: names.HolderNodeSelector(node.NodeName), Judge: handoff.Availability,
-		Live: liveness.Netns, Log: log,
+		Live: liveness.Netns, Log: log, Resync: resync,
 	})
 	if err != nil {
 		return err
