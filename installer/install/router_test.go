@@ -77,6 +77,21 @@ func TestInstallWithoutRouterInputsWritesNoRouterConfigAndSaysSo(t *testing.T) {
 	if !strings.Contains(f.out.String(), "router: no --router-* flag and no --router-config-file: "+f.path("/etc/galactic/router.json")+" not written") {
 		t.Errorf("install should say it wrote no router config:\n%s", f.out.String())
 	}
+
+	// A config from an earlier install stays, and stays on the record.
+	o := f.options()
+	o.Router = routerFlags()
+	must(t, Install(o))
+	written, err := os.ReadFile(f.path("/etc/galactic/router.json"))
+	must(t, err)
+	f.out.Reset()
+	must(t, Install(f.options()))
+	if got, _ := os.ReadFile(f.path("/etc/galactic/router.json")); string(got) != string(written) {
+		t.Errorf("an install without router inputs changed router.json:\n%s", got)
+	}
+	if !strings.Contains(f.out.String(), "router.json kept as it is") || !strings.Contains(f.out.String(), "nothing changed") {
+		t.Errorf("install output:\n%s", f.out.String())
+	}
 }
 
 func TestAMountedRouterConfigIsCopiedAsItIsOrWithTheFlagsOverItsKeys(t *testing.T) {
