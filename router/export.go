@@ -170,7 +170,9 @@ func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict)
 					continue
 				}
 			}
-			if cur, dup := routes[r.Key()]; dup && cur.Generation >= r.Generation {
+			// Of two claims of one prefix the higher generation wins, then
+			// the undrained, so the watch cache's order never decides.
+			if cur, dup := routes[r.Key()]; dup && (cur.Generation > r.Generation || cur.Generation == r.Generation && (!cur.Drained || r.Drained)) {
 				continue
 			}
 			routes[r.Key()] = r

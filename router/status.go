@@ -34,7 +34,7 @@ func Conditions(v Verdict, peerEstablished bool) []metav1.Condition {
 
 // withConditions returns a copy of adv's status with want applied, and
 // whether anything changed. A condition's transition time moves only when
-// its status does.
+// its status does; a HolderAvailable condition not wanted is removed.
 func withConditions(adv *v1alpha1.BGPAdvertisement, want []metav1.Condition, now metav1.Time) (*v1alpha1.BGPAdvertisement, bool) {
 	next := adv.DeepCopy()
 	changed := false
@@ -49,6 +49,12 @@ func withConditions(adv *v1alpha1.BGPAdvertisement, want []metav1.Condition, now
 			c.LastTransitionTime = old.LastTransitionTime
 		}
 		meta.SetStatusCondition(&next.Status.Conditions, c)
+		changed = true
+	}
+	// HolderAvailable is derived afresh: where no holder is judged any more
+	// a report left from before would be stale.
+	if meta.FindStatusCondition(want, v1alpha1.ConditionHolderAvailable) == nil &&
+		meta.RemoveStatusCondition(&next.Status.Conditions, v1alpha1.ConditionHolderAvailable) {
 		changed = true
 	}
 	return next, changed

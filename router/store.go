@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -101,12 +100,12 @@ func AllocateRD(rds map[string]uint16, vpc string) (uint16, error) {
 	if n, ok := rds[vpc]; ok {
 		return n, nil
 	}
-	used := make([]uint16, 0, len(rds))
+	used := make(map[uint16]bool, len(rds))
 	for _, n := range rds {
-		used = append(used, n)
+		used[n] = true
 	}
 	for n := uint16(1); n != 0; n++ {
-		if !slices.Contains(used, n) {
+		if !used[n] {
 			rds[vpc] = n
 			return n, nil
 		}

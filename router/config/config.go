@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -126,11 +128,12 @@ func Parse(data []byte) (*Config, error) {
 		var syn *json.SyntaxError
 		var typ *json.UnmarshalTypeError
 		switch {
+		case errors.As(err, &typ) && typ.Field == "":
+			return nil, errors.New("the config must be a JSON object")
 		case errors.As(err, &typ):
-			return nil, keyError(typ.Field, "must be a JSON %s", typ.Type)
+			return nil, keyError(typ.Field, "must be a JSON %s", jsonKind(typ.Type))
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			key := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return nil, keyError(key, "unknown key; allowed keys are asn, routerID, underlay, listenPort, routeTargetASN, gracefulRestart, withdrawHoldSeconds, peers, metricsAddress")
+			return nil, unknownKey(data, strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`))
 		case errors.As(err, &syn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			return nil, fmt.Errorf("not valid JSON: %w", err)
 		}
@@ -140,6 +143,64 @@ func Parse(data []byte) (*Config, error) {
 		return nil, errors.New("not valid JSON: data after the config object")
 	}
 	return f.validate()
+}
+
+// Keys allowed in each object of the file.
+var (
+	topKeys  = []string{"asn", "routerID", "underlay", "listenPort", "routeTargetASN", "gracefulRestart", "withdrawHoldSeconds", "peers", "metricsAddress"}
+	grKeys   = []string{"enabled", "restartSeconds"}
+	peerKeys = []string{"address", "asn", "port", "holdSeconds", "keepaliveSeconds", "password"}
+)
+
+// unknownKey says which object holds key and what that object allows:
+// encoding/json names an unknown key but not where it is.
+func unknownKey(data []byte, key string) error {
+	var top map[string]json.RawMessage
+	var nested struct {
+		GracefulRestart map[string]json.RawMessage   `json:"gracefulRestart"`
+		Peers           []map[string]json.RawMessage `json:"peers"`
+	}
+	// Best effort: the strict decode has already reported the real error.
+	_ = json.Unmarshal(data, &top)
+	_ = json.Unmarshal(data, &nested)
+	stray := func(obj map[string]json.RawMessage, allowed []string) bool {
+		_, ok := obj[key]
+		return ok && !slices.ContainsFunc(allowed, func(k string) bool { return strings.EqualFold(k, key) })
+	}
+	path, allowed := key, topKeys
+	switch {
+	case stray(top, topKeys):
+	case stray(nested.GracefulRestart, grKeys):
+		path, allowed = "gracefulRestart."+key, grKeys
+	default:
+		for i, p := range nested.Peers {
+			if stray(p, peerKeys) {
+				path, allowed = fmt.Sprintf("peers[%d].%s", i, key), peerKeys
+				break
+			}
+		}
+	}
+	return keyError(path, "unknown key; allowed keys are %s", strings.Join(allowed, ", "))
+}
+
+// jsonKind names a Go field type as the JSON value it decodes from.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "boolean"
+	case reflect.String:
+		return "string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	default:
+		return "object"
+	}
 }
 
 func asn(key string, v *int64) (uint32, error) {

@@ -18,7 +18,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
@@ -245,10 +248,6 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 			foreign[pfx] = true
 		}
 	}
-	type neigh struct {
-		ip  netip.Addr
-		mac string
-	}
 	wantNeigh := map[netip.Addr]net.HardwareAddr{}
 	wantFDB := map[string]netip.Addr{}
 	want := map[netip.Prefix]bool{}
@@ -276,7 +275,14 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 			errs = append(errs, err)
 			continue
 		}
-		if err := netlink.RouteReplace(r); err != nil {
+		var err error
+		if gw.Is4In6() {
+			err = ip("-6", "route", "replace", rm.Prefix.String(), "via", gw.String(), "dev", dev.Name, "onlink",
+				"table", strconv.Itoa(d.Table), "proto", strconv.Itoa(Protocol))
+		} else {
+			err = netlink.RouteReplace(r)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("installing %s via %s dev %s table %d: %w", rm.Prefix, gw, dev.Name, d.Table, err))
 			continue
 		}
@@ -290,6 +296,9 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 		if want[pfx] {
 			continue
 		}
+		// By destination, table and protocol: a mapped gateway cannot be
+		// sent back through the library.
+		r = netlink.Route{Dst: r.Dst, Table: r.Table, Protocol: r.Protocol, LinkIndex: r.LinkIndex}
 		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("removing %s from table %d: %w", pfx, d.Table, err))
 			continue
@@ -305,7 +314,19 @@ func ipEqual(a net.IP, b netip.Addr) bool {
 	return ok && x == b
 }
 
+// ip runs iproute2 for what the netlink library cannot encode: it sends
+// an IPv4-mapped IPv6 address as four bytes.
+func ip(args ...string) error {
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 func (p Plane) ensureNeigh(dev *Device, ip netip.Addr, mac net.HardwareAddr) error {
+	if ip.Is4In6() {
+		return ipCmdNeigh("replace", dev, ip, mac)
+	}
 	fam := netlink.FAMILY_V4
 	if ip.Is6() {
 		fam = netlink.FAMILY_V6
@@ -315,6 +336,14 @@ func (p Plane) ensureNeigh(dev *Device, ip netip.Addr, mac net.HardwareAddr) err
 		return fmt.Errorf("neighbour %s lladdr %s dev %s: %w", ip, mac, dev.Name, err)
 	}
 	return nil
+}
+
+func ipCmdNeigh(verb string, dev *Device, addr netip.Addr, mac net.HardwareAddr) error {
+	args := []string{"-6", "neigh", verb, addr.String(), "dev", dev.Name}
+	if verb == "replace" {
+		args = append(args, "lladdr", mac.String(), "nud", "permanent")
+	}
+	return ip(args...)
 }
 
 func (p Plane) syncNeighbours(dev *Device, want map[netip.Addr]net.HardwareAddr) error {
@@ -340,7 +369,9 @@ func (p Plane) syncNeighbours(dev *Device, want map[netip.Addr]net.HardwareAddr)
 				continue
 			}
 			if !wanted {
-				if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
+				if ip.Is4In6() {
+					errs = append(errs, ipCmdNeigh("del", dev, ip, nil))
+				} else if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
 					errs = append(errs, fmt.Errorf("removing neighbour %s dev %s: %w", ip, dev.Name, err))
 				}
 			}

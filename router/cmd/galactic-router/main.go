@@ -110,18 +110,26 @@ func serve(cfg *config.Config, node settings.Node, resync time.Duration) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var srv *http.Server
 	if cfg.MetricsAddress != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddress)
 		if err != nil {
 			return fmt.Errorf("metricsAddress: %w", err)
 		}
-		srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		srv = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 	}
 	// A stop signal returns from Run without withdrawing or sending a
 	// Cease: the process exits and its peers keep the routes as a
 	// graceful restart.
-	return d.Run(ctx)
+	err = d.Run(ctx)
+	if srv != nil {
+		// Lets a drain request that ended Run get its answer.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	return err
 }
 
 // drain asks the running router (on its metrics address) to drain; with

@@ -1,7 +1,10 @@
 package routing
 
 import (
+	"bytes"
 	"context"
+	"os/exec"
+	"sync"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -31,11 +34,17 @@ type attachment struct {
 	Addresses []string
 	Handoff   bool
 	Announce  string
+	// Mode is veth unless set.
+	Mode string
 }
 
 func (a attachment) conflist() map[string]any {
+	mode := a.Mode
+	if mode == "" {
+		mode = "veth"
+	}
 	cni := map[string]any{
-		"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": "veth",
+		"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": mode,
 		"routing": "table", "addresses": a.Addresses,
 		"handoff": map[string]any{"enabled": a.Handoff, "waitSeconds": 20, "leaseSeconds": 5},
 	}
@@ -86,6 +95,10 @@ func newRouted(t *testing.T, env *harness.Env, f *harness.Fabric, name string, m
 	cfg := f.FabricRouterConfig(ul)
 	for _, m := range mutate {
 		m(&cfg)
+	}
+	// Nodes forward between their workloads and the fabric.
+	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+		t.Fatalf("enabling forwarding: %v %s", err, out)
 	}
 	r := n.StartRouter(t, cfg, "--resync", "2s")
 	return &routed{Node: n, Underlay: ul, Router: r}
@@ -220,5 +233,65 @@ func show(n *harness.Node, args ...string) string {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// routeMonitor records `ip monitor route` in a node.
+type routeMonitor struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	mu   *sync.Mutex
+	done chan struct{}
+}
+
+type lockedBuffer struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (l lockedBuffer) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func monitorRoutes(t *testing.T, n *harness.Node) *routeMonitor {
+	t.Helper()
+	m := &routeMonitor{out: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	m.cmd = exec.Command("ip", "-n", n.Netns.Name, "monitor", "route")
+	m.cmd.Stdout = lockedBuffer{m.mu, m.out}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = m.cmd.Wait(); close(m.done) }()
+	t.Cleanup(m.stop)
+	time.Sleep(100 * time.Millisecond)
+	return m
+}
+
+func (m *routeMonitor) stop() {
+	_ = m.cmd.Process.Kill()
+	<-m.done
+}
+
+// changes are the monitor's lines about p (host prefixes print without
+// their length).
+func (m *routeMonitor) changes(p netip.Prefix) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(m.out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		dst := f[0]
+		if dst == "Deleted" && len(f) > 1 {
+			dst = f[1]
+		}
+		if dst == p.String() || dst == p.Addr().String() {
+			out = append(out, line)
+		}
+	}
+	return out
+}
 
 var _ = slices.Contains[[]string]
