@@ -31,6 +31,11 @@ type Options struct {
 	GCProfile string
 	// ChurnPairs ADD/DEL pairs run ChurnParallelism at a time.
 	ChurnPairs, ChurnParallelism int
+	// Only, when set, names the one section to run (a step name such as
+	// "VM boot"), for development; the report then lacks the others.
+	Only string
+	// VMBoots is how many guests are booted per accelerator.
+	VMBoots int
 	// Out is the Markdown file written; empty writes none.
 	Out string
 }
@@ -38,9 +43,9 @@ type Options struct {
 // DefaultOptions are what `make bench` runs; quick ones are for development.
 func DefaultOptions(quick bool) Options {
 	if quick {
-		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8}
+		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8, VMBoots: 2}
 	}
-	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8}
+	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8, VMBoots: 3}
 }
 
 // bench is one run: the environment, the counting proxy and the results.
@@ -92,10 +97,14 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		{"plugin process cost", b.processCost},
 		{"churn", b.churn},
 		{"GC pass scaling", b.gcScaling},
+		{"VM boot", b.vmBoot},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if opts.Only != "" && s.name != opts.Only {
+			continue
 		}
 		b.say("== %s", s.name)
 		t := time.Now()
