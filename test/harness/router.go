@@ -180,4 +180,3 @@ func (r *Router) Drain() (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
-
