@@ -3,12 +3,12 @@ package routing
 import (
 	"bytes"
 	"context"
-	"os/exec"
-	"sync"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
