@@ -49,9 +49,33 @@ func RequireFRR(t testing.TB) {
 func NewFabric(t testing.TB) *Fabric {
 	t.Helper()
 	RequireFRR(t)
-	f := &Fabric{Netns: NewNetns(t, "f"), RR: netip.MustParseAddr("192.0.2.1"), dir: t.TempDir(), next: 11}
-	if err := os.Chmod(f.dir, 0o755); err != nil {
+	f, err := CreateFabric()
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// CreateFabric is NewFabric outside a test; Close removes what it made.
+func CreateFabric() (*Fabric, error) {
+	if _, err := os.Stat(FRRBgpd); err != nil {
+		return nil, fmt.Errorf("the fabric needs FRR's bgpd at %s (Debian: apt-get install frr)", FRRBgpd)
+	}
+	dir, err := os.MkdirTemp("", "galactic-fabric-")
+	if err != nil {
+		return nil, err
+	}
+	nn, err := CreateNetns("f")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	f := &Fabric{Netns: nn, RR: netip.MustParseAddr("192.0.2.1"), dir: dir, next: 11}
+	// bgpd drops privileges and must still reach its vty and log files.
+	if err := os.Chmod(f.dir, 0o755); err != nil {
+		f.Close()
+		return nil, err
 	}
 	for _, args := range [][]string{
 		{"ip", "link", "add", "br0", "type", "bridge"},
@@ -59,20 +83,38 @@ func NewFabric(t testing.TB) *Fabric {
 		{"ip", "addr", "add", "192.0.2.1/24", "dev", "br0"},
 	} {
 		if out, err := f.Run(args[0], args[1:]...); err != nil {
-			t.Fatalf("%v: %v %s", args, err, out)
+			f.Close()
+			return nil, fmt.Errorf("%v: %v %s", args, err, out)
 		}
 	}
 	if err := f.StartFRR(); err != nil {
-		t.Fatal(err)
+		f.Close()
+		return nil, err
 	}
-	t.Cleanup(f.StopFRR)
-	return f
+	return f, nil
+}
+
+// Close stops bgpd and removes the namespace and bgpd's files.
+func (f *Fabric) Close() {
+	f.StopFRR()
+	f.Netns.Delete()
+	_ = os.RemoveAll(f.dir)
 }
 
 // Attach connects node to the fabric with a veth called ul0 and returns
 // its underlay address.
 func (f *Fabric) Attach(t testing.TB, n *Node) netip.Addr {
 	t.Helper()
+	addr, err := f.AttachNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// AttachNode is Attach outside a test; the veth goes with the node's
+// namespace.
+func (f *Fabric) AttachNode(n *Node) (netip.Addr, error) {
 	f.mu.Lock()
 	octet := f.next
 	f.next++
@@ -85,23 +127,21 @@ func (f *Fabric) Attach(t testing.TB, n *Node) netip.Addr {
 	}
 	for _, s := range steps {
 		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v %s", s, err, out)
+			return addr, fmt.Errorf("%v: %v %s", s, err, out)
 		}
 	}
-	for _, s := range [][]string{{"ip", "link", "set", host, "master", "br0", "up"}} {
-		if out, err := f.Run(s[0], s[1:]...); err != nil {
-			t.Fatalf("%v: %v %s", s, err, out)
-		}
+	if out, err := f.Run("ip", "link", "set", host, "master", "br0", "up"); err != nil {
+		return addr, fmt.Errorf("enslaving %s: %v %s", host, err, out)
 	}
 	for _, s := range [][]string{
 		{"ip", "addr", "add", addr.String() + "/24", "dev", "ul0"},
 		{"ip", "link", "set", "ul0", "up"},
 	} {
 		if out, err := n.Run(s[0], s[1:]...); err != nil {
-			t.Fatalf("%v: %v %s", s, err, out)
+			return addr, fmt.Errorf("%v: %v %s", s, err, out)
 		}
 	}
-	return addr
+	return addr, nil
 }
 
 func (f *Fabric) vty() string { return filepath.Join(f.dir, "vty") }

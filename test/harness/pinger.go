@@ -34,6 +34,9 @@ type PingerStats struct {
 	// between two answered requests' send times.
 	Lost       int
 	LongestGap time.Duration
+	// FirstReply and LastReply are the send times of the first and the
+	// last answered request; zero without replies.
+	FirstReply, LastReply time.Time
 }
 
 // StartPinger pings addr from n every interval until Stop.
@@ -106,20 +109,33 @@ func (p *Pinger) receive() {
 
 // Stats are the counts so far, leaving out requests sent in the last
 // second (their replies may still come).
-func (p *Pinger) Stats() PingerStats {
+func (p *Pinger) Stats() PingerStats { return p.StatsBetween(time.Time{}, time.Now()) }
+
+// StatsBetween are the counts of the requests sent from from until to,
+// leaving out those sent in the last second.
+func (p *Pinger) StatsBetween(from, to time.Time) PingerStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var s PingerStats
-	cutoff := time.Now().Add(-time.Second)
+	if cutoff := time.Now().Add(-time.Second); to.After(cutoff) {
+		to = cutoff
+	}
 	var lastOK time.Time
 	for _, seq := range p.order {
 		at := p.sent[seq]
-		if at.After(cutoff) {
+		if at.Before(from) {
+			continue
+		}
+		if at.After(to) {
 			break
 		}
 		s.Sent++
 		if _, ok := p.replied[seq]; ok {
 			s.Received++
+			if s.FirstReply.IsZero() {
+				s.FirstReply = at
+			}
+			s.LastReply = at
 			if !lastOK.IsZero() && at.Sub(lastOK) > s.LongestGap {
 				s.LongestGap = at.Sub(lastOK)
 			}

@@ -49,13 +49,15 @@ func (f *Fabric) FabricRouterConfig(underlay netip.Addr) RouterConfig {
 
 // Router is a galactic-router process running inside a node.
 type Router struct {
-	Node    *Node
-	Config  RouterConfig
-	LogPath string
-	Args    []string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
+	Node   *Node
+	Config RouterConfig
+	// ConfigPath is the router.json the process reads.
+	ConfigPath string
+	LogPath    string
+	Args       []string
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+	done       chan struct{}
 }
 
 // RouterConfigPath is where a node's router.json goes.
@@ -65,9 +67,10 @@ func (n *Node) RouterConfigPath() string { return filepath.Join(n.Dir, "router.j
 // galactic-router in the node; t's cleanup kills it.
 func (n *Node) StartRouter(t testing.TB, cfg RouterConfig, args ...string) *Router {
 	t.Helper()
-	r := &Router{Node: n, Config: cfg, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
+	r := n.NewRouter(n.RouterConfigPath(), args...)
+	r.Config = cfg
 	data, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(n.RouterConfigPath(), data, 0o644); err != nil {
+	if err := os.WriteFile(r.ConfigPath, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Start(); err != nil {
@@ -75,6 +78,13 @@ func (n *Node) StartRouter(t testing.TB, cfg RouterConfig, args ...string) *Rout
 	}
 	t.Cleanup(func() { r.Kill() })
 	return r
+}
+
+// NewRouter is a router of the node reading configPath (written by the
+// caller, for example by galactic-installer); Start starts it. Config is
+// left empty, so Get and Metric need MetricsAddress set.
+func (n *Node) NewRouter(configPath string, args ...string) *Router {
+	return &Router{Node: n, ConfigPath: configPath, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
 }
 
 // Start starts the process (again).
@@ -88,7 +98,7 @@ func (r *Router) Start() error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.Node.RouterConfigPath()}, r.Args...)
+	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.ConfigPath}, r.Args...)
 	cmd := exec.Command("ip", args...)
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -175,7 +185,7 @@ func (r *Router) Metric(name string) (float64, error) {
 
 // Drain runs `galactic-router drain` in the node.
 func (r *Router) Drain() (string, error) {
-	cmd := exec.Command("ip", "netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "drain", "--config", r.Node.RouterConfigPath())
+	cmd := exec.Command("ip", "netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "drain", "--config", r.ConfigPath)
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
