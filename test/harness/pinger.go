@@ -34,6 +34,9 @@ type PingerStats struct {
 	// between two answered requests' send times.
 	Lost       int
 	LongestGap time.Duration
+	// LongestOutage is the longest run of unanswered requests: from the
+	// first of them to the next answered one, or to the end of the window.
+	LongestOutage time.Duration
 	// FirstReply and LastReply are the send times of the first and the
 	// last answered request; zero without replies.
 	FirstReply, LastReply time.Time
@@ -120,7 +123,7 @@ func (p *Pinger) StatsBetween(from, to time.Time) PingerStats {
 	if cutoff := time.Now().Add(-time.Second); to.After(cutoff) {
 		to = cutoff
 	}
-	var lastOK time.Time
+	var lastOK, lostSince, lastSent time.Time
 	for _, seq := range p.order {
 		at := p.sent[seq]
 		if at.Before(from) {
@@ -130,8 +133,13 @@ func (p *Pinger) StatsBetween(from, to time.Time) PingerStats {
 			break
 		}
 		s.Sent++
+		lastSent = at
 		if _, ok := p.replied[seq]; ok {
 			s.Received++
+			if !lostSince.IsZero() {
+				s.LongestOutage = max(s.LongestOutage, at.Sub(lostSince))
+				lostSince = time.Time{}
+			}
 			if s.FirstReply.IsZero() {
 				s.FirstReply = at
 			}
@@ -142,7 +150,13 @@ func (p *Pinger) StatsBetween(from, to time.Time) PingerStats {
 			lastOK = at
 		} else {
 			s.Lost++
+			if lostSince.IsZero() {
+				lostSince = at
+			}
 		}
+	}
+	if !lostSince.IsZero() {
+		s.LongestOutage = max(s.LongestOutage, lastSent.Add(p.interval).Sub(lostSince))
 	}
 	return s
 }
