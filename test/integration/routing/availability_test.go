@@ -145,6 +145,15 @@ func TestAnUpgradeKeepsTheRouteDrainedUntilTheSuccessorReportsAvailable(t *testi
 	p := vm.Prefixes()[0]
 	report(t, env, a.Node, vm, "available", old)
 	waitKernelRoute(t, c.Node, "blue", p, a.Underlay)
+	// Leases outlive tests, so the token is read, not assumed.
+	before := frrPaths(t, f, p)
+	if len(before) != 1 {
+		t.Fatalf("FRR before the upgrade: %+v", before)
+	}
+	var token int
+	if _, err := fmt.Sscanf(before[0].Large, "65000:1:%d", &token); err != nil {
+		t.Fatalf("holderGeneration in %q: %v", before[0].Large, err)
+	}
 
 	// The replacement's ADD waits for the lease; the old DEL releases it.
 	next := harness.NewContainer(t)
@@ -168,7 +177,7 @@ func TestAnUpgradeKeepsTheRouteDrainedUntilTheSuccessorReportsAvailable(t *testi
 	report(t, env, a.Node, vm, "available", next)
 	waitKernelRoute(t, c.Node, "blue", p, a.Underlay)
 	paths := frrPaths(t, f, p)
-	if len(paths) != 1 || strings.Contains(paths[0].Large, "65000:2:0") || !strings.Contains(paths[0].Large, "65000:1:2") {
+	if len(paths) != 1 || strings.Contains(paths[0].Large, "65000:2:0") || !strings.Contains(paths[0].Large, fmt.Sprintf("65000:1:%d", token+1)) {
 		t.Fatalf("FRR's path after the successor reported: %+v", paths)
 	}
 }
