@@ -232,6 +232,16 @@ func (c *Containerd) Close() error {
 	for _, pid := range c.shims() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	// Pods' cgroups are gone with their shims; their parent is ours.
+	for _, d := range c.cgroupDirs() {
+		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, fmt.Sprintf("removing cgroup %s: %v", d, err))
+		}
+	}
+	// The shims keep their sockets in /run/containerd/s whatever the
+	// config; the directories go when nothing else uses them.
+	_ = os.Remove("/run/containerd/s")
+	_ = os.Remove("/run/containerd")
 	for _, m := range mountsUnder(c.Dir) {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
 			errs = append(errs, fmt.Sprintf("unmounting %s: %v", m, err))
@@ -244,6 +254,24 @@ func (c *Containerd) Close() error {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// cgroupParent is the cgroup (cgroupfs driver) the pods of this containerd
+// go under, one per instance so that cleanup removes exactly its own.
+func (c *Containerd) cgroupParent() string { return "/" + filepath.Base(c.Dir) }
+
+// cgroupDirs are the cgroupParent directories of every v1 hierarchy.
+func (c *Containerd) cgroupDirs() []string {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.cgroupParent()))
+	if d := filepath.Join("/sys/fs/cgroup", c.cgroupParent()); dirExists(d) {
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // shims are the pids of the runc shims serving this containerd: they name
@@ -346,7 +374,7 @@ func (c *Containerd) RunPod(p PodSpec) (string, error) {
 		"metadata":      map[string]any{"name": p.Name, "namespace": p.Namespace, "uid": p.UID, "attempt": 0},
 		"annotations":   p.Annotations,
 		"log_directory": filepath.Join(c.Dir, "pods", p.UID),
-		"linux":         map[string]any{},
+		"linux":         map[string]any{"cgroup_parent": c.cgroupParent()},
 	})
 	f, err := os.CreateTemp(c.Dir, "pod-*.json")
 	if err != nil {

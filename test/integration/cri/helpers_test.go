@@ -5,6 +5,7 @@ package cri
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -226,4 +227,54 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 
 func harnessPod(name string, ann map[string]string) harness.PodSpec {
 	return harness.PodSpec{Name: name, Annotations: ann}
+}
+
+// cniInvocations lists the galactic plugin processes running now, as
+// "<plugin> <CNI_COMMAND> <CNI_CONTAINERID>".
+func cniInvocations() []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || !strings.HasPrefix(filepath.Base(exe), "galactic-") {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		var cmd, id string
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "CNI_COMMAND="); ok {
+				cmd = v
+			}
+			if v, ok := strings.CutPrefix(kv, "CNI_CONTAINERID="); ok {
+				id = v
+			}
+		}
+		if cmd != "" {
+			out = append(out, filepath.Base(exe)+" "+cmd+" "+id)
+		}
+	}
+	return out
+}
+
+// logVerbs counts the galactic log's lines per verb (ADD, DEL, ...).
+func (n *criNode) logVerbs(t *testing.T) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(n.node.Settings.LogFile)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		var l struct {
+			Msg  string `json:"msg"`
+			Verb string `json:"verb"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == l.Verb && l.Verb != "" {
+			counts[l.Verb]++
+		}
+	}
+	return counts
 }
