@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +32,11 @@ type Options struct {
 	GCProfile string
 	// ChurnPairs ADD/DEL pairs run ChurnParallelism at a time.
 	ChurnPairs, ChurnParallelism int
+	// CRIIterations and CRIWarmup are the pod sandbox loop's (per node).
+	CRIIterations, CRIWarmup int
+	// Only, if set, names the sections to run (the step keys); the rest
+	// are left out of the report.
+	Only []string
 	// Out is the Markdown file written; empty writes none.
 	Out string
 }
@@ -38,9 +44,9 @@ type Options struct {
 // DefaultOptions are what `make bench` runs; quick ones are for development.
 func DefaultOptions(quick bool) Options {
 	if quick {
-		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8}
+		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8, CRIIterations: 8, CRIWarmup: 2}
 	}
-	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8}
+	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8, CRIIterations: 40, CRIWarmup: 5}
 }
 
 // bench is one run: the environment, the counting proxy and the results.
@@ -83,17 +89,10 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 	b.undo = append(b.undo, b.proxy.Close)
 	b.res.Versions = readVersions()
 
-	steps := []struct {
-		name string
-		run  func() error
-	}{
-		{"chain latency", b.chainLatency},
-		{"API requests per operation", b.apiCounts},
-		{"plugin process cost", b.processCost},
-		{"churn", b.churn},
-		{"GC pass scaling", b.gcScaling},
-	}
-	for _, s := range steps {
+	for _, s := range steps(b) {
+		if len(opts.Only) > 0 && !slices.Contains(opts.Only, s.key) {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -116,6 +115,25 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		b.say("wrote %s", opts.Out)
 	}
 	return b.res, nil
+}
+
+// step is one section of the run.
+type step struct {
+	key, name string
+	run       func() error
+}
+
+// steps are the sections in run order; their keys are what Options.Only
+// names.
+func steps(b *bench) []step {
+	return []step{
+		{"chain", "chain latency", b.chainLatency},
+		{"api", "API requests per operation", b.apiCounts},
+		{"process", "plugin process cost", b.processCost},
+		{"churn", "churn", b.churn},
+		{"gc", "GC pass scaling", b.gcScaling},
+		{"cri", "pod sandbox start under containerd", b.criSandbox},
+	}
 }
 
 func (b *bench) say(format string, args ...any) {

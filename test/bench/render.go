@@ -25,6 +25,7 @@ type Results struct {
 	Kernel   *KernelFloor
 	GC       []GCRow
 	Churn    *ChurnResult
+	CRI      []*CRIResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -207,6 +208,7 @@ func Render(r *Results) string {
 	renderProcs(&w, r)
 	renderGC(&w, r)
 	renderChurn(&w, r)
+	renderCRI(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()
@@ -221,6 +223,7 @@ func renderRerun(w *strings.Builder, r *Results) {
 	p("sudo make bench BENCH_FLAGS=-quick                  # development: fewer iterations, GC sizes up to 1,000")
 	p("sudo go run ./test/cmd/bench -quick -out /tmp/b.md  # the same, writing elsewhere")
 	p("sudo go run ./test/cmd/bench -gc-profile /tmp/gc.prof # also a CPU profile of one GC pass at the largest size")
+	p("sudo go run ./test/cmd/bench -only cri -out /tmp/b.md # only some sections: chain, api, process, churn, gc, cri")
 	p("```")
 	p("")
 	p("`-iterations N` changes the chain latency loop (default %d after %d warm-up rounds).", DefaultOptions(false).Iterations, DefaultOptions(false).Warmup)
@@ -249,6 +252,7 @@ func renderMachine(w *strings.Builder, r *Results) {
 	p("| client-go | %s |", v.ClientGo)
 	p("| kube-apiserver | %s |", v.APIServer)
 	p("| etcd | %s |", v.Etcd)
+	p("| container runtime (section 6) | %s |", v.CRI)
 	p("")
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/galactic-cni/galactic/test/bench"
@@ -21,6 +22,7 @@ func main() {
 	out := flag.String("out", filepath.Join(harness.RepoRoot(), "docs", "benchmarks.md"), "Markdown report to write; empty writes none")
 	iterations := flag.Int("iterations", 0, "chain latency iterations per chain (default 200, quick 30)")
 	gcProfile := flag.String("gc-profile", "", "write a CPU profile of one in-process GC pass at the largest size to this file")
+	only := flag.String("only", "", "run only these sections, comma-separated: chain, api, process, churn, gc, cri")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, taps, policy routing): run `sudo make bench`")
@@ -31,6 +33,9 @@ func main() {
 		opts.Iterations = *iterations
 	}
 	opts.Out, opts.GCProfile = *out, *gcProfile
+	if *only != "" {
+		opts.Only = strings.Split(*only, ",")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if _, err := bench.Run(ctx, os.Stdout, opts); err != nil {
