@@ -45,6 +45,8 @@ type Binaries struct {
 type toolBuild struct {
 	name, pkg string
 	estimate  time.Duration
+	// tags are go build tags.
+	tags string
 }
 
 // Tools modules, relative to the repository root. Each pins its own
@@ -56,8 +58,8 @@ const (
 )
 
 var controlPlaneTools = []toolBuild{
-	{"etcd", "go.etcd.io/etcd/server/v3", time.Minute},
-	{"kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", 9 * time.Minute},
+	{"etcd", "go.etcd.io/etcd/server/v3", time.Minute, ""},
+	{"kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", 9 * time.Minute, ""},
 }
 
 // EnsureControlPlaneBinaries builds etcd and kube-apiserver from the Go
@@ -75,7 +77,7 @@ func EnsureControlPlaneBinaries(progress io.Writer) (Binaries, error) {
 // EnsureTool builds one program of the tools module (such as controller-gen)
 // into the cache and returns its path.
 func EnsureTool(name, pkg string, progress io.Writer) (string, error) {
-	paths, err := ensureTools(controlPlaneModule, []toolBuild{{name, pkg, time.Minute}}, progress)
+	paths, err := ensureTools(controlPlaneModule, []toolBuild{{name, pkg, time.Minute, ""}}, progress)
 	if err != nil {
 		return "", err
 	}
@@ -125,7 +127,11 @@ func ensureTools(module string, tools []toolBuild, progress io.Writer) ([]string
 		}
 		start := time.Now()
 		tmp := out + ".tmp"
-		cmd := exec.Command("go", "build", "-o", tmp, t.pkg)
+		args := []string{"build", "-o", tmp}
+		if t.tags != "" {
+			args = append(args, "-tags", t.tags)
+		}
+		cmd := exec.Command("go", append(args, t.pkg)...)
 		cmd.Dir = filepath.Join(RepoRoot(), module)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("building %s: %v\n%s", t.name, err, b)
@@ -148,13 +154,14 @@ type CRIBinaries struct {
 }
 
 var criTools = []toolBuild{
-	{"containerd", "github.com/containerd/containerd/v2/cmd/containerd", 2 * time.Minute},
-	{"containerd-shim-runc-v2", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", time.Minute},
-	{"ctr", "github.com/containerd/containerd/v2/cmd/ctr", time.Minute},
-	// runc's nsenter is C, so this needs gcc; without the seccomp build
-	// tag it needs no libseccomp (the test pods ask for no profile).
-	{"runc", "github.com/opencontainers/runc", time.Minute},
-	{"crictl", "sigs.k8s.io/cri-tools/cmd/crictl", time.Minute},
+	{"containerd", "github.com/containerd/containerd/v2/cmd/containerd", 2 * time.Minute, ""},
+	{"containerd-shim-runc-v2", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", time.Minute, ""},
+	{"ctr", "github.com/containerd/containerd/v2/cmd/ctr", time.Minute, ""},
+	// runc's nsenter is C and its seccomp support links libseccomp, so
+	// this needs gcc and libseccomp-dev; the kubelet gives every sandbox
+	// the RuntimeDefault profile, which a runc without seccomp refuses.
+	{"runc", "github.com/opencontainers/runc", time.Minute, "seccomp"},
+	{"crictl", "sigs.k8s.io/cri-tools/cmd/crictl", time.Minute, ""},
 }
 
 // EnsureCRIBinaries builds containerd, its runc shim, ctr, runc and crictl
@@ -166,4 +173,15 @@ func EnsureCRIBinaries(progress io.Writer) (CRIBinaries, error) {
 		return CRIBinaries{}, err
 	}
 	return CRIBinaries{Dir: filepath.Dir(paths[0]), Containerd: paths[0], Shim: paths[1], Ctr: paths[2], Runc: paths[3], Crictl: paths[4]}, nil
+}
+
+// EnsureKubelet builds the kubelet of the test/tools/cri module (first run
+// only; it is the largest build there, so only the kubelet test asks for
+// it) and returns its path.
+func EnsureKubelet(progress io.Writer) (string, error) {
+	paths, err := ensureTools(criModule, []toolBuild{{"kubelet", "k8s.io/kubernetes/cmd/kubelet", 8 * time.Minute, ""}}, progress)
+	if err != nil {
+		return "", err
+	}
+	return paths[0], nil
 }

@@ -260,18 +260,33 @@ func (c *Containerd) Close() error {
 // go under, one per instance so that cleanup removes exactly its own.
 func (c *Containerd) cgroupParent() string { return "/" + filepath.Base(c.Dir) }
 
-// cgroupDirs are the cgroupParent directories of every v1 hierarchy.
+// cgroupDirs are the cgroup directories under cgroupParent in every
+// hierarchy, deepest first (the kubelet makes a tree there).
 func (c *Containerd) cgroupDirs() []string {
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.cgroupParent()))
-	if d := filepath.Join("/sys/fs/cgroup", c.cgroupParent()); dirExists(d) {
-		dirs = append(dirs, d)
+	var dirs []string
+	for _, h := range cgroupHierarchies() {
+		_ = filepath.WalkDir(filepath.Join(h, c.cgroupParent()), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
 	}
+	slices.SortFunc(dirs, func(a, b string) int { return len(b) - len(a) })
 	return dirs
 }
 
-func dirExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
+// cgroupHierarchies are the cgroup v1 hierarchies (and the unified one).
+func cgroupHierarchies() []string {
+	var out []string
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range entries {
+		p := filepath.Join("/sys/fs/cgroup", e.Name())
+		if e.IsDir() {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // shims are the pids of the runc shims serving this containerd: they name
