@@ -71,6 +71,9 @@ func TestAPodWithoutAnnotationsFailsWithCode7NamingTheAnnotationAndLeavesNothing
 			t.Fatalf("crictl's error does not carry galactic's message (%q): %s", want, msg)
 		}
 	}
+	if code := n.addErrorCode(t); code != 7 {
+		t.Fatalf("galactic-cni's ADD logged code %d, want 7 (invalid network config)", code)
+	}
 	if out := n.crictl(t, "pods", "-q"); out != "" {
 		t.Fatalf("pods left: %s", out)
 	}

@@ -278,3 +278,24 @@ func (n *criNode) logVerbs(t *testing.T) map[string]int {
 	}
 	return counts
 }
+
+// addErrorCode is the CNI error code of galactic-cni's last failed ADD in
+// the node log (crictl shows the message, not the code); 0 if none failed.
+func (n *criNode) addErrorCode(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile(n.node.Settings.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		var l struct {
+			Plugin, Verb, Outcome string
+			Code                  int
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Plugin == "galactic-cni" && l.Verb == "ADD" && l.Outcome == "error" {
+			code = l.Code
+		}
+	}
+	return code
+}
