@@ -9,6 +9,14 @@
 // the holder publishes (the advertisement entry's holderGeneration) carries
 // its token, and readers follow the highest one.
 //
+// The holder also reports whether its instance serves (SetAvailable), in
+// annotations of the lease bound to its token and guarded like a renewal.
+// An acquisition with a new token and a release reset the report to not
+// available, so a successor never starts from its predecessor's word;
+// renewals keep it. Availability reads a lease for the router and for
+// compute controllers. Held leases carry names.LabelHolderNode, so a node
+// watches only the leases of its own holders.
+//
 // A holder that stops renewing is taken over once an acquirer has seen the
 // same lease version unchanged for leaseDurationSeconds of its own clock.
 // Renew and remote timestamps are change signals, never compared with this

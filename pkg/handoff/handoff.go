@@ -242,7 +242,7 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 	now := l.clock.Now()
 	if apierrors.IsNotFound(err) {
 		// A new lease starts at token 1, so token 0 always means "no handoff".
-		if _, err := l.store.Create(ctx, l.held(holder, now, now, 1)); err != nil {
+		if _, err := l.store.Create(ctx, l.acquired(holder, now, 1)); err != nil {
 			return Grant{}, err
 		}
 		l.forget()
@@ -253,8 +253,11 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 	}
 	rec := cur.Record
 	if rec.HolderIdentity == holder && rec.LeaseTransitions > 0 {
-		// Ours already (a retried ADD): refresh it, keep the token.
-		if _, err := l.store.Update(ctx, cur.ResourceVersion, l.held(holder, rec.AcquireTime, now, rec.LeaseTransitions)); err != nil {
+		// Ours already (a retried ADD): refresh it, keep the token and,
+		// like a renewal, the holder's availability report.
+		r := l.held(holder, rec.AcquireTime, now, rec.LeaseTransitions)
+		r.Report = rec.Report
+		if _, err := l.store.Update(ctx, cur.ResourceVersion, r); err != nil {
 			return Grant{}, err
 		}
 		return Grant{Holder: holder, Token: int64(rec.LeaseTransitions)}, nil
@@ -272,7 +275,7 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 		return Grant{}, fmt.Errorf("lease %s: leaseTransitions is at its maximum; delete the lease to start over", l.key)
 	}
 	token := rec.LeaseTransitions + 1
-	if _, err := l.store.Update(ctx, cur.ResourceVersion, l.held(holder, now, now, token)); err != nil {
+	if _, err := l.store.Update(ctx, cur.ResourceVersion, l.acquired(holder, now, token)); err != nil {
 		return Grant{}, err
 	}
 	l.forget()
@@ -287,6 +290,14 @@ func (l *Lock) held(holder string, acquired, renewed time.Time, token int32) Rec
 		RenewTime:            renewed,
 		LeaseTransitions:     token,
 	}
+}
+
+// acquired is the record of a new grant: a new token starts not
+// available, whatever the lease said about the holder before it.
+func (l *Lock) acquired(holder string, now time.Time, token int32) Record {
+	r := l.held(holder, now, now, token)
+	r.Report = Report{Set: true, Token: int64(token), Reason: ReasonAcquired}
+	return r
 }
 
 // expiresIn is how long until the holder of cur may be taken over: its
@@ -306,8 +317,10 @@ func (l *Lock) expiresIn(cur Observed, now time.Time) (time.Duration, error) {
 // Renew extends the grant's lease. It fails with ErrLost unless the grant's
 // holder and token are current.
 func (l *Lock) Renew(ctx context.Context, g Grant) error {
-	return l.rewrite(ctx, g, "renewing", func(r Record, now time.Time) Record {
-		return l.held(r.HolderIdentity, r.AcquireTime, now, r.LeaseTransitions)
+	return l.rewrite(ctx, g, "renewing", func(r Record, now time.Time) (Record, bool) {
+		n := l.held(r.HolderIdentity, r.AcquireTime, now, r.LeaseTransitions)
+		n.Report = r.Report
+		return n, true
 	})
 }
 
@@ -316,12 +329,17 @@ func (l *Lock) Renew(ctx context.Context, g Grant) error {
 // changes nothing and returns ErrLost, which a caller tearing down (CNI
 // DEL) treats as done: the lease is not ours to free.
 func (l *Lock) Release(ctx context.Context, g Grant) error {
-	return l.rewrite(ctx, g, "releasing", func(r Record, now time.Time) Record {
-		return Record{LeaseDurationSeconds: r.LeaseDurationSeconds, RenewTime: now, LeaseTransitions: r.LeaseTransitions}
+	return l.rewrite(ctx, g, "releasing", func(r Record, now time.Time) (Record, bool) {
+		return Record{
+			LeaseDurationSeconds: r.LeaseDurationSeconds, RenewTime: now, LeaseTransitions: r.LeaseTransitions,
+			Report: Report{Set: true, Token: int64(r.LeaseTransitions), Reason: ReasonReleased},
+		}, true
 	})
 }
 
-func (l *Lock) rewrite(ctx context.Context, g Grant, verb string, next func(Record, time.Time) Record) error {
+// rewrite replaces the record of a current grant with next's; next
+// returning false means the lease is as wanted already: nothing is written.
+func (l *Lock) rewrite(ctx context.Context, g Grant, verb string, next func(Record, time.Time) (Record, bool)) error {
 	if g.Holder == "" || g.Token < 1 {
 		return fmt.Errorf("%s lease %s: not a grant: holder %q, token %d", verb, l.key, g.Holder, g.Token)
 	}
@@ -340,7 +358,11 @@ func (l *Lock) rewrite(ctx context.Context, g Grant, verb string, next func(Reco
 			return fmt.Errorf("%s lease %s: %w: held by %q with token %d, not %q with token %d",
 				verb, l.key, ErrLost, rec.HolderIdentity, rec.LeaseTransitions, g.Holder, g.Token)
 		}
-		_, err = l.store.Update(ctx, cur.ResourceVersion, next(rec, l.clock.Now()))
+		n, write := next(rec, l.clock.Now())
+		if !write {
+			return nil
+		}
+		_, err = l.store.Update(ctx, cur.ResourceVersion, n)
 		if !isRace(err) || ctx.Err() != nil {
 			break
 		}

@@ -40,6 +40,13 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 	release := func(g Grant) func(context.Context, *Lock) (Grant, error) {
 		return func(ctx context.Context, l *Lock) (Grant, error) { return Grant{}, l.Release(ctx, g) }
 	}
+	report := func(g Grant, available bool, reason string) func(context.Context, *Lock) (Grant, error) {
+		return func(ctx context.Context, l *Lock) (Grant, error) {
+			return Grant{}, l.SetAvailable(ctx, g.Holder, g.Token, available, reason)
+		}
+	}
+	reported := func(r *Record, rep Report) *Record { r.Report = rep; return r }
+	up := Report{Set: true, Available: true, Token: 3, Reason: "Serving"}
 	tests := []struct {
 		name  string
 		lease *Record
@@ -51,24 +58,27 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 		calls       []string
 		want        Grant
 		wantErr     error
-		// wantHolder and wantToken describe the lease afterwards.
+		// wantHolder, wantToken and wantReport describe the lease afterwards.
 		wantHolder string
 		wantToken  int32
+		wantReport Report
 	}{
 		{
 			name: "a missing lease is created with token 1",
 			do:   acquire("node-b/c2"), calls: []string{"get", "create"},
 			want: Grant{"node-b/c2", 1}, wantHolder: "node-b/c2", wantToken: 1,
+			wantReport: Report{Set: true, Token: 1, Reason: ReasonAcquired},
 		},
 		{
 			name:  "a released lease is taken with the next token",
-			lease: held("", 3), do: acquire("node-b/c2"), calls: []string{"get", "update"},
+			lease: reported(held("", 3), Report{Set: true, Token: 3, Reason: ReasonReleased}), do: acquire("node-b/c2"), calls: []string{"get", "update"},
 			want: Grant{"node-b/c2", 4}, wantHolder: "node-b/c2", wantToken: 4,
+			wantReport: Report{Set: true, Token: 4, Reason: ReasonAcquired},
 		},
 		{
 			name:  "a lease already ours is re-acquired with its token unchanged",
-			lease: held("node-b/c2", 3), do: acquire("node-b/c2"), calls: []string{"get", "update"},
-			want: Grant{"node-b/c2", 3}, wantHolder: "node-b/c2", wantToken: 3,
+			lease: reported(held("node-b/c2", 3), up), do: acquire("node-b/c2"), calls: []string{"get", "update"},
+			want: Grant{"node-b/c2", 3}, wantHolder: "node-b/c2", wantToken: 3, wantReport: up,
 		},
 		{
 			name:  "a lease another holder has, just seen, is left alone",
@@ -82,8 +92,9 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 		},
 		{
 			name:  "a lease seen unchanged for its duration is taken over with the next token",
-			lease: held("node-a/c1", 3), observedFor: lease, do: acquire("node-b/c2"), calls: []string{"get", "update"},
+			lease: reported(held("node-a/c1", 3), up), observedFor: lease, do: acquire("node-b/c2"), calls: []string{"get", "update"},
 			want: Grant{"node-b/c2", 4}, wantHolder: "node-b/c2", wantToken: 4,
+			wantReport: Report{Set: true, Token: 4, Reason: ReasonAcquired},
 		},
 		{
 			name:        "the holder's own lease duration decides expiry, not the acquirer's",
@@ -104,9 +115,9 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 			wantErr:   ErrHeld, wantHolder: "node-a/c1", wantToken: 1,
 		},
 		{
-			name:  "a current grant is renewed with one write",
-			lease: held("node-a/c1", 3), do: renew(Grant{"node-a/c1", 3}), calls: []string{"get", "update"},
-			wantHolder: "node-a/c1", wantToken: 3,
+			name:  "a current grant is renewed with one write that keeps the holder's report",
+			lease: reported(held("node-a/c1", 3), up), do: renew(Grant{"node-a/c1", 3}), calls: []string{"get", "update"},
+			wantHolder: "node-a/c1", wantToken: 3, wantReport: up,
 		},
 		{
 			name:  "a renewal that lost a race to another renewal of the same grant retries",
@@ -129,9 +140,9 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 			do:   renew(Grant{"node-a/c1", 3}), calls: []string{"get"}, wantErr: ErrLost,
 		},
 		{
-			name:  "a release of a current grant frees the lease and keeps its token",
-			lease: held("node-a/c1", 3), do: release(Grant{"node-a/c1", 3}), calls: []string{"get", "update"},
-			wantHolder: "", wantToken: 3,
+			name:  "a release of a current grant frees the lease, keeps its token and reports it not available",
+			lease: reported(held("node-a/c1", 3), up), do: release(Grant{"node-a/c1", 3}), calls: []string{"get", "update"},
+			wantHolder: "", wantToken: 3, wantReport: Report{Set: true, Token: 3, Reason: ReasonReleased},
 		},
 		{
 			name:  "a release of a lost grant leaves the new holder alone",
@@ -148,6 +159,43 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 			name:  "a second release of the same grant changes nothing",
 			lease: held("", 3), do: release(Grant{"node-a/c1", 3}), calls: []string{"get"},
 			wantErr: ErrLost, wantHolder: "", wantToken: 3,
+		},
+		{
+			name:  "the current holder reports available with one write",
+			lease: held("node-a/c1", 3), do: report(Grant{"node-a/c1", 3}, true, "Serving"), calls: []string{"get", "update"},
+			wantHolder: "node-a/c1", wantToken: 3, wantReport: up,
+		},
+		{
+			name:  "the current holder reports not available with its reason",
+			lease: reported(held("node-a/c1", 3), up), do: report(Grant{"node-a/c1", 3}, false, "ShuttingDown"), calls: []string{"get", "update"},
+			wantHolder: "node-a/c1", wantToken: 3, wantReport: Report{Set: true, Token: 3, Reason: "ShuttingDown"},
+		},
+		{
+			name:  "a report the lease carries already is not written again",
+			lease: reported(held("node-a/c1", 3), up), do: report(Grant{"node-a/c1", 3}, true, "Serving"), calls: []string{"get"},
+			wantHolder: "node-a/c1", wantToken: 3, wantReport: up,
+		},
+		{
+			name:  "a report under an old token is lost and writes nothing",
+			lease: held("node-a/c1", 4), do: report(Grant{"node-a/c1", 3}, true, ""), calls: []string{"get"},
+			wantErr: ErrLost, wantHolder: "node-a/c1", wantToken: 4,
+		},
+		{
+			name:  "a predecessor's late report is lost and leaves the successor unavailable",
+			lease: reported(held("node-b/c2", 4), Report{Set: true, Token: 4, Reason: ReasonAcquired}),
+			do:    report(Grant{"node-a/c1", 3}, true, ""), calls: []string{"get"},
+			wantErr: ErrLost, wantHolder: "node-b/c2", wantToken: 4, wantReport: Report{Set: true, Token: 4, Reason: ReasonAcquired},
+		},
+		{
+			name:  "a report on a released lease is lost",
+			lease: held("", 3), do: report(Grant{"node-a/c1", 3}, true, ""), calls: []string{"get"},
+			wantErr: ErrLost, wantHolder: "", wantToken: 3,
+		},
+		{
+			name:  "a report that lost a race to a takeover is lost",
+			lease: held("node-a/c1", 3), do: report(Grant{"node-a/c1", 3}, true, ""), calls: []string{"get", "update", "get"},
+			interfere: func(f *fakeStore) { f.put(*held("node-b/c2", 4)) },
+			wantErr:   ErrLost, wantHolder: "node-b/c2", wantToken: 4,
 		},
 	}
 	for _, tt := range tests {
@@ -180,6 +228,9 @@ func TestEachOperationDecidesFromTheLeaseAndWritesOnlyWithTheResourceVersionItRe
 			r, _ := f.record()
 			if r.HolderIdentity != tt.wantHolder || r.LeaseTransitions != tt.wantToken {
 				t.Errorf("lease afterwards: want holder %q token %d, got %q token %d", tt.wantHolder, tt.wantToken, r.HolderIdentity, r.LeaseTransitions)
+			}
+			if r.Report != tt.wantReport {
+				t.Errorf("report afterwards: want %+v, got %+v", tt.wantReport, r.Report)
 			}
 		})
 	}
@@ -493,6 +544,14 @@ func TestBadInputIsRefusedBeforeAnyAPICall(t *testing.T) {
 		}
 		if err := l.Release(ctx, g); err == nil || errors.Is(err, ErrLost) {
 			t.Errorf("Release(%+v): want a plain error, got %v", g, err)
+		}
+		if err := l.SetAvailable(ctx, g.Holder, g.Token, true, ""); err == nil || errors.Is(err, ErrLost) {
+			t.Errorf("SetAvailable(%+v): want a plain error, got %v", g, err)
+		}
+	}
+	for _, reason := range []string{"shutting down", "1Booting", "Booting:", strings.Repeat("A", 1025)} {
+		if err := l.SetAvailable(ctx, "node-a/c1", 1, false, reason); err == nil || errors.Is(err, ErrLost) {
+			t.Errorf("SetAvailable with reason %.20q: want a plain error, got %v", reason, err)
 		}
 	}
 }

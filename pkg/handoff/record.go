@@ -7,6 +7,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/names"
 )
 
 // Record is the handoff state of one Lease, flat and free of API types.
@@ -21,6 +23,8 @@ type Record struct {
 	RenewTime   time.Time
 	// LeaseTransitions counts acquisitions: the fencing token.
 	LeaseTransitions int32
+	// Report is the holder's availability report (the lease's annotations).
+	Report Report
 }
 
 // Observed is a Record as read from or written to the API, with the
@@ -84,17 +88,34 @@ func SpecFromRecord(r Record) coordinationv1.LeaseSpec {
 	return spec
 }
 
+// RecordFromLease converts a Lease: its spec and its availability
+// annotations.
+func RecordFromLease(l *coordinationv1.Lease) Record {
+	r := RecordFromSpec(l.Spec)
+	r.Report = reportFromAnnotations(l.Annotations)
+	return r
+}
+
 // ObservedFromLease converts a Lease read from the API.
 func ObservedFromLease(l *coordinationv1.Lease) Observed {
-	return Observed{Record: RecordFromSpec(l.Spec), ResourceVersion: l.ResourceVersion}
+	return Observed{Record: RecordFromLease(l), ResourceVersion: l.ResourceVersion}
 }
 
 // LeaseFromRecord builds the Lease object that stores r; resourceVersion
-// empty means an unconditional object (for Create).
+// empty means an unconditional object (for Create). A held lease is
+// labelled with its holder's node (names.LabelHolderNode); a free one has
+// no labels.
 func LeaseFromRecord(namespace, name, resourceVersion string, r Record) *coordinationv1.Lease {
+	var labels map[string]string
+	if node, _, ok := names.ParseHolder(r.HolderIdentity); ok {
+		labels = map[string]string{names.LabelHolderNode: names.NodeLabelValue(node)}
+	}
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, ResourceVersion: resourceVersion},
-		Spec:       SpecFromRecord(r),
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: name, ResourceVersion: resourceVersion,
+			Labels: labels, Annotations: annotationsFromReport(r.Report),
+		},
+		Spec: SpecFromRecord(r),
 	}
 }
 
@@ -120,8 +141,9 @@ func (s *leaseStore) Create(ctx context.Context, r Record) (Observed, error) {
 	return ObservedFromLease(l), nil
 }
 
-// Update replaces the lease as a whole: the object belongs to this package,
-// so there is no metadata of others to keep.
+// Update replaces the lease as a whole, labels and annotations included:
+// the object belongs to this package, so there is no metadata of others to
+// keep.
 func (s *leaseStore) Update(ctx context.Context, resourceVersion string, r Record) (Observed, error) {
 	if resourceVersion == "" {
 		return Observed{}, fmt.Errorf("lease %s/%s: refusing an update without a resourceVersion", s.namespace, s.name)

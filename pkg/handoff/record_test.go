@@ -3,10 +3,13 @@ package handoff
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/galactic-cni/galactic/pkg/names"
 )
 
 func TestARecordSurvivesTheTripThroughALeaseAndTheWire(t *testing.T) {
@@ -16,9 +19,16 @@ func TestARecordSurvivesTheTripThroughALeaseAndTheWire(t *testing.T) {
 		{},
 		{LeaseDurationSeconds: 60, RenewTime: at, LeaseTransitions: 7},
 		{HolderIdentity: "node-a/3f1c", LeaseDurationSeconds: 60, AcquireTime: at, RenewTime: at.Add(time.Second), LeaseTransitions: 1},
+		{LeaseDurationSeconds: 60, RenewTime: at, LeaseTransitions: 7, Report: Report{Set: true, Token: 7, Reason: ReasonReleased}},
+		{HolderIdentity: "node-a/3f1c", LeaseDurationSeconds: 60, AcquireTime: at, RenewTime: at, LeaseTransitions: 2, Report: Report{Set: true, Available: true, Token: 2}},
 	} {
-		if got := RecordFromSpec(SpecFromRecord(r)); !reflect.DeepEqual(got, r) {
-			t.Errorf("spec round trip: want %+v, got %+v", r, got)
+		spec := r
+		spec.Report = Report{}
+		if got := RecordFromSpec(SpecFromRecord(r)); !reflect.DeepEqual(got, spec) {
+			t.Errorf("spec round trip: want %+v, got %+v", spec, got)
+		}
+		if got := RecordFromLease(LeaseFromRecord("galactic-system", "blue.web-0-net0", "", r)); !reflect.DeepEqual(got, r) {
+			t.Errorf("lease round trip: want %+v, got %+v", r, got)
 		}
 		data, err := json.Marshal(LeaseFromRecord("galactic-system", "blue.web-0-net0", "42", r))
 		if err != nil {
@@ -46,5 +56,23 @@ func TestAFreeRecordWritesNoHolderIdentity(t *testing.T) {
 	}
 	if got := RecordFromSpec(coordinationv1.LeaseSpec{}); got != (Record{}) {
 		t.Fatalf("an empty spec reads as the zero record, got %+v", got)
+	}
+}
+
+func TestAHeldLeaseIsLabelledWithItsHoldersNodeAndAFreeOneIsNot(t *testing.T) {
+	longNode := strings.Repeat("n", 100)
+	for _, tc := range []struct {
+		holder string
+		want   map[string]string
+	}{
+		{"node-a/3f1c", map[string]string{names.LabelHolderNode: "node-a"}},
+		{longNode + "/3f1c", map[string]string{names.LabelHolderNode: names.NodeLabelValue(longNode)}},
+		{"", nil},
+		{"not-a-holder-identity", nil},
+	} {
+		l := LeaseFromRecord("galactic-system", "blue.web-0-net0", "", Record{HolderIdentity: tc.holder, LeaseTransitions: 1})
+		if !reflect.DeepEqual(l.Labels, tc.want) {
+			t.Errorf("holder %.20q: labels %v, want %v", tc.holder, l.Labels, tc.want)
+		}
 	}
 }

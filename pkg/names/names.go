@@ -124,6 +124,16 @@ func NodeSelector(node string) string {
 	return v1alpha1.LabelNode + "=" + NodeLabelValue(node)
 }
 
+// LabelHolderNode labels a held handoff Lease with its holder's node
+// (NodeLabelValue), so a node's components can watch only the leases held
+// on that node; a free lease carries no such label.
+const LabelHolderNode = "network.galactic.dev/holder-node"
+
+// HolderNodeSelector selects the handoff leases held on node.
+func HolderNodeSelector(node string) string {
+	return LabelHolderNode + "=" + NodeLabelValue(node)
+}
+
 // Lease is the handoff Lease name "<vpc>.<attachment>".
 func Lease(vpc, attachment string) string {
 	return vpc + "." + attachment

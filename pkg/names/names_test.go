@@ -121,3 +121,18 @@ func TestValidateLabelNamesTheField(t *testing.T) {
 		}
 	}
 }
+
+func TestTheHolderNodeSelectorMatchesTheNodeLabelOfAdvertisements(t *testing.T) {
+	longNode := strings.Repeat("n", 200)
+	for node, want := range map[string]string{
+		"node-a": "network.galactic.dev/holder-node=node-a",
+		longNode: "network.galactic.dev/holder-node=" + sum(longNode)[:63],
+	} {
+		if got := HolderNodeSelector(node); got != want {
+			t.Errorf("HolderNodeSelector(%.10s...) = %q, want %q", node, got, want)
+		}
+		if got := HolderNodeSelector(node); got != LabelHolderNode+"="+AdvertisementLabels("blue", "a", node)["network.galactic.dev/node"] {
+			t.Errorf("the holder-node label of %.10s... differs from its advertisement node label", node)
+		}
+	}
+}

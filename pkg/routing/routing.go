@@ -76,6 +76,18 @@ func DeviceName(vpc string) string {
 // DeviceAlias is the ifalias of a VPC's VRF device.
 func DeviceAlias(vpc string) string { return deviceAliasPrefix + vpc }
 
+// VXLANDeviceName is the VXLAN device galactic-router keeps in a VPC's
+// domain: "gx" and 13 hex digits of sha256("vxlan:<vpc>").
+func VXLANDeviceName(vpc string) string {
+	return "gx" + hex.EncodeToString(hash("vxlan:" + vpc))[:13]
+}
+
+// VXLANAliasPrefix starts the ifalias of every VPC's VXLAN device.
+const VXLANAliasPrefix = "galactic-vxlan:"
+
+// VXLANDeviceAlias is the ifalias of a VPC's VXLAN device.
+func VXLANDeviceAlias(vpc string) string { return VXLANAliasPrefix + vpc }
+
 // Marker is the prefix of the marker route that ties a table to its VPC:
 // 100::/64 (discard only) with the first 64 bits of sha256(vpc) after it.
 // It marks tables of table routing; VRFMarker marks those of vrf routing.
@@ -344,15 +356,21 @@ func describe(r netlink.Route) string {
 	return p.String()
 }
 
-// Remove deletes the VPC's domain: its VRF device, every route in its
-// table and every rule that looks the table up. A VPC without a domain is
-// not an error.
+// Remove deletes the VPC's domain: its VRF device, galactic-router's VXLAN
+// device, every route in its table and every rule that looks the table up,
+// so nothing of the domain is left half in place. A VPC without a domain
+// is not an error.
 func Remove(vpc string) error {
 	d, err := Find(vpc)
 	if err != nil || d == nil {
 		return err
 	}
 	var errs []error
+	if l, err := netlinksafe.LinkByName(VXLANDeviceName(vpc)); err == nil && l.Attrs().Alias == VXLANDeviceAlias(vpc) {
+		if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
+			errs = append(errs, fmt.Errorf("deleting VXLAN device %s: %w", l.Attrs().Name, err))
+		}
+	}
 	if d.Kind == KindVRF && d.Device != "" {
 		if l, err := netlinksafe.LinkByName(d.Device); err == nil {
 			if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {

@@ -1,6 +1,10 @@
 // Command galactic-cni is the master CNI plugin of a galactic network: it
 // attaches a workload to its VPC with a host-side tap (VMs) or veth
 // (containers) in the VPC's routing domain.
+//
+// Run without CNI_COMMAND as `galactic-cni available ...` or
+// `galactic-cni unavailable ...`, it reports whether the holder of an
+// attachment serves (docs/availability.md).
 package main
 
 import (
@@ -21,6 +25,9 @@ func main() {
 		getenv: os.Getenv,
 		now:    time.Now,
 		live:   liveness.Netns,
+	}
+	if isReportCommand(os.Getenv, os.Args) {
+		os.Exit(p.report(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    p.cmdAdd,

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,11 +31,13 @@ type Options struct {
 	GCProfile string
 	// ChurnPairs ADD/DEL pairs run ChurnParallelism at a time.
 	ChurnPairs, ChurnParallelism int
+	// Only, when set, names the one section to run (a step name such as
+	// "VM boot"), for development; the report then lacks the others.
+	Only string
+	// VMBoots is how many guests are booted per accelerator.
+	VMBoots int
 	// CRIIterations and CRIWarmup are the pod sandbox loop's (per node).
 	CRIIterations, CRIWarmup int
-	// Only, if set, names the sections to run (the step keys); the rest
-	// are left out of the report.
-	Only []string
 	// Out is the Markdown file written; empty writes none.
 	Out string
 }
@@ -44,9 +45,9 @@ type Options struct {
 // DefaultOptions are what `make bench` runs; quick ones are for development.
 func DefaultOptions(quick bool) Options {
 	if quick {
-		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8, CRIIterations: 8, CRIWarmup: 2}
+		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8, VMBoots: 2, CRIIterations: 8, CRIWarmup: 2}
 	}
-	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8, CRIIterations: 40, CRIWarmup: 5}
+	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8, VMBoots: 3, CRIIterations: 40, CRIWarmup: 5}
 }
 
 // bench is one run: the environment, the counting proxy and the results.
@@ -89,12 +90,24 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 	b.undo = append(b.undo, b.proxy.Close)
 	b.res.Versions = readVersions()
 
-	for _, s := range steps(b) {
-		if len(opts.Only) > 0 && !slices.Contains(opts.Only, s.key) {
-			continue
-		}
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"chain latency", b.chainLatency},
+		{"API requests per operation", b.apiCounts},
+		{"plugin process cost", b.processCost},
+		{"churn", b.churn},
+		{"GC pass scaling", b.gcScaling},
+		{"VM boot", b.vmBoot},
+		{"pod sandbox start", b.criSandbox},
+	}
+	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if opts.Only != "" && s.name != opts.Only {
+			continue
 		}
 		b.say("== %s", s.name)
 		t := time.Now()
@@ -115,25 +128,6 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		b.say("wrote %s", opts.Out)
 	}
 	return b.res, nil
-}
-
-// step is one section of the run.
-type step struct {
-	key, name string
-	run       func() error
-}
-
-// steps are the sections in run order; their keys are what Options.Only
-// names.
-func steps(b *bench) []step {
-	return []step{
-		{"chain", "chain latency", b.chainLatency},
-		{"api", "API requests per operation", b.apiCounts},
-		{"process", "plugin process cost", b.processCost},
-		{"churn", "churn", b.churn},
-		{"gc", "GC pass scaling", b.gcScaling},
-		{"cri", "pod sandbox start under containerd", b.criSandbox},
-	}
 }
 
 func (b *bench) say(format string, args ...any) {

@@ -151,7 +151,7 @@ func criVersions() string {
 
 func renderCRI(w *strings.Builder, r *Results) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## 6. Pod sandbox start under containerd")
+	p("## 7. Pod sandbox start under containerd")
 	p("")
 	p("A real containerd (%s) per node, started by the harness in the node's network namespace, runs pod sandboxes of the local pause image through CRI; each figure is one real `crictl` process: `crictl runp` until the sandbox is ready (containerd creates the netns, runs the CNI ADD of the node's one conflist, starts the pause container), and `crictl stopp` plus `crictl rmp` (DEL, stop, remove). The nodes take turns, one pod at a time, %d times each after %d warm-up rounds.", r.Versions.CRI, r.Options.CRIIterations, r.Options.CRIWarmup)
 	p("")

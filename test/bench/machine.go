@@ -27,7 +27,7 @@ type Machine struct {
 // Versions are the components measured.
 type Versions struct {
 	Galactic, CNI, Plugins, ClientGo, APIServer, Etcd string
-	// CRI names the container runtime of section 6.
+	// CRI names the container runtime of section 7.
 	CRI string
 }
 

@@ -25,6 +25,7 @@ type Results struct {
 	Kernel   *KernelFloor
 	GC       []GCRow
 	Churn    *ChurnResult
+	VMs      []*VMBootResult
 	CRI      []*CRIResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
@@ -208,6 +209,7 @@ func Render(r *Results) string {
 	renderProcs(&w, r)
 	renderGC(&w, r)
 	renderChurn(&w, r)
+	renderVMs(&w, r)
 	renderCRI(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
@@ -223,7 +225,7 @@ func renderRerun(w *strings.Builder, r *Results) {
 	p("sudo make bench BENCH_FLAGS=-quick                  # development: fewer iterations, GC sizes up to 1,000")
 	p("sudo go run ./test/cmd/bench -quick -out /tmp/b.md  # the same, writing elsewhere")
 	p("sudo go run ./test/cmd/bench -gc-profile /tmp/gc.prof # also a CPU profile of one GC pass at the largest size")
-	p("sudo go run ./test/cmd/bench -only cri -out /tmp/b.md # only some sections: chain, api, process, churn, gc, cri")
+	p("sudo go run ./test/cmd/bench -quick -only \"VM boot\" -out /tmp/vm.md # one section only (here the VM boots), for development")
 	p("```")
 	p("")
 	p("`-iterations N` changes the chain latency loop (default %d after %d warm-up rounds).", DefaultOptions(false).Iterations, DefaultOptions(false).Warmup)
@@ -252,7 +254,7 @@ func renderMachine(w *strings.Builder, r *Results) {
 	p("| client-go | %s |", v.ClientGo)
 	p("| kube-apiserver | %s |", v.APIServer)
 	p("| etcd | %s |", v.Etcd)
-	p("| container runtime (section 6) | %s |", v.CRI)
+	p("| container runtime (section 7) | %s |", v.CRI)
 	p("")
 }
 

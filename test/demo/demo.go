@@ -1,12 +1,11 @@
 // Package demo is `make demo`: the whole story of an attachment on one
 // machine, with a real control plane, two nodes as network namespaces, the
-// real plugins run by cnitool and a process holding the tap as a VMM does.
-// Every step checks what it shows, and Run fails when an expected state is
+// real plugins run by cnitool and a VM on the tap: a qemu guest where qemu
+// can run, else a process that only opens the tap (tapholder). Every step checks what it shows, and Run fails when an expected state is
 // not observed.
 package demo
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	current "github.com/containernetworking/cni/pkg/types/100"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,11 +49,15 @@ type demo struct {
 	dir   string
 	nodes map[string]*harness.Node
 	gcds  map[string]*exec.Cmd
-	vmms  map[string]*exec.Cmd
+	// vmm starts the VM; vmms are the running ones by node.
+	vmm  vmm
+	vmms map[string]instance
 	// vmmStarted is when each node's VMM last attached.
 	vmmStarted map[string]time.Time
-	tap        string
-	undo       []func()
+	// lastAdd is how long the last launch's ADD took.
+	lastAdd time.Duration
+	tap     string
+	undo    []func()
 	// current is where the instance runs now.
 	current *workload
 }
@@ -63,7 +67,7 @@ type demo struct {
 // when ctx is cancelled or a step fails.
 func Run(ctx context.Context, out io.Writer, env *harness.Env) (err error) {
 	d := &demo{ctx: ctx, out: out, start: time.Now(), nodes: map[string]*harness.Node{},
-		gcds: map[string]*exec.Cmd{}, vmms: map[string]*exec.Cmd{}, vmmStarted: map[string]time.Time{}, tap: names.HostInterface(names.ModeTap, vpc, attachment)}
+		gcds: map[string]*exec.Cmd{}, vmms: map[string]instance{}, vmmStarted: map[string]time.Time{}, tap: names.HostInterface(names.ModeTap, vpc, attachment)}
 	defer func() {
 		d.say("== teardown: removing namespaces, processes and files")
 		for i := len(d.undo) - 1; i >= 0; i-- {
@@ -86,6 +90,13 @@ func Run(ctx context.Context, out io.Writer, env *harness.Env) (err error) {
 	}
 	d.undo = append(d.undo, func() { os.RemoveAll(d.dir) })
 	d.say("control plane at %s; CRDs installed", env.CP.Server)
+	var why string
+	d.vmm, why = chooseVMM(env.BinDir, d.dir, out)
+	if _, fallback := d.vmm.(tapholder); fallback {
+		d.say("the VM is %s, because %s", d.vmm.describe(), why)
+	} else {
+		d.say("the VM is %s: %s", d.vmm.describe(), why)
+	}
 
 	for _, step := range []func() error{d.setup, d.attach, d.upgrade, d.move, d.crash, d.comeBack, d.finish} {
 		if err := ctx.Err(); err != nil {
@@ -235,10 +246,11 @@ func (d *demo) container() (*harness.Netns, error) {
 	return c, nil
 }
 
-func (d *demo) cnitool(node, verb string, c *harness.Netns) error {
+// cnitool runs a verb of the chain on a node and returns its output (the
+// CNI result of an ADD).
+func (d *demo) cnitool(node, verb string, c *harness.Netns) (string, error) {
 	d.say("%s: cnitool %s %s %s", node, verb, network, c.Path)
-	_, err := d.nodes[node].CNITool(verb, network, c, ifName)
-	return err
+	return d.nodes[node].CNITool(verb, network, c, ifName)
 }
 
 // launch starts the VM on a node: a sandbox netns, the chain's ADD, then
@@ -248,41 +260,52 @@ func (d *demo) launch(node string) (*harness.Netns, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.cnitool(node, "add", c); err != nil {
+	start := time.Now()
+	out, err := d.cnitool(node, "add", c)
+	if err != nil {
 		return nil, err
 	}
-	return c, d.startVMM(node)
+	d.lastAdd = time.Since(start)
+	return c, d.startVMM(node, out)
 }
 
-// startVMM starts a process that holds the tap as a VMM does.
-func (d *demo) startVMM(node string) error {
-	n := d.nodes[node]
-	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(d.env.BinDir, "tapholder"), d.tap)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
+// startVMM starts the VM on the tap the ADD result (out) names.
+func (d *demo) startVMM(node, out string) error {
+	res := &current.Result{}
+	if err := json.Unmarshal([]byte(out), res); err != nil || len(res.Interfaces) == 0 {
+		return fmt.Errorf("the ADD result on %s names no tap (%v): %s", node, err, out)
+	}
+	inst, err := d.vmm.start(d.ctx, d.nodes[node], res)
 	if err != nil {
-		return err
+		return fmt.Errorf("starting the VM on %s: %w", node, err)
 	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	d.vmms[node] = cmd
-	d.undo = append(d.undo, func() { d.stopVMM(node) })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ready") {
-		return fmt.Errorf("the VMM on %s did not attach to %s: %q %v", node, d.tap, line, err)
-	}
+	d.vmms[node] = inst
+	d.undo = append(d.undo, inst.crash)
 	d.vmmStarted[node] = time.Now()
-	d.say("%s: VMM (pid %d) opened tap %s", node, cmd.Process.Pid, d.tap)
+	d.say("%s: VMM (pid %d) opened tap %s; the VM %s", node, inst.pid(), d.tap, inst.note())
 	return nil
 }
 
-func (d *demo) stopVMM(node string) {
-	if cmd := d.vmms[node]; cmd != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
+// stopVMM shuts the node's VM down in order (a guest powers off).
+func (d *demo) stopVMM(node string) error {
+	inst := d.vmms[node]
+	if inst == nil {
+		return nil
+	}
+	delete(d.vmms, node)
+	if err := inst.stop(); err != nil {
+		return fmt.Errorf("stopping the VM on %s: %w", node, err)
+	}
+	d.say("%s: VM shut down (pid %d exited and let go of the tap)", node, inst.pid())
+	return nil
+}
+
+// crashVMM kills the node's VMM at once, as a node failure does.
+func (d *demo) crashVMM(node string) {
+	if inst := d.vmms[node]; inst != nil {
 		delete(d.vmms, node)
-		d.say("%s: VMM stopped", node)
+		inst.crash()
+		d.say("%s: VMM (pid %d) killed", node, inst.pid())
 	}
 }
 

@@ -28,8 +28,10 @@ func (d *demo) upgrade() error {
 		return err
 	}
 	old := d.current
-	d.stopVMM("node-a")
-	if err := d.cnitool("node-a", "del", old.netns); err != nil {
+	if err := d.stopVMM("node-a"); err != nil {
+		return err
+	}
+	if _, err := d.cnitool("node-a", "del", old.netns); err != nil {
 		return err
 	}
 	c, err := d.launch("node-a")
@@ -143,33 +145,44 @@ func (d *demo) move() error {
 		w.stop()
 		return err
 	}
-	added := make(chan error, 1)
-	go func() { added <- d.cnitool("node-b", "add", c) }()
+	type addResult struct {
+		out string
+		err error
+	}
+	added := make(chan addResult, 1)
+	go func() {
+		out, err := d.cnitool("node-b", "add", c)
+		added <- addResult{out, err}
+	}()
 	select {
-	case err := <-added:
+	case r := <-added:
 		w.stop()
-		return fmt.Errorf("expected node-b's ADD to wait for the lease, but it returned (%v)", err)
+		return fmt.Errorf("expected node-b's ADD to wait for the lease, but it returned (%v)", r.err)
 	case <-time.After(2 * time.Second):
 		d.say("node-b: ADD is waiting: the lease is held by %q", holder(before.lease))
 	}
 	old := d.current
-	d.stopVMM("node-a")
-	if err := d.cnitool("node-a", "del", old.netns); err != nil {
+	if err := d.stopVMM("node-a"); err != nil {
 		w.stop()
 		return err
 	}
+	if _, err := d.cnitool("node-a", "del", old.netns); err != nil {
+		w.stop()
+		return err
+	}
+	var res addResult
 	select {
-	case err := <-added:
-		if err != nil {
+	case res = <-added:
+		if res.err != nil {
 			w.stop()
-			return fmt.Errorf("node-b's ADD after the release: %w", err)
+			return fmt.Errorf("node-b's ADD after the release: %w", res.err)
 		}
 	case <-time.After(40 * time.Second):
 		w.stop()
 		return errors.New("expected node-b's ADD to complete once node-a released the lease")
 	}
 	d.say("node-b: ADD completed after node-a's DEL released the lease")
-	if err := d.startVMM("node-b"); err != nil {
+	if err := d.startVMM("node-b", res.out); err != nil {
 		w.stop()
 		return err
 	}
@@ -213,18 +226,17 @@ func (d *demo) crash() error {
 		return err
 	}
 	d.stopGC("node-b")
-	d.stopVMM("node-b")
+	d.crashVMM("node-b")
 	d.current.netns.Delete()
 	if err := d.nodes["node-b"].SetAPIReachable(false); err != nil {
 		return err
 	}
 	d.say("node-b: GC stopped, VMM gone, container netns deleted, API server unreachable; no DEL ran")
-	t0 := time.Now()
 	c, err := d.launch("node-a")
 	if err != nil {
 		return err
 	}
-	waited := time.Since(t0)
+	waited := d.lastAdd
 	d.say("node-a: ADD took over after %.1fs (lease duration %ds, judged by node-a's own clock)", waited.Seconds(), leaseSeconds)
 	d.current = &workload{node: "node-a", netns: c}
 	after, err := d.observe(true)
@@ -286,8 +298,10 @@ func (d *demo) gcOnce(node string) (string, error) {
 // 6. The VM is deleted for good.
 func (d *demo) finish() error {
 	d.say("== 6. the VM is deleted for good")
-	d.stopVMM("node-a")
-	if err := d.cnitool("node-a", "del", d.current.netns); err != nil {
+	if err := d.stopVMM("node-a"); err != nil {
+		return err
+	}
+	if _, err := d.cnitool("node-a", "del", d.current.netns); err != nil {
 		return err
 	}
 	s, err := d.observe(true)

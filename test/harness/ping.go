@@ -32,17 +32,10 @@ func (n *Netns) Ping(addr netip.Addr) error {
 		id := uint16(os.Getpid())
 		var last error
 		for seq := uint16(1); seq <= 5; seq++ {
-			msg := []byte{e.request, 0, 0, 0, 0, 0, 0, 0, 'g', 'a', 'l', 'a', 'c', 't', 'i', 'c'}
-			binary.BigEndian.PutUint16(msg[4:], id)
-			binary.BigEndian.PutUint16(msg[6:], seq)
-			if addr.Is4() {
-				// The kernel fills in the ICMPv6 checksum, not the ICMP one.
-				binary.BigEndian.PutUint16(msg[2:], checksum(msg))
-			}
-			if _, err := c.WriteTo(msg, &net.IPAddr{IP: addr.AsSlice()}); err != nil {
+			if _, err := c.WriteTo(e.echoRequest(addr, id, seq), &net.IPAddr{IP: addr.AsSlice()}); err != nil {
 				return err
 			}
-			last = e.await(c, addr, id, seq)
+			last = e.await(c, addr, id, seq, seq, time.Second)
 			if last == nil {
 				return nil
 			}
@@ -52,6 +45,50 @@ func (n *Netns) Ping(addr netip.Addr) error {
 		}
 		return fmt.Errorf("ping %s: %w", addr, last)
 	})
+}
+
+// PingUntil sends an ICMP echo request to addr every interval until one
+// is answered, and fails once deadline passes. Send errors and
+// unreachables (a host that is not up yet) do not end it: it is for
+// timing when a host starts to answer.
+func (n *Netns) PingUntil(addr netip.Addr, interval time.Duration, deadline time.Time) error {
+	return n.Do(func() error {
+		e := echo4
+		if addr.Is6() {
+			e = echo6
+		}
+		conn, err := net.ListenPacket(e.network, "")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		c := conn.(*net.IPConn)
+		id := uint16(os.Getpid())
+		var last error
+		for seq := uint16(1); time.Now().Before(deadline); seq++ {
+			next := time.Now().Add(interval)
+			if _, last = c.WriteTo(e.echoRequest(addr, id, seq), &net.IPAddr{IP: addr.AsSlice()}); last == nil {
+				// A late reply to an earlier request counts: the host answers.
+				if last = e.await(c, addr, id, 1, seq, interval); last == nil {
+					return nil
+				}
+			}
+			time.Sleep(time.Until(next))
+		}
+		return fmt.Errorf("ping %s: no reply by the deadline: %v", addr, last)
+	})
+}
+
+// echoRequest is an ICMP or ICMPv6 echo request.
+func (e echoKind) echoRequest(addr netip.Addr, id, seq uint16) []byte {
+	msg := []byte{e.request, 0, 0, 0, 0, 0, 0, 0, 'g', 'a', 'l', 'a', 'c', 't', 'i', 'c'}
+	binary.BigEndian.PutUint16(msg[4:], id)
+	binary.BigEndian.PutUint16(msg[6:], seq)
+	if addr.Is4() {
+		// The kernel fills in the ICMPv6 checksum, not the ICMP one.
+		binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+	}
+	return msg
 }
 
 type echoKind struct {
@@ -67,10 +104,11 @@ var (
 	echo6 = echoKind{network: "ip6:ipv6-icmp", request: 128, reply: 129, unreachable: 1, innerHeader: 40}
 )
 
-// await reads replies until the echo reply of (id, seq) from addr or an
-// unreachable about one of our requests. ReadFrom strips the IPv4 header.
-func (e echoKind) await(c *net.IPConn, addr netip.Addr, id, seq uint16) error {
-	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+// await reads replies until an echo reply from addr to (id, minSeq..seq)
+// or an unreachable about one of our requests. ReadFrom strips the IPv4
+// header.
+func (e echoKind) await(c *net.IPConn, addr netip.Addr, id, minSeq, seq uint16, timeout time.Duration) error {
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := c.ReadFrom(buf)
@@ -82,7 +120,7 @@ func (e echoKind) await(c *net.IPConn, addr netip.Addr, id, seq uint16) error {
 			continue
 		}
 		src, _ := netip.AddrFromSlice(from.(*net.IPAddr).IP)
-		if b[0] == e.reply && src.Unmap() == addr && binary.BigEndian.Uint16(b[4:]) == id && binary.BigEndian.Uint16(b[6:]) == seq {
+		if n := binary.BigEndian.Uint16(b[6:]); b[0] == e.reply && src.Unmap() == addr && binary.BigEndian.Uint16(b[4:]) == id && n >= minSeq && n <= seq {
 			return nil
 		}
 		if b[0] == e.unreachable && e.quotesOurs(b[8:], id) {

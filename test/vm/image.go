@@ -41,6 +41,42 @@ type Image struct {
 	Env []string
 	// Command is a shell command line; its exit status is the result.
 	Command string
+	// Modules, when set, are the kernel's modules to load (with those
+	// they depend on); empty loads every module the kernel holds.
+	Modules []string
+}
+
+// modules lists what /init loads, in load order.
+func (im Image) modules() []Module {
+	if len(im.Modules) == 0 {
+		return im.Kernel.Modules
+	}
+	want := map[string]bool{}
+	var add func(string)
+	add = func(n string) {
+		n = moduleName(n)
+		if want[n] {
+			return
+		}
+		want[n] = true
+		for _, m := range im.Kernel.Modules {
+			if m.Name == n {
+				for _, d := range m.Depends {
+					add(d)
+				}
+			}
+		}
+	}
+	for _, n := range im.Modules {
+		add(n)
+	}
+	var out []Module
+	for _, m := range im.Kernel.Modules {
+		if want[m.Name] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Write writes the image as an uncompressed newc cpio archive to p.
@@ -57,7 +93,7 @@ func (im Image) Write(p string) error {
 	c.CharDev("dev/console", 0o600, 5, 1)
 	c.Symlink("var/run", "/run")
 	files := []File{{Path: "/bin/busybox", Source: im.Busybox}}
-	for _, m := range im.Kernel.Modules {
+	for _, m := range im.modules() {
 		files = append(files, File{Path: im.modulePath(m), Source: m.Path, Mode: 0o644})
 	}
 	files = append(files, im.Files...)
@@ -123,12 +159,13 @@ finish() {
 }
 echo "` + MarkerBooted + `$(uname -r)"
 `)
-	for _, m := range im.Kernel.Modules {
+	mods := im.modules()
+	for _, m := range mods {
 		fmt.Fprintf(&b, "insmod %s || { echo \"insmod %s failed\"; finish 125; }\n", im.modulePath(m), m.Name)
 	}
-	if len(im.Kernel.Modules) > 0 {
+	if len(mods) > 0 {
 		var names []string
-		for _, m := range im.Kernel.Modules {
+		for _, m := range mods {
 			names = append(names, m.Name)
 		}
 		fmt.Fprintf(&b, "echo \"GALACTIC-VM: loaded %s\"\n", strings.Join(names, " "))

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -100,13 +101,33 @@ func EnsureKernel(modules []string, progress io.Writer) (*Kernel, error) {
 		}
 	}
 	kdir := filepath.Join(dir, pkg)
-	if k, err := loadKernel(kdir); err == nil && k.has(modules) {
+	k, err := loadKernel(kdir)
+	if err == nil && k.has(modules) {
 		return k, nil
 	}
+	if err == nil {
+		// Keep what other tests asked for, so callers with different
+		// module lists do not refetch the package in turn.
+		for _, m := range k.Modules {
+			modules = append(modules, m.Name)
+		}
+		modules = append(modules, k.Builtin...)
+	}
+	modules = uniqueModules(modules)
 	if progress != nil {
 		fmt.Fprintf(progress, "fetching %s with apt-get download (first run only)...\n", pkg)
 	}
 	return fetchKernel(dir, pkg, modules)
+}
+
+// uniqueModules spells names as the kernel does, sorted, each once.
+func uniqueModules(names []string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, moduleName(n))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // resolveKernelPackage asks apt which image package the meta package

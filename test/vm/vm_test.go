@@ -3,6 +3,7 @@ package vm
 import (
 	"bytes"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -207,5 +208,44 @@ func TestModinfoDependsReadsACachedModule(t *testing.T) {
 	}
 	if _, err := modinfoDepends([]byte("not an ELF file")); err == nil {
 		t.Fatal("a non-ELF module should be an error")
+	}
+}
+
+func TestAnImageWithAModuleListLoadsOnlyThoseAndTheirDependencies(t *testing.T) {
+	im := Image{
+		Kernel: &Kernel{Release: "6.1", Modules: []Module{
+			{Name: "failover"}, {Name: "net_failover", Depends: []string{"failover"}},
+			{Name: "virtio"}, {Name: "virtio_net", Depends: []string{"virtio", "net_failover"}}, {Name: "vrf"},
+		}},
+		Modules: []string{"virtio-net"},
+	}
+	var got []string
+	for _, m := range im.modules() {
+		got = append(got, m.Name)
+	}
+	if want := []string{"failover", "net_failover", "virtio", "virtio_net"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("modules %v, want %v", got, want)
+	}
+	if s := im.initScript(); strings.Contains(s, "vrf.ko") {
+		t.Fatalf("the init script loads a module nobody asked for:\n%s", s)
+	}
+}
+
+func TestTheQEMUCommandLineOpensTheTapByNameWithoutScripts(t *testing.T) {
+	a := &GuestAssets{Kernel: &Kernel{Image: "/k/vmlinuz"}, Initrd: "/k/initrd"}
+	args := strings.Join(QEMUArgs(a, GuestOptions{
+		Tap: "gt0123456789abc", MTU: 1450, Accel: AccelTCG,
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.20.0.5/24"), netip.MustParsePrefix("fd20::5/64")},
+		Gateways:  []netip.Addr{netip.MustParseAddr("10.20.0.1"), netip.MustParseAddr("fd20::1")},
+	}), " ")
+	for _, want := range []string{
+		"-netdev tap,id=net0,ifname=gt0123456789abc,script=no,downscript=no",
+		"-device virtio-net-pci,netdev=net0,host_mtu=1450",
+		"galactic.addrs=10.20.0.5/24,fd20::5/64 galactic.gateways=10.20.0.1,fd20::1",
+		"-accel tcg",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("qemu arguments lack %q:\n%s", want, args)
+		}
 	}
 }

@@ -54,6 +54,7 @@ func TestVRFRoutingWorksOnARealKernelWithVRF(t *testing.T) {
 	img := vm.Image{
 		Kernel:  kernel,
 		Busybox: busybox,
+		Modules: modules,
 		Files: []vm.File{
 			{Path: "/opt/cni/bin/galactic-cni", Source: filepath.Join(dir, "galactic-cni")},
 			{Path: "/bin/cnitool", Source: filepath.Join(dir, "cnitool")},

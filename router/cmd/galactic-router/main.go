@@ -1,0 +1,156 @@
+// Command galactic-router is the node's BGP speaker: it announces this
+// node's BGPAdvertisements to the fabric as EVPN type-5 routes and installs
+// the other nodes' routes over VXLAN. `galactic-router drain` withdraws
+// everything on purpose.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/galactic-cni/galactic/pkg/client"
+	"github.com/galactic-cni/galactic/pkg/handoff"
+	"github.com/galactic-cni/galactic/pkg/liveness"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/settings"
+	"github.com/galactic-cni/galactic/router"
+	"github.com/galactic-cni/galactic/router/config"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "galactic-router:", err)
+		os.Exit(1)
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, `usage: galactic-router [run] [flags]   serve (the default)
+       galactic-router drain [flags]   withdraw this node's routes and remove what the router installed`)
+}
+
+func run(args []string, getenv func(string) string, stdout io.Writer) error {
+	verb := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		verb, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("galactic-router "+verb, flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "router config (default $"+config.EnvConfig+" or "+config.DefaultPath+")")
+	resync := fs.Duration("resync", 30*time.Second, "longest time the kernel and the status go unchecked without an event")
+	nodeConfig := fs.String("node-config", "", "node settings file (default $"+settings.EnvConfig+" or "+settings.DefaultConfig+")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(config.Path(*cfgPath, getenv))
+	if err != nil {
+		return err
+	}
+	if *nodeConfig != "" {
+		prev := getenv
+		getenv = func(k string) string {
+			if k == settings.EnvConfig {
+				return *nodeConfig
+			}
+			return prev(k)
+		}
+	}
+	node, err := settings.Load(getenv)
+	if err != nil {
+		return err
+	}
+	switch verb {
+	case "run":
+		if *resync <= 0 {
+			return fmt.Errorf("--resync must be positive, got %s", *resync)
+		}
+		return serve(cfg, node, *resync)
+	case "drain":
+		return drain(cfg, stdout)
+	case "help":
+		usage(stdout)
+		return nil
+	}
+	usage(os.Stderr)
+	return fmt.Errorf("unknown command %q", verb)
+}
+
+func serve(cfg *config.Config, node settings.Node, resync time.Duration) error {
+	if err := node.RequireNodeName(); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "galactic-router", "node", node.NodeName)
+	kc, err := client.LoadConfig(node.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	kc.UserAgent = "galactic-router"
+	cs, err := client.New(kc)
+	if err != nil {
+		return err
+	}
+	d, err := router.New(router.Options{
+		Config: cfg, Node: node.NodeName, Namespace: node.Namespace, StateDir: node.StateDir,
+		Adverts: cs.BGPAdvertisements(node.Namespace), Leases: cs.Leases(node.Namespace),
+		LeaseSelector: names.HolderNodeSelector(node.NodeName), Judge: handoff.Availability,
+		Live: liveness.Netns, Log: log, Resync: resync,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var srv *http.Server
+	if cfg.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metricsAddress: %w", err)
+		}
+		srv = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+	}
+	// A stop signal returns from Run without withdrawing or sending a
+	// Cease: the process exits and its peers keep the routes as a
+	// graceful restart.
+	err = d.Run(ctx)
+	if srv != nil {
+		// Lets a drain request that ended Run get its answer.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	return err
+}
+
+// drain asks the running router (on its metrics address) to drain; with
+// none running it removes the kernel state and saved paths itself.
+func drain(cfg *config.Config, stdout io.Writer) error {
+	if cfg.MetricsAddress != "" {
+		c := &http.Client{Timeout: 30 * time.Second}
+		resp, err := c.Post("http://"+cfg.MetricsAddress+"/drain", "text/plain", nil)
+		if err == nil {
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("the running router could not drain: %s", strings.TrimSpace(string(body)))
+			}
+			fmt.Fprintln(stdout, "drained: every route withdrawn, the router's kernel state removed")
+			return nil
+		}
+		var op *net.OpError
+		if !errors.As(err, &op) {
+			return err
+		}
+	}
+	return errors.New("no galactic-router answers on metricsAddress; stop it and run drain with it running, or remove its state dir by hand")
+}

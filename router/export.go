@@ -1,0 +1,204 @@
+package router
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/router/speaker"
+)
+
+// Availability answers for a whenAvailable advertisement whether its
+// current holder reports itself available.
+type Availability func(adv *v1alpha1.BGPAdvertisement, e v1alpha1.ContainerEntry) (metav1.ConditionStatus, string, string)
+
+// ExportInput is everything export is computed from.
+type ExportInput struct {
+	Adverts []*v1alpha1.BGPAdvertisement
+	// Live says whether an entry's netns exists.
+	Live func(netns string) bool
+	// Available judges whenAvailable advertisements; nil means unknown.
+	Available Availability
+	// VNIs are the VPCs' resolved VNIs (ResolveVNIs).
+	VNIs map[string]uint32
+	// RD returns the VPC's route distinguisher.
+	RD func(vpc string) speaker.RD
+	// RouterMAC returns the MAC of the VPC's VXLAN device, nil when the
+	// device does not exist yet.
+	RouterMAC func(vpc string) net.HardwareAddr
+	Underlay  netip.Addr
+	RTASN     uint16
+	// Announced is what the speaker holds now: a whenAvailable route that
+	// stops being available is re-announced drained instead of vanishing.
+	Announced map[speaker.Key]speaker.Route
+}
+
+// Verdict is export's judgement of one advertisement.
+type Verdict struct {
+	// Announced is true when its prefixes are announced undrained.
+	Announced bool
+	// Reason is Announced's reason when false (NoVNI, VNIConflict,
+	// HolderUnavailable, NoLiveEntry).
+	Reason, Message string
+	// Holder is the HolderAvailable condition for whenAvailable adverts;
+	// empty Status for announce: always.
+	Holder metav1.Condition
+}
+
+// liveEntry is the live entry with the highest holderGeneration: the
+// current holder's, when handoff is on.
+func liveEntry(adv *v1alpha1.BGPAdvertisement, live func(string) bool) (v1alpha1.ContainerEntry, bool) {
+	var best v1alpha1.ContainerEntry
+	found := false
+	for _, e := range adv.Spec.Containers {
+		if !live(e.Netns) {
+			continue
+		}
+		if !found || e.HolderGeneration > best.HolderGeneration {
+			best, found = e, true
+		}
+	}
+	return best, found
+}
+
+// ResolveVNIs picks each VPC's VNI from this node's advertisements: the one
+// the VPC already has (prev) while an advertisement still names it, else
+// the oldest advertisement's. A VNI already taken by another VPC is not
+// given to a second one.
+func ResolveVNIs(adverts []*v1alpha1.BGPAdvertisement, prev map[string]uint32) map[string]uint32 {
+	sorted := slices.Clone(adverts)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	out := map[string]uint32{}
+	owner := map[uint32]string{}
+	named := map[string]map[uint32]bool{}
+	for _, a := range sorted {
+		if a.Spec.VNI <= 0 {
+			continue
+		}
+		if named[a.Spec.VPC] == nil {
+			named[a.Spec.VPC] = map[uint32]bool{}
+		}
+		named[a.Spec.VPC][uint32(a.Spec.VNI)] = true
+	}
+	// Keep what is still named first, so a newer conflicting advertisement
+	// never takes a VPC's VNI away.
+	vpcs := make([]string, 0, len(prev))
+	for vpc := range prev {
+		vpcs = append(vpcs, vpc)
+	}
+	sort.Strings(vpcs)
+	for _, vpc := range vpcs {
+		if v := prev[vpc]; named[vpc][v] && owner[v] == "" {
+			out[vpc], owner[v] = v, vpc
+		}
+	}
+	for _, a := range sorted {
+		v := uint32(a.Spec.VNI)
+		if v == 0 {
+			continue
+		}
+		if _, ok := out[a.Spec.VPC]; ok || owner[v] != "" {
+			continue
+		}
+		out[a.Spec.VPC], owner[v] = v, a.Spec.VPC
+	}
+	return out
+}
+
+// Desired computes the routes this node should announce and a verdict per
+// advertisement (by name). It reads nothing but its input.
+func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict) {
+	routes := map[speaker.Key]speaker.Route{}
+	verdicts := map[string]Verdict{}
+	for _, adv := range in.Adverts {
+		v := Verdict{}
+		e, live := liveEntry(adv, in.Live)
+		avail := metav1.ConditionTrue
+		gated := adv.Spec.Announce == v1alpha1.AnnounceWhenAvailable
+		if gated || (live && e.HolderGeneration > 0 && in.Available != nil) {
+			status, reason, msg := metav1.ConditionUnknown, "NoHolder", "no live entry holds the attachment"
+			if live && in.Available != nil {
+				status, reason, msg = in.Available(adv, e)
+			}
+			v.Holder = metav1.Condition{Type: v1alpha1.ConditionHolderAvailable, Status: status, Reason: reason, Message: msg}
+			if gated {
+				avail = status
+			}
+		}
+		vni, haveVNI := in.VNIs[adv.Spec.VPC]
+		mac := in.RouterMAC(adv.Spec.VPC)
+		switch {
+		case adv.Spec.VNI <= 0:
+			v.Reason, v.Message = v1alpha1.ReasonNoVNI, "spec.vni is not set: the galactic-bgp stanza names no vni"
+		case !haveVNI || vni != uint32(adv.Spec.VNI):
+			v.Reason, v.Message = v1alpha1.ReasonVNIConflict, conflictMessage(adv, in.VNIs)
+		case !live:
+			v.Reason, v.Message = v1alpha1.ReasonNoLiveEntry, "no entry's netns exists on this node"
+		case mac == nil:
+			v.Reason, v.Message = "NoDevice", "the VPC's VXLAN device is not ready yet"
+		}
+		if v.Reason != "" {
+			verdicts[adv.Name] = v
+			continue
+		}
+		rd := in.RD(adv.Spec.VPC)
+		drained := avail != metav1.ConditionTrue
+		for _, p := range adv.Spec.Prefixes {
+			pfx, err := netip.ParsePrefix(string(p))
+			if err != nil {
+				continue
+			}
+			r := speaker.Route{
+				RD: rd, Prefix: pfx.Masked(), VNI: vni, RTASN: in.RTASN, NextHop: in.Underlay,
+				RouterMAC: mac, Generation: uint32(e.HolderGeneration), Drained: drained,
+			}
+			if drained {
+				// Only a route peers already have is re-announced drained;
+				// one never available is simply not announced.
+				if _, was := in.Announced[r.Key()]; !was {
+					continue
+				}
+			}
+			// Of two claims of one prefix the higher generation wins, then
+			// the undrained, so the watch cache's order never decides.
+			if cur, dup := routes[r.Key()]; dup && (cur.Generation > r.Generation || cur.Generation == r.Generation && (!cur.Drained || r.Drained)) {
+				continue
+			}
+			routes[r.Key()] = r
+		}
+		if drained {
+			v.Reason, v.Message = v1alpha1.ReasonHolderUnavailable, "the current holder does not report itself available: "+v.Holder.Reason
+		} else {
+			v.Announced = true
+		}
+		verdicts[adv.Name] = v
+	}
+	return routes, verdicts
+}
+
+func conflictMessage(adv *v1alpha1.BGPAdvertisement, vnis map[string]uint32) string {
+	var b strings.Builder
+	b.WriteString("spec.vni ")
+	b.WriteString(itoa(int64(adv.Spec.VNI)))
+	if v, ok := vnis[adv.Spec.VPC]; ok {
+		b.WriteString(" differs from VPC " + adv.Spec.VPC + "'s VNI " + itoa(int64(v)) + " on this node")
+	} else {
+		for vpc, v := range vnis {
+			if v == uint32(adv.Spec.VNI) {
+				b.WriteString(" is already VPC " + vpc + "'s VNI on this node")
+			}
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,84 @@
+package router
+
+import (
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are galactic-router's Prometheus metrics.
+type Metrics struct {
+	reg           *prometheus.Registry
+	peers         *prometheus.GaugeVec
+	announced     prometheus.Gauge
+	installed     prometheus.Gauge
+	received      prometheus.Counter
+	updates       *prometheus.CounterVec
+	kernelChanges prometheus.Counter
+	statusWrites  prometheus.Counter
+	passDuration  prometheus.Histogram
+	lastPass      atomic.Int64
+}
+
+// NewMetrics registers the metrics in a registry of their own.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "galactic_router_peers",
+			Help: "Configured BGP peers by session state (established or not)."}, []string{"state"}),
+		announced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "galactic_router_paths_announced",
+			Help: "EVPN type-5 paths this node announces."}),
+		installed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "galactic_router_routes_installed",
+			Help: "Remote routes installed in VPC tables, held ones included."}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_received_updates_total",
+			Help: "Best-path changes received from peers."}),
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "galactic_router_updates_total",
+			Help: "Paths this node announced or withdrew."}, []string{"kind"}),
+		kernelChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_kernel_route_changes_total",
+			Help: "Remote routes added, replaced or removed in the kernel."}),
+		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_status_writes_total",
+			Help: "BGPAdvertisement status updates written."}),
+		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "galactic_router_reconcile_duration_seconds",
+			Help: "Duration of one reconcile pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+	}
+	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.passDuration)
+	return m
+}
+
+func (m *Metrics) observePass(d time.Duration) {
+	m.passDuration.Observe(d.Seconds())
+	m.lastPass.Store(time.Now().UnixNano())
+}
+
+func (m *Metrics) set(announced, installed int, _ RIB, established map[string]bool) {
+	m.announced.Set(float64(announced))
+	m.installed.Set(float64(installed))
+	up, down := 0, 0
+	for _, e := range established {
+		if e {
+			up++
+		} else {
+			down++
+		}
+	}
+	m.peers.WithLabelValues("established").Set(float64(up))
+	m.peers.WithLabelValues("other").Set(float64(down))
+}
+
+// Handler serves /metrics and /healthz (200 while passes run).
+func (m *Metrics) Handler(stale time.Duration) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		last := time.Unix(0, m.lastPass.Load())
+		if time.Since(last) > stale {
+			http.Error(w, "no reconcile pass since "+last.Format(time.RFC3339), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}

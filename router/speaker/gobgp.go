@@ -1,0 +1,346 @@
+package speaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v3/pkg/apiutil"
+	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
+	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v3/pkg/server"
+
+	"github.com/galactic-cni/galactic/router/config"
+)
+
+var evpnFamily = &api.Family{Afi: api.Family_AFI_L2VPN, Safi: api.Family_SAFI_EVPN}
+
+// Options configure a GoBGP speaker.
+type Options struct {
+	Config *config.Config
+	// Restarting sets the graceful-restart Restart State and forwarding
+	// state bits: this node's kernel still forwards what a previous run
+	// programmed.
+	Restarting bool
+	// Log receives GoBGP's warnings and errors.
+	Log *slog.Logger
+	// OnReceived gets every change of a best path learnt from a peer.
+	OnReceived func([]Received)
+	// OnPeer is called when a session changes state.
+	OnPeer func(PeerState)
+	// OnEndOfRIB is called when a peer has sent all its routes.
+	OnEndOfRIB func(peer string)
+}
+
+// GoBGP is the embedded GoBGP server behind the Speaker interface.
+type GoBGP struct {
+	s    *server.BgpServer
+	cfg  *config.Config
+	mu   sync.Mutex
+	uuid map[Key][]byte
+}
+
+// connectRetry and idleHold bring a session back within a couple of
+// seconds after a restart, where GoBGP's defaults wait up to two minutes.
+const (
+	connectRetry = 1
+	idleHold     = 1
+	// deferral bounds how long a restarting speaker waits for its peers'
+	// End-of-RIB before it sends its own routes (RFC 4724 4.1).
+	deferral = 2
+)
+
+// Start runs a GoBGP server with the config's global settings and peers.
+func Start(ctx context.Context, o Options) (*GoBGP, error) {
+	c := o.Config
+	s := server.NewBgpServer(server.LoggerOption(&logAdapter{l: o.Log}))
+	go s.Serve()
+	g := &GoBGP{s: s, cfg: c, uuid: map[Key][]byte{}}
+	global := &api.Global{
+		Asn: c.ASN, RouterId: c.RouterID.String(), ListenPort: c.ListenPort,
+	}
+	if c.ListenPort > 0 {
+		global.ListenAddresses = []string{"0.0.0.0", "::"}
+	}
+	if err := s.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("starting BGP: %w", err)
+	}
+	if o.OnReceived != nil {
+		req := &api.WatchEventRequest{Table: &api.WatchEventRequest_Table{
+			Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_BEST, Init: true}},
+		}}
+		if err := s.WatchEvent(ctx, req, func(r *api.WatchEventResponse) {
+			if t := r.GetTable(); t != nil {
+				if rs := g.received(t.Paths); len(rs) > 0 {
+					o.OnReceived(rs)
+				}
+			}
+		}); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("watching the RIB: %w", err)
+		}
+	}
+	if o.OnEndOfRIB != nil {
+		req := &api.WatchEventRequest{Table: &api.WatchEventRequest_Table{
+			Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_EOR}},
+		}}
+		if err := s.WatchEvent(ctx, req, func(r *api.WatchEventResponse) {
+			for _, p := range r.GetTable().GetPaths() {
+				if p.GetNlri() == nil && p.GetFamily().GetAfi() == api.Family_AFI_L2VPN {
+					o.OnEndOfRIB(p.GetNeighborIp())
+				}
+			}
+		}); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("watching End-of-RIB: %w", err)
+		}
+	}
+	if o.OnPeer != nil {
+		if err := s.WatchEvent(ctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
+			if p := r.GetPeer(); p != nil && p.Type == api.WatchEventResponse_PeerEvent_STATE {
+				st := p.Peer.GetState()
+				o.OnPeer(PeerState{Address: st.GetNeighborAddress(), State: st.GetSessionState().String(),
+					Established: st.GetSessionState() == api.PeerState_ESTABLISHED})
+			}
+		}); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("watching peers: %w", err)
+		}
+	}
+	for _, p := range c.Peers {
+		if err := s.AddPeer(ctx, &api.AddPeerRequest{Peer: g.peer(p, o.Restarting)}); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("adding peer %s: %w", p.Address, err)
+		}
+	}
+	return g, nil
+}
+
+func (g *GoBGP) peer(p config.Peer, restarting bool) *api.Peer {
+	c := g.cfg
+	peer := &api.Peer{
+		Conf: &api.PeerConf{NeighborAddress: p.Address.String(), PeerAsn: p.ASN, AuthPassword: p.Password},
+		Timers: &api.Timers{Config: &api.TimersConfig{
+			ConnectRetry: connectRetry, HoldTime: uint64(p.Hold.Seconds()),
+			KeepaliveInterval: uint64(p.Keepalive.Seconds()), IdleHoldTimeAfterReset: idleHold,
+		}},
+		Transport: &api.Transport{RemotePort: uint32(p.Port), LocalAddress: c.Underlay.String()},
+		AfiSafis: []*api.AfiSafi{{
+			Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true},
+		}},
+	}
+	if p.Address.Is6() {
+		peer.Transport.LocalAddress = ""
+	}
+	if c.GracefulRestart {
+		peer.GracefulRestart = &api.GracefulRestart{
+			Enabled: true, RestartTime: uint32(c.RestartTime.Seconds()),
+			DeferralTime: deferral, LocalRestarting: restarting,
+		}
+		peer.AfiSafis[0].MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
+	}
+	return peer
+}
+
+// Announce implements Speaker.
+func (g *GoBGP) Announce(ctx context.Context, r Route) error {
+	p, err := toAPI(r)
+	if err != nil {
+		return err
+	}
+	res, err := g.s.AddPath(ctx, &api.AddPathRequest{Path: p})
+	if err != nil {
+		return fmt.Errorf("announcing %s: %w", r.Key(), err)
+	}
+	g.mu.Lock()
+	g.uuid[r.Key()] = res.Uuid
+	g.mu.Unlock()
+	return nil
+}
+
+// Withdraw implements Speaker.
+func (g *GoBGP) Withdraw(ctx context.Context, k Key) error {
+	g.mu.Lock()
+	id, ok := g.uuid[k]
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := g.s.DeletePath(ctx, &api.DeletePathRequest{Family: evpnFamily, Uuid: id}); err != nil {
+		return fmt.Errorf("withdrawing %s: %w", k, err)
+	}
+	g.mu.Lock()
+	delete(g.uuid, k)
+	g.mu.Unlock()
+	return nil
+}
+
+// Peers implements Speaker.
+func (g *GoBGP) Peers(ctx context.Context) ([]PeerState, error) {
+	var out []PeerState
+	err := g.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		st := p.GetState()
+		out = append(out, PeerState{Address: p.GetConf().GetNeighborAddress(), State: st.GetSessionState().String(),
+			Established: st.GetSessionState() == api.PeerState_ESTABLISHED})
+	})
+	return out, err
+}
+
+// Abandon stops serving without telling the peers: no withdrawal and no
+// Cease, so a graceful-restart helper keeps this node's routes. The
+// process is expected to exit next; the kernel closes the sessions.
+func (g *GoBGP) Abandon() {}
+
+// Stop withdraws nothing itself but ends every session with a Cease, so
+// peers drop this node's routes at once: the end of a drain.
+func (g *GoBGP) Stop(ctx context.Context) error {
+	return g.s.StopBgp(ctx, &api.StopBgpRequest{})
+}
+
+func toAPI(r Route) (*api.Path, error) {
+	if !r.Prefix.IsValid() || !r.NextHop.IsValid() || !r.RD.Admin.Is4() {
+		return nil, fmt.Errorf("route %s: prefix, next hop and RD are required", r.Key())
+	}
+	rd := bgp.NewRouteDistinguisherIPAddressAS(r.RD.Admin.String(), r.RD.Assigned)
+	gw := "0.0.0.0"
+	if r.Prefix.Addr().Is6() {
+		gw = "::"
+	}
+	nlri := bgp.NewEVPNIPPrefixRoute(rd, bgp.EthernetSegmentIdentifier{}, 0, uint8(r.Prefix.Bits()), r.Prefix.Addr().String(), gw, r.VNI)
+	ecs := []bgp.ExtendedCommunityInterface{
+		bgp.NewTwoOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, r.RTASN, r.VNI, true),
+		bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN),
+		bgp.NewRoutersMacExtended(r.RouterMAC.String()),
+	}
+	large := []*bgp.LargeCommunity{bgp.NewLargeCommunity(uint32(r.RTASN), LargeCommunityHolderGeneration, r.Generation)}
+	if r.Drained {
+		large = append(large, bgp.NewLargeCommunity(uint32(r.RTASN), LargeCommunityDrain, 0))
+	}
+	attrs := []bgp.PathAttributeInterface{
+		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
+		bgp.NewPathAttributeMpReachNLRI(r.NextHop.String(), []bgp.AddrPrefixInterface{nlri}),
+		bgp.NewPathAttributeExtendedCommunities(ecs),
+		bgp.NewPathAttributeLargeCommunities(large),
+	}
+	return apiutil.NewPath(nlri, false, attrs, time.Now())
+}
+
+// received converts best-path events, leaving out this node's own paths.
+func (g *GoBGP) received(paths []*api.Path) []Received {
+	var out []Received
+	for _, p := range paths {
+		if p.GetFamily().GetAfi() != api.Family_AFI_L2VPN {
+			continue
+		}
+		r, err := fromAPI(p)
+		if err != nil || r.RD.Admin == g.cfg.RouterID || r.NextHop == g.cfg.Underlay {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func fromAPI(p *api.Path) (Received, error) {
+	var r Received
+	nlri, err := apiutil.GetNativeNlri(p)
+	if err != nil {
+		return r, err
+	}
+	evpn, ok := nlri.(*bgp.EVPNNLRI)
+	if !ok {
+		return r, errors.New("not EVPN")
+	}
+	pr, ok := evpn.RouteTypeData.(*bgp.EVPNIPPrefixRoute)
+	if !ok {
+		return r, errors.New("not an IP prefix route")
+	}
+	rdIP, ok := pr.RD.(*bgp.RouteDistinguisherIPAddressAS)
+	if !ok {
+		return r, errors.New("not a type-1 RD")
+	}
+	admin, _ := netip.AddrFromSlice(rdIP.Admin.To4())
+	addr, ok := netip.AddrFromSlice(pr.IPPrefix)
+	if !ok {
+		return r, errors.New("bad prefix")
+	}
+	r.RD = RD{Admin: admin, Assigned: rdIP.Assigned}
+	r.Prefix = netip.PrefixFrom(addr.Unmap(), int(pr.IPPrefixLength))
+	r.VNI = pr.Label
+	r.Withdrawn = p.IsWithdraw
+	r.Stale = p.Stale
+	r.Peer = p.NeighborIp
+	attrs, err := apiutil.GetNativePathAttributes(p)
+	if err != nil {
+		return r, err
+	}
+	var large []*bgp.LargeCommunity
+	for _, a := range attrs {
+		switch a := a.(type) {
+		case *bgp.PathAttributeMpReachNLRI:
+			if nh, ok := netip.AddrFromSlice(a.Nexthop); ok {
+				r.NextHop = nh.Unmap()
+			}
+		case *bgp.PathAttributeExtendedCommunities:
+			for _, ec := range a.Value {
+				switch ec := ec.(type) {
+				case *bgp.TwoOctetAsSpecificExtended:
+					if ec.SubType == bgp.EC_SUBTYPE_ROUTE_TARGET {
+						r.RTASN, r.VNI = ec.AS, ec.LocalAdmin
+					}
+				case *bgp.RouterMacExtended:
+					r.RouterMAC = ec.Mac
+				}
+			}
+		case *bgp.PathAttributeLargeCommunities:
+			large = a.Values
+		}
+	}
+	// Only galactic's own large communities count: those under the route
+	// target's AS.
+	for _, lc := range large {
+		if lc.ASN != uint32(r.RTASN) {
+			continue
+		}
+		switch lc.LocalData1 {
+		case LargeCommunityHolderGeneration:
+			r.Generation = lc.LocalData2
+		case LargeCommunityDrain:
+			r.Drained = true
+		}
+	}
+	if r.RouterMAC == nil {
+		r.RouterMAC = net.HardwareAddr{}
+	}
+	return r, nil
+}
+
+// logAdapter passes GoBGP's warnings and errors to slog.
+type logAdapter struct{ l *slog.Logger }
+
+func (a *logAdapter) log(level slog.Level, msg string, f gobgplog.Fields) {
+	if a.l == nil {
+		return
+	}
+	attrs := make([]any, 0, 2*len(f))
+	for k, v := range f {
+		attrs = append(attrs, k, fmt.Sprint(v))
+	}
+	a.l.Log(context.Background(), level, "gobgp: "+msg, attrs...)
+}
+
+func (a *logAdapter) Panic(msg string, f gobgplog.Fields) { a.log(slog.LevelError, msg, f); panic(msg) }
+func (a *logAdapter) Fatal(msg string, f gobgplog.Fields) { a.log(slog.LevelError, msg, f) }
+func (a *logAdapter) Error(msg string, f gobgplog.Fields) { a.log(slog.LevelError, msg, f) }
+func (a *logAdapter) Warn(msg string, f gobgplog.Fields)  { a.log(slog.LevelWarn, msg, f) }
+func (a *logAdapter) Info(msg string, f gobgplog.Fields)  {}
+func (a *logAdapter) Debug(msg string, f gobgplog.Fields) {}
+func (a *logAdapter) SetLevel(gobgplog.LogLevel)          {}
+func (a *logAdapter) GetLevel() gobgplog.LogLevel         { return gobgplog.WarnLevel }

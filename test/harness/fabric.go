@@ -1,0 +1,334 @@
+package harness
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// FRRBgpd is where Debian's frr package puts bgpd.
+const FRRBgpd = "/usr/lib/frr/bgpd"
+
+// FabricASN is the AS of the test fabric: iBGP with FRR as route reflector.
+const FabricASN = 65000
+
+// Fabric is the test underlay: a network namespace with a bridge that every
+// node joins by a veth, 192.0.2.0/24 inside the namespaces, and FRR's bgpd
+// as the l2vpn-evpn route reflector at 192.0.2.1.
+type Fabric struct {
+	*Netns
+	// RR is the route reflector's address, the bridge's.
+	RR  netip.Addr
+	dir string
+	mu  sync.Mutex
+	// next is the last octet of the next node's underlay address.
+	next int
+	bgpd *exec.Cmd
+}
+
+// RequireFRR skips t when FRR's bgpd is not installed.
+func RequireFRR(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat(FRRBgpd); err != nil {
+		t.Skip("routing test: needs FRR's bgpd (Debian: apt-get install frr; .ci/run installs it)")
+	}
+}
+
+// NewFabric makes the fabric namespace, bridge and route reflector; t's
+// cleanup removes them.
+func NewFabric(t testing.TB) *Fabric {
+	t.Helper()
+	RequireFRR(t)
+	f := &Fabric{Netns: NewNetns(t, "f"), RR: netip.MustParseAddr("192.0.2.1"), dir: t.TempDir(), next: 11}
+	if err := os.Chmod(f.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"ip", "link", "add", "br0", "type", "bridge"},
+		{"ip", "link", "set", "br0", "up"},
+		{"ip", "addr", "add", "192.0.2.1/24", "dev", "br0"},
+	} {
+		if out, err := f.Run(args[0], args[1:]...); err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+	}
+	if err := f.StartFRR(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.StopFRR)
+	return f
+}
+
+// Attach connects node to the fabric with a veth called ul0 and returns
+// its underlay address.
+func (f *Fabric) Attach(t testing.TB, n *Node) netip.Addr {
+	t.Helper()
+	f.mu.Lock()
+	octet := f.next
+	f.next++
+	f.mu.Unlock()
+	addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(octet)})
+	host := fmt.Sprintf("fb%d-%d", os.Getpid()%100000, octet)
+	steps := [][]string{
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", "ul0", "netns", n.Netns.Name},
+		{"ip", "link", "set", host, "netns", f.Netns.Name},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", s, err, out)
+		}
+	}
+	for _, s := range [][]string{{"ip", "link", "set", host, "master", "br0", "up"}} {
+		if out, err := f.Run(s[0], s[1:]...); err != nil {
+			t.Fatalf("%v: %v %s", s, err, out)
+		}
+	}
+	for _, s := range [][]string{
+		{"ip", "addr", "add", addr.String() + "/24", "dev", "ul0"},
+		{"ip", "link", "set", "ul0", "up"},
+	} {
+		if out, err := n.Run(s[0], s[1:]...); err != nil {
+			t.Fatalf("%v: %v %s", s, err, out)
+		}
+	}
+	return addr
+}
+
+func (f *Fabric) vty() string { return filepath.Join(f.dir, "vty") }
+
+// LogPath is bgpd's log, with updates received logged.
+func (f *Fabric) LogPath() string { return filepath.Join(f.dir, "bgpd.log") }
+
+const bgpdConf = `hostname fabric-rr
+log file %s
+debug bgp updates in
+debug bgp neighbor-events
+router bgp %d
+ bgp router-id %s
+ bgp cluster-id %s
+ no bgp default ipv4-unicast
+ neighbor nodes peer-group
+ neighbor nodes remote-as %d
+ neighbor nodes timers 3 9
+ neighbor nodes timers connect 1
+ bgp listen range 192.0.2.0/24 peer-group nodes
+ address-family l2vpn evpn
+  neighbor nodes activate
+  neighbor nodes route-reflector-client
+ exit-address-family
+`
+
+// StartFRR starts bgpd (again, after StopFRR).
+func (f *Fabric) StartFRR() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.bgpd != nil {
+		return nil
+	}
+	if err := os.MkdirAll(f.vty(), 0o777); err != nil {
+		return err
+	}
+	conf := filepath.Join(f.dir, "bgpd.conf")
+	data := fmt.Sprintf(bgpdConf, f.LogPath(), FabricASN, f.RR, f.RR, FabricASN)
+	if err := os.WriteFile(conf, []byte(data), 0o644); err != nil {
+		return err
+	}
+	cmd := exec.Command("ip", "netns", "exec", f.Netns.Name, FRRBgpd, "-Z", "-S", "-n",
+		"-f", conf, "-i", filepath.Join(f.dir, "bgpd.pid"), "--vty_socket", f.vty())
+	out, err := os.OpenFile(filepath.Join(f.dir, "bgpd.out"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("starting bgpd: %w", err)
+	}
+	go func() { _ = cmd.Wait(); out.Close() }()
+	f.bgpd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(filepath.Join(f.vty(), "bgpd.vty")); err == nil {
+			if _, err := f.Vtysh("show bgp summary json"); err == nil {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("bgpd did not come up; its output is in %s", filepath.Join(f.dir, "bgpd.out"))
+}
+
+// StopFRR kills bgpd.
+func (f *Fabric) StopFRR() {
+	f.mu.Lock()
+	cmd := f.bgpd
+	f.bgpd = nil
+	f.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	for i := 0; i < 100; i++ {
+		if cmd.ProcessState != nil || syscall.Kill(cmd.Process.Pid, 0) != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = os.Remove(filepath.Join(f.vty(), "bgpd.vty"))
+}
+
+// Vtysh runs one vtysh command against the fabric's bgpd.
+func (f *Fabric) Vtysh(command string) (string, error) {
+	out, err := exec.Command("vtysh", "--vty_socket", f.vty(), "-c", command).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("vtysh -c %q: %v: %s", command, err, out)
+	}
+	return string(out), nil
+}
+
+// EVPNPath is one path FRR holds for a type-5 route.
+type EVPNPath struct {
+	RD        string
+	Prefix    netip.Prefix
+	NextHop   string
+	Extended  string
+	Large     string
+	Community string
+	PeerID    string
+	Best      bool
+}
+
+// EVPNRoutes returns every type-5 path FRR holds, by prefix.
+func (f *Fabric) EVPNRoutes() (map[netip.Prefix][]EVPNPath, error) {
+	out, err := f.Vtysh("show bgp l2vpn evpn route detail type prefix json")
+	if err != nil {
+		return nil, err
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &top); err != nil {
+		return nil, fmt.Errorf("FRR's JSON: %w: %s", err, out)
+	}
+	res := map[netip.Prefix][]EVPNPath{}
+	for rd, raw := range top {
+		var byPrefix map[string]json.RawMessage
+		if json.Unmarshal(raw, &byPrefix) != nil {
+			continue
+		}
+		for _, praw := range byPrefix {
+			var dest struct {
+				Paths [][]struct {
+					Bestpath struct {
+						Overall bool `json:"overall"`
+					} `json:"bestpath"`
+					Peer struct {
+						PeerID string `json:"peerId"`
+					} `json:"peer"`
+					ExtendedCommunity struct {
+						String string `json:"string"`
+					} `json:"extendedCommunity"`
+					LargeCommunity struct {
+						String string `json:"string"`
+					} `json:"largeCommunity"`
+					Community struct {
+						String string `json:"string"`
+					} `json:"community"`
+					Nexthops []struct {
+						IP string `json:"ip"`
+					} `json:"nexthops"`
+				} `json:"paths"`
+			}
+			var head struct {
+				IP    string `json:"ip"`
+				IPLen int    `json:"ipLen"`
+			}
+			if json.Unmarshal(praw, &dest) != nil || json.Unmarshal(praw, &head) != nil {
+				continue
+			}
+			for _, group := range dest.Paths {
+				for _, p := range group {
+					a, err := netip.ParseAddr(head.IP)
+					if err != nil {
+						continue
+					}
+					ep := EVPNPath{RD: rd, Prefix: netip.PrefixFrom(a, head.IPLen), PeerID: p.Peer.PeerID, Best: p.Bestpath.Overall,
+						Extended: p.ExtendedCommunity.String, Large: p.LargeCommunity.String, Community: p.Community.String}
+					if len(p.Nexthops) > 0 {
+						ep.NextHop = p.Nexthops[0].IP
+					}
+					res[ep.Prefix] = append(res[ep.Prefix], ep)
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// Updates counts what FRR's log says it received for a prefix since the
+// log offset from: announcements and withdrawals (each per peer), and
+// notifications received from peer (any, when peer is empty).
+type Updates struct {
+	Announced, Withdrawn map[string]int
+	Notifications        int
+}
+
+var (
+	rcvdRE     = regexp.MustCompile(`BGP: \[[^\]]+\] (\S+?)(?:\([^)]*\))? rcvd RD (\S+) \[5\]:\[0\]:\[(\d+)\]:\[([^\]]+)\] label`)
+	withdrawRE = regexp.MustCompile(`BGP: \[[^\]]+\] (\S+?)(?:\([^)]*\))? rcvd UPDATE about RD (\S+) \[5\]:\[0\]:\[(\d+)\]:\[([^\]]+)\] .*-- withdrawn`)
+)
+
+// LogOffset is the current size of FRR's log, to count from.
+func (f *Fabric) LogOffset() int64 {
+	st, err := os.Stat(f.LogPath())
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// CountUpdates reads FRR's log from offset and counts prefix's updates.
+func (f *Fabric) CountUpdates(from int64, prefix netip.Prefix) (Updates, error) {
+	u := Updates{Announced: map[string]int{}, Withdrawn: map[string]int{}}
+	fh, err := os.Open(f.LogPath())
+	if err != nil {
+		return u, err
+	}
+	defer fh.Close()
+	if _, err := fh.Seek(from, 0); err != nil {
+		return u, err
+	}
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	match := func(m []string) bool {
+		if m == nil {
+			return false
+		}
+		a, err := netip.ParseAddr(m[4])
+		if err != nil {
+			return false
+		}
+		var bits int
+		fmt.Sscan(m[3], &bits)
+		return netip.PrefixFrom(a, bits) == prefix
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		if m := withdrawRE.FindStringSubmatch(line); match(m) {
+			u.Withdrawn[m[1]]++
+		} else if m := rcvdRE.FindStringSubmatch(line); match(m) {
+			u.Announced[m[1]]++
+		} else if strings.Contains(line, "NOTIFICATION: received from neighbor") {
+			u.Notifications++
+		}
+	}
+	return u, sc.Err()
+}

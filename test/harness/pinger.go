@@ -1,0 +1,143 @@
+package harness
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Pinger sends an ICMP echo request from a namespace every interval and
+// records which were answered, so a test can tell lost replies and the
+// longest blackout.
+type Pinger struct {
+	addr     netip.Addr
+	interval time.Duration
+	conn     *net.IPConn
+	e        echoKind
+	id       uint16
+	stop     chan struct{}
+	done     sync.WaitGroup
+
+	mu      sync.Mutex
+	sent    map[uint16]time.Time
+	replied map[uint16]time.Time
+	order   []uint16
+}
+
+// PingerStats summarise a Pinger's run.
+type PingerStats struct {
+	Sent, Received int
+	// Lost are the requests not answered; LongestGap is the longest time
+	// between two answered requests' send times.
+	Lost       int
+	LongestGap time.Duration
+}
+
+// StartPinger pings addr from n every interval until Stop.
+func (n *Netns) StartPinger(addr netip.Addr, interval time.Duration) (*Pinger, error) {
+	p := &Pinger{addr: addr, interval: interval, e: echo4, id: uint16(rand.N(65535) + 1), stop: make(chan struct{}),
+		sent: map[uint16]time.Time{}, replied: map[uint16]time.Time{}}
+	if addr.Is6() {
+		p.e = echo6
+	}
+	// A socket belongs to the namespace it was made in, so it can be used
+	// from any goroutine afterwards.
+	err := n.Do(func() error {
+		c, err := net.ListenPacket(p.e.network, "")
+		if err != nil {
+			return err
+		}
+		p.conn = c.(*net.IPConn)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.done.Add(2)
+	go p.send()
+	go p.receive()
+	return p, nil
+}
+
+func (p *Pinger) send() {
+	defer p.done.Done()
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for seq := uint16(1); ; seq++ {
+		msg := []byte{p.e.request, 0, 0, 0, 0, 0, 0, 0, 'g', 'a', 'l', 'a', 'c', 't', 'i', 'c'}
+		binary.BigEndian.PutUint16(msg[4:], p.id)
+		binary.BigEndian.PutUint16(msg[6:], seq)
+		if p.addr.Is4() {
+			binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+		}
+		p.mu.Lock()
+		p.sent[seq] = time.Now()
+		p.order = append(p.order, seq)
+		p.mu.Unlock()
+		_, _ = p.conn.WriteTo(msg, &net.IPAddr{IP: p.addr.AsSlice()})
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *Pinger) receive() {
+	defer p.done.Done()
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := p.conn.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		b := buf[:n]
+		src, _ := netip.AddrFromSlice(from.(*net.IPAddr).IP)
+		if len(b) >= 8 && b[0] == p.e.reply && src.Unmap() == p.addr && binary.BigEndian.Uint16(b[4:]) == p.id {
+			p.mu.Lock()
+			p.replied[binary.BigEndian.Uint16(b[6:])] = time.Now()
+			p.mu.Unlock()
+		}
+	}
+}
+
+// Stats are the counts so far, leaving out requests sent in the last
+// second (their replies may still come).
+func (p *Pinger) Stats() PingerStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var s PingerStats
+	cutoff := time.Now().Add(-time.Second)
+	var lastOK time.Time
+	for _, seq := range p.order {
+		at := p.sent[seq]
+		if at.After(cutoff) {
+			break
+		}
+		s.Sent++
+		if _, ok := p.replied[seq]; ok {
+			s.Received++
+			if !lastOK.IsZero() && at.Sub(lastOK) > s.LongestGap {
+				s.LongestGap = at.Sub(lastOK)
+			}
+			lastOK = at
+		} else {
+			s.Lost++
+		}
+	}
+	return s
+}
+
+// Stop ends the pinger, waits a second for late replies and returns the
+// final stats.
+func (p *Pinger) Stop() PingerStats {
+	close(p.stop)
+	time.Sleep(time.Second + 50*time.Millisecond)
+	s := p.Stats()
+	p.conn.Close()
+	p.done.Wait()
+	return s
+}

@@ -1,0 +1,182 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RouterConfig is the router.json a test writes for a node.
+type RouterConfig struct {
+	ASN                 int64             `json:"asn"`
+	RouterID            string            `json:"routerID,omitempty"`
+	Underlay            string            `json:"underlay"`
+	ListenPort          int64             `json:"listenPort,omitempty"`
+	RouteTargetASN      int64             `json:"routeTargetASN,omitempty"`
+	GracefulRestart     map[string]any    `json:"gracefulRestart,omitempty"`
+	WithdrawHoldSeconds *int64            `json:"withdrawHoldSeconds,omitempty"`
+	Peers               []RouterPeer      `json:"peers"`
+	MetricsAddress      string            `json:"metricsAddress,omitempty"`
+	Extra               map[string]string `json:"-"`
+}
+
+// RouterPeer is one peers entry.
+type RouterPeer struct {
+	Address          string `json:"address"`
+	ASN              int64  `json:"asn"`
+	Port             int64  `json:"port,omitempty"`
+	HoldSeconds      int64  `json:"holdSeconds,omitempty"`
+	KeepaliveSeconds int64  `json:"keepaliveSeconds,omitempty"`
+}
+
+// FabricRouterConfig peers a node at underlay with the fabric's route
+// reflector, with timers short enough for tests.
+func (f *Fabric) FabricRouterConfig(underlay netip.Addr) RouterConfig {
+	return RouterConfig{
+		ASN: FabricASN, Underlay: underlay.String(), ListenPort: -1,
+		Peers:          []RouterPeer{{Address: f.RR.String(), ASN: FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3}},
+		MetricsAddress: "127.0.0.1:9655",
+	}
+}
+
+// Router is a galactic-router process running inside a node.
+type Router struct {
+	Node    *Node
+	Config  RouterConfig
+	LogPath string
+	Args    []string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// RouterConfigPath is where a node's router.json goes.
+func (n *Node) RouterConfigPath() string { return filepath.Join(n.Dir, "router.json") }
+
+// StartRouter writes cfg as the node's router.json and starts
+// galactic-router in the node; t's cleanup kills it.
+func (n *Node) StartRouter(t testing.TB, cfg RouterConfig, args ...string) *Router {
+	t.Helper()
+	r := &Router{Node: n, Config: cfg, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
+	data, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(n.RouterConfigPath(), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Kill() })
+	return r
+}
+
+// Start starts the process (again).
+func (r *Router) Start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return fmt.Errorf("router on %s is already running", r.Node.Name)
+	}
+	log, err := os.OpenFile(r.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.Node.RouterConfigPath()}, r.Args...)
+	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), r.Node.Environ()...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	r.cmd, r.done = cmd, done
+	return nil
+}
+
+// signal sends sig and waits for the process to exit.
+func (r *Router) signal(sig syscall.Signal) {
+	r.mu.Lock()
+	cmd, done := r.cmd, r.done
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Kill stops the router with SIGKILL, as a crash would.
+func (r *Router) Kill() { r.signal(syscall.SIGKILL) }
+
+// Terminate stops it with SIGTERM, as an upgrade would.
+func (r *Router) Terminate() { r.signal(syscall.SIGTERM) }
+
+// Running reports whether the process has not exited.
+func (r *Router) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Log returns the router's log so far.
+func (r *Router) Log() string {
+	b, _ := os.ReadFile(r.LogPath)
+	return string(b)
+}
+
+// Get fetches path from the router's metrics address inside the node.
+func (r *Router) Get(path string) (string, error) {
+	out, err := r.Node.Run("curl", "-s", "-f", "http://"+r.Config.MetricsAddress+path)
+	if err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// Metric returns the value of one metric line (name with its labels, as
+// printed) from /metrics.
+func (r *Router) Metric(name string) (float64, error) {
+	body, err := r.Get("/metrics")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			var v float64
+			_, err := fmt.Sscan(strings.TrimPrefix(line, name+" "), &v)
+			return v, err
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// Drain runs `galactic-router drain` in the node.
+func (r *Router) Drain() (string, error) {
+	cmd := exec.Command("ip", "netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "drain", "--config", r.Node.RouterConfigPath())
+	cmd.Env = append(os.Environ(), r.Node.Environ()...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

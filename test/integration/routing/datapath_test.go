@@ -1,0 +1,268 @@
+package routing
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/router/dataplane"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+// waitPing waits until from reaches addr.
+func waitPing(t *testing.T, from *harness.Netns, addr netip.Addr) {
+	t.Helper()
+	eventually(t, 20*time.Second, "ping "+addr.String(), func() error { return from.Ping(addr) })
+}
+
+func TestWorkloadsOfOneVPCReachEachOtherAcrossNodesOverIPv4AndIPv6(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	c := newRouted(t, env, f, "node-c")
+	onA := attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	onC := attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24", "fd20::7/64"}}
+	wa := add(t, a.Node, onA)
+	wc := add(t, c.Node, onC)
+	for _, v6 := range []bool{false, true} {
+		if err := func() (err error) {
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				if err = wc.Ping(onA.Addr(v6)); err == nil {
+					return wa.Ping(onC.Addr(v6))
+				}
+			}
+			return err
+		}(); err != nil {
+			t.Fatalf("v6=%v: %v\nC:\n%s\n%s\n%s\nA:\n%s\n%s", v6, err, c.Router.Log(), show(c.Node, "ip", "-6", "route", "show", "table", "all"), show(c.Node, "ip", "-6", "neigh"),
+				show(a.Node, "ip", "-6", "route", "show", "table", "all"), show(a.Node, "ip", "-6", "rule"))
+		}
+	}
+	r := kernelRoute(t, c.Node, "blue", onA.Prefixes()[0])
+	if r == nil || int(r.Protocol) != dataplane.Protocol || r.Gw.String() != a.Underlay.String() {
+		t.Fatalf("node-c's route to %s: %+v\n%s", onA.Prefixes()[0], r, show(c.Node, "ip", "route", "show", "table", "all"))
+	}
+	dev := routing.VXLANDeviceName("blue")
+	out := show(c.Node, "ip", "-d", "link", "show", dev)
+	for _, want := range []string{"vxlan id 10100", "local " + c.Underlay.String(), "dstport 4789", "nolearning", "mtu 1450"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lacks %q:\n%s", dev, want, out)
+		}
+	}
+	// galactic-cni's CHECK stays green with the router's routes in the table.
+	c.WriteConflist(t, onC.conflist())
+	if out, err := c.CNITool("check", onC.Network(), wc, ifName); err != nil {
+		t.Fatalf("CHECK with remote routes in the table: %v %s", err, out)
+	}
+}
+
+func TestOverlappingVPCsReachOnlyTheirOwnWorkloads(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	b := newRouted(t, env, f, "node-b")
+	c := newRouted(t, env, f, "node-c")
+	// Red uses blue's addresses, on other nodes (table mode cannot hold
+	// two VPCs with one address on one node).
+	blueA := attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	blueC := attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
+	redB := attachment{VPC: "red", Name: "db-b", VNI: 10200, Addresses: []string{"10.20.0.5/24"}}
+	redA := attachment{VPC: "red", Name: "db-a", VNI: 10200, Addresses: []string{"10.20.0.9/24"}}
+	wBlueA := add(t, a.Node, blueA)
+	wBlueC := add(t, c.Node, blueC)
+	wRedB := add(t, b.Node, redB)
+	wRedA := add(t, a.Node, redA)
+	waitPing(t, wBlueC, blueA.Addr(false))
+	waitPing(t, wRedA, redB.Addr(false))
+	waitPing(t, wBlueA, blueC.Addr(false))
+	// Red never reaches blue's 10.20.0.7, blue never reaches red's 10.20.0.9.
+	if err := wRedA.Ping(blueC.Addr(false)); err == nil {
+		t.Error("red reached blue's workload on node-c")
+	}
+	if err := wBlueC.Ping(redA.Addr(false)); err == nil {
+		t.Error("blue reached red's workload on node-a")
+	}
+	// 10.20.0.5 in red's table on node-a leads to node-b, in blue's to node-a's own workload.
+	if r := kernelRoute(t, a.Node, "red", redB.Prefixes()[0]); r == nil || r.Gw.String() != b.Underlay.String() {
+		t.Errorf("red's route for 10.20.0.5 on node-a: %+v", r)
+	}
+	_ = wRedB
+}
+
+func TestAMoveWithHandoffChangesTheRemoteRouteOnceAndRepliesComeFromTheNewNode(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	b := newRouted(t, env, f, "node-b")
+	c := newRouted(t, env, f, "node-c")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true}
+	client := attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
+	wa := add(t, a.Node, vm)
+	wc := add(t, c.Node, client)
+	waitPing(t, wc, vm.Addr(false))
+	mon := monitorRoutes(t, c.Node)
+	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(500 * time.Millisecond)
+		del(t, a.Node, vm, wa)
+	}()
+	add(t, b.Node, vm)
+	<-done
+	handoff := time.Since(start)
+	waitPing(t, wc, vm.Addr(false))
+	time.Sleep(2 * time.Second)
+	st := p.Stop()
+	t.Logf("move: %d sent, %d lost, longest blackout %s, handoff took %s", st.Sent, st.Lost, st.LongestGap, handoff)
+	r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0])
+	if r == nil || r.Gw.String() != b.Underlay.String() {
+		t.Fatalf("node-c's route after the move: %+v", r)
+	}
+	if ch := mon.changes(vm.Prefixes()[0]); len(ch) != 1 {
+		t.Fatalf("node-c's route for %s changed %d times, want once:\n%s", vm.Prefixes()[0], len(ch), strings.Join(ch, "\n"))
+	}
+	if st.Received == 0 {
+		t.Fatal("no replies at all")
+	}
+}
+
+func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	b := newRouted(t, env, f, "node-b")
+	c := newRouted(t, env, f, "node-c")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true}
+	wa := add(t, a.Node, vm)
+	add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
+	eventually(t, 20*time.Second, "node-c routes to node-a", func() error {
+		if r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0]); r == nil || r.Gw.String() != a.Underlay.String() {
+			return fmt.Errorf("%+v", r)
+		}
+		return nil
+	})
+	// node-a crashes without DEL: its advertisement stays, held by a
+	// finalizer so node-b's fallback delete cannot remove it, and node-b
+	// takes over once the lease expires.
+	advA := names.Advertisement(vm.VPC, vm.Name, "node-a")
+	patch := []byte(`{"metadata":{"finalizers":["test.galactic.dev/hold"]}}`)
+	ads := env.API.BGPAdvertisements(harness.Namespace)
+	if _, err := ads.Patch(context.Background(), advA, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = ads.Patch(context.Background(), advA, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	mon := monitorRoutes(t, c.Node)
+	add(t, b.Node, vm)
+	eventually(t, 20*time.Second, "node-c routes to node-b", func() error {
+		if r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0]); r == nil || r.Gw.String() != b.Underlay.String() {
+			return fmt.Errorf("%+v", r)
+		}
+		return nil
+	})
+	if paths := frrPaths(t, f, vm.Prefixes()[0]); len(paths) != 2 {
+		t.Fatalf("want both nodes' paths in FRR during the test, got %+v", paths)
+	}
+	time.Sleep(10 * time.Second)
+	if r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0]); r == nil || r.Gw.String() != b.Underlay.String() {
+		t.Fatalf("node-c's route moved back: %+v", r)
+	}
+	if ch := mon.changes(vm.Prefixes()[0]); len(ch) != 1 {
+		t.Fatalf("node-c's route changed %d times while both advertised, want once:\n%s", len(ch), strings.Join(ch, "\n"))
+	}
+	_ = wa
+}
+
+func TestRouterRestartsLoseNoPing(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	c := newRouted(t, env, f, "node-c")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, vm)
+	wc := add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
+	waitPing(t, wc, vm.Addr(false))
+	mon := monitorRoutes(t, c.Node)
+	for _, r := range []*routed{c, a} {
+		p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		r.Router.Kill()
+		if err := r.Router.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Long enough for the session to come back and FRR to re-learn.
+		time.Sleep(6 * time.Second)
+		st := p.Stop()
+		t.Logf("restart on %s: %d sent, %d lost", r.Name, st.Sent, st.Lost)
+		if st.Lost != 0 {
+			t.Errorf("restart on %s lost %d of %d pings", r.Name, st.Lost, st.Sent)
+		}
+	}
+	if ch := mon.changes(vm.Prefixes()[0]); len(ch) != 0 {
+		t.Fatalf("node-c's route changed during the restarts:\n%s", strings.Join(ch, "\n"))
+	}
+}
+
+func TestARemoteRouteNeverReplacesALocalHostRoute(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	c := newRouted(t, env, f, "node-c")
+	there := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	here := attachment{VPC: "blue", Name: "web-0-here", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, c.Node, here)
+	add(t, a.Node, there)
+	waitFRR(t, f, 2, there.Prefixes()...)
+	time.Sleep(2 * time.Second)
+	r := kernelRoute(t, c.Node, "blue", here.Prefixes()[0])
+	if r == nil || int(r.Protocol) != routing.Protocol {
+		t.Fatalf("node-c's route for its own workload: %+v", r)
+	}
+}
+
+func TestTheLastAttachmentLeavingTakesTheVXLANDeviceAndEverythingOfIt(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	c := newRouted(t, env, f, "node-c")
+	add(t, a.Node, attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
+	last := attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
+	wc := add(t, c.Node, last)
+	waitPing(t, wc, netip.MustParseAddr("10.20.0.5"))
+	dev := routing.VXLANDeviceName("blue")
+	del(t, c.Node, last, wc)
+	eventually(t, 10*time.Second, "nothing of blue's fabric left on node-c", func() error {
+		for _, args := range [][]string{
+			{"ip", "link", "show", "type", "vxlan"},
+			{"ip", "route", "show", "table", "all", "proto", "150"},
+			{"ip", "-6", "route", "show", "table", "all", "proto", "150"},
+			{"ip", "rule", "show"},
+			{"ip", "-6", "rule", "show"},
+			{"bridge", "fdb", "show"},
+			{"ip", "neigh", "show", "nud", "permanent"},
+		} {
+			if out := show(c.Node, args...); strings.Contains(out, dev) || (args[1] == "route" && strings.TrimSpace(out) != "") {
+				return fmt.Errorf("%v:\n%s", args, out)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,86 @@
+package routing
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+func TestAddAnnouncesOneType5RoutePerPrefixAndDelWithdrawsThem(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	from := f.LogOffset()
+	c := add(t, a.Node, att)
+	waitFRR(t, f, 1, att.Prefixes()...)
+
+	mac := strings.TrimSpace(show(a.Node, "cat", "/sys/class/net/"+routing.VXLANDeviceName("blue")+"/address"))
+	for _, p := range att.Prefixes() {
+		paths := frrPaths(t, f, p)
+		got := paths[0]
+		if got.NextHop != a.Underlay.String() || !strings.HasPrefix(got.RD, a.Underlay.String()+":") {
+			t.Errorf("%s: next hop %s RD %s, want %s and an RD of router ID %s", p, got.NextHop, got.RD, a.Underlay, a.Underlay)
+		}
+		for _, want := range []string{"RT:65000:10100", "ET:8", "Rmac:" + mac} {
+			if !strings.Contains(got.Extended, want) {
+				t.Errorf("%s: extended communities %q lack %s", p, got.Extended, want)
+			}
+		}
+		if !strings.Contains(got.Large, "65000:1:0") {
+			t.Errorf("%s: large communities %q lack the holderGeneration 65000:1:0", p, got.Large)
+		}
+	}
+	log := readFile(t, f.LogPath(), from)
+	for _, p := range att.Prefixes() {
+		want := fmt.Sprintf("[5]:[0]:[%d]:[%s] label 10100", p.Bits(), p.Addr())
+		if !strings.Contains(log, want) {
+			t.Errorf("FRR's log has no %q", want)
+		}
+	}
+	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+
+	del(t, a.Node, att, c)
+	waitFRR(t, f, 0, att.Prefixes()...)
+}
+
+func TestAnAdvertisementWithoutVNIIsNotAnnouncedAndProgrammedFollowsThePeer(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	novni := attachment{VPC: "blue", Name: "novni", Addresses: []string{"10.20.1.5/24"}}
+	add(t, a.Node, novni)
+	waitCondition(t, env, novni, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoVNI)
+	if paths := frrPaths(t, f, novni.Prefixes()[0]); len(paths) != 0 {
+		t.Fatalf("FRR holds %v for an advertisement without vni", paths)
+	}
+
+	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, att)
+	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	f.StopFRR()
+	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoEstablishedPeer)
+	if err := f.StartFRR(); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	waitFRR(t, f, 1, att.Prefixes()...)
+}
+
+func readFile(t *testing.T, path string, from int64) string {
+	t.Helper()
+	b := readAll(t, path)
+	if int(from) > len(b) {
+		return ""
+	}
+	return string(b[from:])
+}
+
+var _ = time.Second

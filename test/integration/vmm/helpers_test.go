@@ -1,0 +1,362 @@
+package vmm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/pkg/tap"
+	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/vm"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+const (
+	vpc = "vmm"
+	mtu = 1400
+	// hangGuard bounds waits that only end when something happens (a boot
+	// under TCG on a loaded machine, a poweroff); it is never a speed limit.
+	hangGuard = 3 * time.Minute
+)
+
+var (
+	assetsOnce sync.Once
+	assets     *vm.GuestAssets
+	assetsErr  error
+	assetsDir  string
+)
+
+// setup returns the environment and the guest's kernel and initramfs, or
+// skips saying why qemu guests cannot run here.
+func setup(t *testing.T) (*harness.Env, *vm.GuestAssets) {
+	t.Helper()
+	harness.RequireRoot(t)
+	if err := vm.Available(); err != nil {
+		t.Skipf("the VMM tests run qemu guests: %v", err)
+	}
+	assetsOnce.Do(func() {
+		if assetsDir, assetsErr = os.MkdirTemp("", "galactic-vmm-"); assetsErr == nil {
+			assets, assetsErr = vm.EnsureGuestAssets(assetsDir, os.Stderr)
+		}
+	})
+	if errors.Is(assetsErr, vm.ErrNoKernelSource) {
+		t.Skipf("the VMM tests boot a Debian kernel: %v", assetsErr)
+	}
+	if assetsErr != nil {
+		t.Fatal(assetsErr)
+	}
+	return harness.Setup(t), assets
+}
+
+// routingNode is a node with IP forwarding on, which traffic between two
+// workloads on it needs (a node prerequisite galactic does not change).
+func routingNode(t *testing.T, env *harness.Env, name string) *harness.Node {
+	t.Helper()
+	node := env.NewNode(t, name)
+	if out, err := node.Run("sysctl", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+		t.Fatalf("enabling forwarding on %s: %v: %s", name, err, out)
+	}
+	return node
+}
+
+// attachment is one VPC attachment of a test, in tap or veth mode.
+type attachment struct {
+	env       *harness.Env
+	name      string
+	mode      string
+	addresses []string
+}
+
+// newAttachment names an attachment and deletes its lease and
+// advertisements afterwards (the API server is shared by the package).
+func newAttachment(t *testing.T, env *harness.Env, name, mode string, addresses ...string) attachment {
+	t.Helper()
+	a := attachment{env: env, name: name, mode: mode, addresses: addresses}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = env.API.Leases(harness.Namespace).Delete(ctx, names.Lease(vpc, name), metav1.DeleteOptions{})
+		_ = env.API.BGPAdvertisements(harness.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, name)})
+	})
+	return a
+}
+
+func (a attachment) network() string { return "net-" + a.name }
+
+func (a attachment) hostIf() string { return names.HostInterface(a.mode, vpc, a.name) }
+
+func (a attachment) ifName() string {
+	if a.mode == names.ModeVeth {
+		return "eth0"
+	}
+	return "net0"
+}
+
+// install writes the chain on node: galactic-cni (table routing, since
+// this kernel has no VRF) then galactic-bgp; leaseSeconds 0 turns the
+// handoff off.
+func (a attachment) install(t *testing.T, node *harness.Node, leaseSeconds int) {
+	t.Helper()
+	handoff := map[string]any{"enabled": false}
+	if leaseSeconds > 0 {
+		handoff = map[string]any{"enabled": true, "waitSeconds": 30, "leaseSeconds": leaseSeconds}
+	}
+	node.WriteConflist(t, map[string]any{
+		"cniVersion": "1.1.0", "name": a.network(),
+		"plugins": []any{
+			map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": a.name, "mode": a.mode, "routing": "table",
+				"addresses": a.addresses, "mtu": mtu, "handoff": handoff},
+			map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name},
+		},
+	})
+}
+
+func (a attachment) cni(node *harness.Node) harness.LibCNI {
+	return harness.LibCNI{Node: node, Network: a.network()}
+}
+
+// tryAdd runs the chain's ADD through libcni, so a failure keeps its code.
+func (a attachment) tryAdd(node *harness.Node, c *harness.Netns) (*current.Result, error) {
+	res, err := a.cni(node).Add(context.Background(), harness.RuntimeConf(c, a.ifName()))
+	if err != nil {
+		return nil, err
+	}
+	return current.NewResultFromResult(res)
+}
+
+func (a attachment) add(t *testing.T, node *harness.Node, c *harness.Netns) *current.Result {
+	t.Helper()
+	res, err := a.tryAdd(node, c)
+	if err != nil {
+		t.Fatalf("ADD of %s on %s: %v", a.name, node.Name, err)
+	}
+	return res
+}
+
+func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
+	t.Helper()
+	if err := a.cni(node).Del(context.Background(), harness.RuntimeConf(c, a.ifName())); err != nil {
+		t.Fatalf("DEL of %s on %s: %v", a.name, node.Name, err)
+	}
+}
+
+// addrs are the attachment's addresses without their prefix lengths.
+func (a attachment) addrs() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range a.addresses {
+		out = append(out, netip.MustParsePrefix(s).Addr())
+	}
+	return out
+}
+
+// boot starts qemu inside node on the tap the ADD result names, telling
+// the guest the attachment's addresses and the gateways the result
+// returned, and waits until the guest is ready. t's cleanup kills qemu.
+func boot(t *testing.T, as *vm.GuestAssets, node *harness.Node, res *current.Result) *vm.Guest {
+	t.Helper()
+	if len(res.Interfaces) == 0 {
+		t.Fatalf("the ADD result names no interface: %+v", res)
+	}
+	o := vm.GuestOptions{Netns: node.Netns.Name, Tap: res.Interfaces[0].Name, MTU: mtu}
+	for _, ip := range res.IPs {
+		p, _ := netip.AddrFromSlice(ip.Address.IP)
+		bits, _ := ip.Address.Mask.Size()
+		gw, _ := netip.AddrFromSlice(ip.Gateway)
+		o.Addresses = append(o.Addresses, netip.PrefixFrom(p.Unmap(), bits))
+		o.Gateways = append(o.Gateways, gw.Unmap())
+	}
+	if os.Getenv("GALACTIC_VM_CONSOLE") != "" {
+		o.Console = os.Stderr
+	}
+	g, took, err := as.Boot(context.Background(), o, hangGuard)
+	if err != nil {
+		t.Fatalf("booting a guest on %s in %s: %v", o.Tap, node.Name, err)
+	}
+	t.Cleanup(g.Kill)
+	t.Logf("guest (qemu pid %d, %s) on %s in %s ready %s after qemu started", g.Pid, g.Accel, o.Tap, node.Name, took.Round(time.Millisecond))
+	return g
+}
+
+func poweroff(t *testing.T, g *vm.Guest) {
+	t.Helper()
+	if err := g.Poweroff(hangGuard); err != nil {
+		t.Fatalf("powering the guest off: %v\nconsole:\n%s", err, g.Console())
+	}
+}
+
+// checkServes pings each address from the workload netns and has the
+// guest's echo service echo a line over each.
+func checkServes(t *testing.T, from *harness.Netns, g *vm.Guest, addrs []netip.Addr) {
+	t.Helper()
+	for _, addr := range addrs {
+		if err := from.Ping(addr); err != nil {
+			t.Fatalf("the guest does not answer ping on %s: %v\nconsole:\n%s\nguest status:\n%s", addr, err, g.Console(), g.Status(10*time.Second))
+		}
+		if err := echo(from, addr); err != nil {
+			t.Fatalf("the guest's echo service on %s: %v\nconsole:\n%s", addr, err, g.Console())
+		}
+	}
+}
+
+// echo sends a line to the guest's echo service and expects it back. The
+// service starts as the guest reports ready, so a refused connection is
+// retried a few times.
+func echo(from *harness.Netns, addr netip.Addr) error {
+	want := "galactic " + addr.String()
+	var last error
+	for attempt := 0; attempt < 20; attempt++ {
+		last = from.Do(func() error {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(addr.String(), strconv.Itoa(vm.EchoPort)), 5*time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := fmt.Fprintln(c, want); err != nil {
+				return err
+			}
+			got, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(got) != want {
+				return fmt.Errorf("echoed %q, want %q", got, want)
+			}
+			return nil
+		})
+		if last == nil || !errors.Is(last, syscall.ECONNREFUSED) {
+			return last
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return last
+}
+
+// inspectTap reports the attachment's tap on node; ok is false without one.
+func (a attachment) inspectTap(t *testing.T, node *harness.Node) (st tap.Status, ok bool) {
+	t.Helper()
+	err := node.Do(func() error {
+		var err error
+		st, ok, err = tap.Inspect(a.hostIf())
+		return err
+	})
+	if err != nil {
+		t.Fatalf("inspecting %s on %s: %v", a.hostIf(), node.Name, err)
+	}
+	return st, ok
+}
+
+// gcOnce runs one `galactic-gc --once` pass inside the node.
+func gcOnce(t *testing.T, env *harness.Env, node *harness.Node) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"),
+		"--once", "--config", node.ConfigPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("galactic-gc --once on %s: %v\n%s", node.Name, err, out)
+	}
+	return string(out)
+}
+
+// keptLine returns the GC's "kept detached tap" line about tap, "" when none.
+func keptLine(out, tap string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "kept detached tap") && strings.Contains(l, tap) {
+			return l
+		}
+	}
+	return ""
+}
+
+func (a attachment) advertisements(t *testing.T) map[string]v1alpha1.BGPAdvertisement {
+	t.Helper()
+	list, err := a.env.API.BGPAdvertisements(harness.Namespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, a.name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]v1alpha1.BGPAdvertisement{}
+	for _, adv := range list.Items {
+		out[adv.Spec.Node] = adv
+	}
+	return out
+}
+
+func (a attachment) lease(t *testing.T) *coordinationv1.Lease {
+	t.Helper()
+	l, err := a.env.API.Leases(harness.Namespace).Get(context.Background(), names.Lease(vpc, a.name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func holder(l *coordinationv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+func token(l *coordinationv1.Lease) int64 {
+	if l == nil || l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return int64(*l.Spec.LeaseTransitions)
+}
+
+func records(t *testing.T, node *harness.Node) []state.Record {
+	t.Helper()
+	recs, err := state.NewStore(node.Settings.StateDir).List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// snapshot is a node's links, rules and routes as `ip` prints them.
+func snapshot(t *testing.T, node *harness.Node) string {
+	t.Helper()
+	var out strings.Builder
+	for _, args := range [][]string{{"-o", "link"}, {"-o", "addr"}, {"rule"}, {"-6", "rule"}, {"route", "show", "table", "all"}, {"-6", "route", "show", "table", "all"}} {
+		s, err := node.Run("ip", args...)
+		if err != nil {
+			t.Fatalf("ip %v on %s: %v: %s", args, node.Name, err, s)
+		}
+		out.WriteString(s)
+	}
+	return out.String()
+}
+
+func cniError(t *testing.T, err error) *types.Error {
+	t.Helper()
+	var e *types.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("want a CNI error, got %v", err)
+	}
+	return e
+}

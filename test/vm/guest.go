@@ -1,0 +1,372 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Markers the network guest prints on the serial console.
+const (
+	MarkerReady = "GALACTIC-VM: READY"
+	MarkerMTU   = "GALACTIC-VM: MTU "
+	// MarkerUptime is the guest kernel's uptime as it says ready.
+	MarkerUptime = "GALACTIC-VM: UPTIME "
+	// MarkerStatusEnd ends what the guest prints for "status".
+	MarkerStatusEnd = "GALACTIC-VM: END OF STATUS"
+)
+
+// GuestModules are what the network guest loads: the virtio NIC qemu gives
+// it and everything the driver depends on.
+var GuestModules = []string{"virtio_pci", "virtio_net"}
+
+// EchoPort is the TCP port the guest's echo service listens on, v4 and v6.
+const EchoPort = 7
+
+// guestScript configures the NIC from the kernel command line, starts the
+// echo service, says ready and waits on the console for "poweroff".
+//
+// IPv4 keeps the subnet's prefix: the tap answers ARP for the VPC's other
+// addresses (proxy ARP). IPv6 takes the address as a /128 and routes
+// everything via the gateway, since the host does not proxy neighbour
+// discovery; that is the route the CNI result gives.
+var guestScript = `#!/bin/sh
+for arg in $(cat /proc/cmdline); do
+	case "$arg" in
+	galactic.addrs=*) addrs=$(echo "${arg#*=}" | tr , ' ') ;;
+	galactic.gateways=*) gateways=$(echo "${arg#*=}" | tr , ' ') ;;
+	esac
+done
+dev=eth0
+i=0
+while [ ! -e /sys/class/net/$dev ]; do
+	i=$((i+1))
+	[ $i -gt 200 ] && { echo "no $dev"; exit 3; }
+	sleep 0.05
+done
+echo 0 > /proc/sys/net/ipv6/conf/$dev/accept_dad
+echo 0 > /proc/sys/net/ipv6/conf/$dev/accept_ra
+ip link set lo up
+ip link set $dev up || exit 4
+for a in $addrs; do
+	case "$a" in
+	*:*) ip -6 addr add "${a%/*}/128" dev $dev || exit 5 ;;
+	*) ip addr add "$a" dev $dev || exit 5 ;;
+	esac
+done
+for g in $gateways; do
+	case "$g" in
+	*:*) ip -6 route add "$g" dev $dev && ip -6 route add default via "$g" dev $dev || exit 6 ;;
+	*) ip route add default via "$g" dev $dev || exit 6 ;;
+	esac
+done
+nc -ll -p ` + strconv.Itoa(EchoPort) + ` -e cat &
+echo "` + MarkerMTU + `$(cat /sys/class/net/$dev/mtu)"
+echo "` + MarkerUptime + `$(cut -d' ' -f1 /proc/uptime)"
+echo "` + MarkerReady + `"
+while read -r cmd; do
+	case "$(echo "$cmd" | tr -d '\r')" in
+	poweroff) break ;;
+	status) ip addr; ip route; ip -6 route; ip neigh; echo "` + MarkerStatusEnd + `" ;;
+	esac
+done
+kill $! 2>/dev/null
+ip link set $dev down
+sync
+`
+
+// GuestImage writes the network guest's initramfs to p: busybox, the
+// virtio NIC's modules and the script above as the command of /init.
+func GuestImage(kernel *Kernel, busybox, p string) error {
+	im := Image{
+		Kernel:  kernel,
+		Busybox: busybox,
+		Modules: GuestModules,
+		Files:   []File{{Path: "/bin/galactic-guest", Data: []byte(guestScript)}},
+		Command: "/bin/galactic-guest",
+	}
+	return im.Write(p)
+}
+
+// GuestAssets are the kernel and initramfs every network guest boots.
+type GuestAssets struct {
+	Kernel *Kernel
+	Initrd string
+}
+
+// EnsureGuestAssets fetches the kernel (cached) and writes the guest's
+// initramfs into dir. ErrNoKernelSource means the host cannot have one.
+func EnsureGuestAssets(dir string, progress io.Writer) (*GuestAssets, error) {
+	kernel, err := EnsureKernel(GuestModules, progress)
+	if err != nil {
+		return nil, err
+	}
+	busybox, err := EnsureBusybox(progress)
+	if err != nil {
+		return nil, err
+	}
+	initrd := filepath.Join(dir, "guest-initrd.cpio")
+	if err := GuestImage(kernel, busybox, initrd); err != nil {
+		return nil, err
+	}
+	return &GuestAssets{Kernel: kernel, Initrd: initrd}, nil
+}
+
+// GuestOptions say where a guest runs and what it is told.
+type GuestOptions struct {
+	// Netns is the name of the network namespace (`ip netns`) holding Tap.
+	Netns string
+	// Tap is the existing tap qemu opens by name.
+	Tap string
+	// MTU is given to the guest's NIC (virtio host_mtu); 0 leaves qemu's.
+	MTU int
+	// Addresses are the attachment's, Gateways those galactic-cni returned.
+	Addresses []netip.Prefix
+	Gateways  []netip.Addr
+	// Accel is AccelKVM or AccelTCG; empty picks with Accelerator.
+	Accel string
+	// MemoryMB defaults to 256.
+	MemoryMB int
+	// Console, when set, also gets the serial console as it arrives.
+	Console io.Writer
+}
+
+// QEMUArgs is the qemu command line of a guest on a galactic tap: the tap
+// is opened by name with no helper scripts, so qemu changes nothing on
+// the host.
+func QEMUArgs(a *GuestAssets, o GuestOptions) []string {
+	var addrs, gws []string
+	for _, p := range o.Addresses {
+		addrs = append(addrs, p.String())
+	}
+	for _, g := range o.Gateways {
+		gws = append(gws, g.String())
+	}
+	nic := "virtio-net-pci,netdev=net0"
+	if o.MTU > 0 {
+		nic += ",host_mtu=" + strconv.Itoa(o.MTU)
+	}
+	mem := o.MemoryMB
+	if mem == 0 {
+		mem = 256
+	}
+	return []string{
+		"-accel", o.Accel, "-m", strconv.Itoa(mem), "-smp", "1",
+		"-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
+		"-kernel", a.Kernel.Image, "-initrd", a.Initrd,
+		"-append", "console=ttyS0 panic=-1 quiet galactic.addrs=" + strings.Join(addrs, ",") + " galactic.gateways=" + strings.Join(gws, ","),
+		"-netdev", "tap,id=net0,ifname=" + o.Tap + ",script=no,downscript=no",
+		"-device", nic,
+	}
+}
+
+// Guest is a running qemu attached to a tap.
+type Guest struct {
+	// Pid is qemu's (ip netns exec runs it in its own process).
+	Pid   int
+	Accel string
+	// Started is when qemu was started; Ready when the guest said so.
+	Started time.Time
+	Ready   time.Time
+
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	console *syncBuffer
+	stderr  *syncBuffer
+	done    chan struct{}
+	waitErr error
+	once    sync.Once
+}
+
+// StartGuest starts qemu in the namespace, attached to the tap; it returns
+// once qemu runs. WaitReady waits for the guest.
+func StartGuest(a *GuestAssets, o GuestOptions) (*Guest, error) {
+	qemu, err := QEMU()
+	if err != nil {
+		return nil, err
+	}
+	if o.Accel == "" {
+		o.Accel, _ = Accelerator()
+	}
+	args := append([]string{"netns", "exec", o.Netns, qemu}, QEMUArgs(a, o)...)
+	cmd := exec.Command("ip", args...)
+	g := &Guest{Accel: o.Accel, cmd: cmd, console: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout = io.Writer(g.console)
+	if o.Console != nil {
+		cmd.Stdout = io.MultiWriter(g.console, o.Console)
+	}
+	cmd.Stderr = g.stderr
+	// Its own process group: a Ctrl-C meant for the test leaves the
+	// guest to the test's cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if g.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	g.Started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", QEMUBinary, err)
+	}
+	g.Pid = cmd.Process.Pid
+	go func() {
+		g.waitErr = cmd.Wait()
+		close(g.done)
+	}()
+	return g, nil
+}
+
+// Console is the serial console so far, without carriage returns.
+func (g *Guest) Console() string { return strings.ReplaceAll(g.console.String(), "\r", "") }
+
+// Exited reports whether qemu has exited.
+func (g *Guest) Exited() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitReady waits until the guest reports ready, qemu exits or timeout
+// passes, and returns the time from qemu's start to ready.
+func (g *Guest) WaitReady(timeout time.Duration) (time.Duration, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if strings.Contains(g.console.String(), MarkerReady) {
+			if g.Ready.IsZero() {
+				g.Ready = time.Now()
+			}
+			return g.Ready.Sub(g.Started), nil
+		}
+		if g.Exited() {
+			return 0, fmt.Errorf("qemu exited before the guest was ready (%v): %s", g.waitErr, strings.TrimSpace(g.stderr.String()))
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the guest was not ready within %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// MTU is the MTU the guest reported for its NIC; 0 before it did.
+func (g *Guest) MTU() int {
+	for _, line := range strings.Split(g.Console(), "\n") {
+		if _, v, ok := strings.Cut(line, MarkerMTU); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// Status asks the guest for its addresses, routes and neighbours and
+// returns them, for a failure message; it waits at most timeout.
+func (g *Guest) Status(timeout time.Duration) string {
+	from := len(g.Console())
+	if g.Exited() {
+		return "(qemu has exited)"
+	}
+	if _, err := io.WriteString(g.stdin, "status\n"); err != nil {
+		return err.Error()
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && !g.Exited() {
+		if out := g.Console()[from:]; strings.Contains(out, MarkerStatusEnd) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return g.Console()[from:] + "\n(no end of status)"
+}
+
+// Uptime is how long the guest's kernel had run when it said ready: the
+// part of a boot after qemu and the firmware have loaded the kernel. 0
+// before it said so.
+func (g *Guest) Uptime() time.Duration {
+	for _, line := range strings.Split(g.Console(), "\n") {
+		if _, v, ok := strings.Cut(line, MarkerUptime); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	return 0
+}
+
+// Poweroff asks the guest on its console to power off and waits until
+// qemu has exited: the guest brings its NIC down and powers the machine
+// off, and qemu closes the tap.
+func (g *Guest) Poweroff(timeout time.Duration) error {
+	if g.Exited() {
+		return errors.New("qemu has already exited")
+	}
+	if _, err := io.WriteString(g.stdin, "poweroff\n"); err != nil {
+		return fmt.Errorf("writing to the guest's console: %w", err)
+	}
+	select {
+	case <-g.done:
+	case <-time.After(timeout):
+		g.Kill()
+		return fmt.Errorf("the guest did not power off within %s; killed qemu", timeout)
+	}
+	if g.waitErr != nil {
+		return fmt.Errorf("qemu: %w: %s", g.waitErr, strings.TrimSpace(g.stderr.String()))
+	}
+	if !strings.Contains(g.Console(), MarkerExit+"0") {
+		return errors.New("qemu exited without the guest's clean exit on the console")
+	}
+	return nil
+}
+
+// Kill ends qemu with SIGKILL, as a crash would, and waits until it is
+// gone. Killing a guest that has exited does nothing.
+func (g *Guest) Kill() {
+	g.once.Do(func() {
+		if !g.Exited() {
+			_ = g.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		<-g.done
+		g.stdin.Close()
+	})
+}
+
+// Boot starts a guest and waits until it is ready; on failure it kills
+// qemu and the error carries the console.
+func (a *GuestAssets) Boot(ctx context.Context, o GuestOptions, timeout time.Duration) (*Guest, time.Duration, error) {
+	g, err := StartGuest(a, o)
+	if err != nil {
+		return nil, 0, err
+	}
+	stop := context.AfterFunc(ctx, g.Kill)
+	defer stop()
+	took, err := g.WaitReady(timeout)
+	if err != nil {
+		g.Kill()
+		return nil, 0, fmt.Errorf("%w\nconsole:\n%s", err, g.Console())
+	}
+	return g, took, nil
+}
+
+// Available says why qemu guests cannot run here, nil when they can.
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("qemu on a tap needs root")
+	}
+	if _, err := QEMU(); err != nil {
+		return err
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		return fmt.Errorf("no /dev/net/tun: %w", err)
+	}
+	return nil
+}
