@@ -140,6 +140,9 @@ func TestUninstallDrainsTheRunningRouterBeforeRemovingItsConfig(t *testing.T) {
 	go func() { exited <- router.Wait() }()
 	t.Cleanup(func() {
 		_ = router.Process.Kill()
+		if t.Failed() {
+			t.Logf("router output:\n%s%s", rout.String(), rerr.String())
+		}
 	})
 
 	ctx := context.Background()
@@ -184,14 +187,14 @@ func TestUninstallDrainsTheRunningRouterBeforeRemovingItsConfig(t *testing.T) {
 	}
 }
 
-func TestUninstallGoesOnWhenNoRouterAnswersTheDrain(t *testing.T) {
+func TestUninstallWithNoRouterRunningRemovesWhatARouterLeft(t *testing.T) {
 	env := harness.Setup(t)
 	n := newNode(t, env)
 	copyFile(t, routerBinary(t, env), filepath.Join(filepath.Dir(n.installer), "galactic-router"), 0o755)
 	pristine := harness.Tree(t, n.root, false)
 	n.mustRun(t, n.args("install", routerArgs...)...)
 	out := n.mustRun(t, n.args("uninstall")...)
-	if !strings.Contains(out, "router drain failed, uninstalling anyway") || !strings.Contains(out, "no galactic-router answers") {
+	if !strings.Contains(out, "no router runs: removed its VXLAN devices, routes and saved paths") {
 		t.Errorf("uninstall output:\n%s", out)
 	}
 	if after := harness.Tree(t, n.root, false); after != pristine {
