@@ -77,6 +77,7 @@ func (e *Env) NewContainerd(node *Node) (*Containerd, error) {
 	}
 	c := &Containerd{Node: node, Bin: bin, Dir: dir, Socket: filepath.Join(dir, "c.sock"), LogPath: filepath.Join(dir, "containerd.log")}
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(c.config(e.BinDir)), 0o644); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	if err := c.Start(); err != nil {
