@@ -3,6 +3,7 @@ package cri
 import (
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
@@ -86,4 +87,22 @@ func TestAPodWithoutAnnotationsFailsWithCode7NamingTheAnnotationAndLeavesNothing
 	if m := n.podNetnsMounts(t); len(m) != 0 {
 		t.Fatalf("pod netns left: %v", m)
 	}
+}
+
+func TestStoppingAPodWhoseNetnsIsGoneStillReleasesItsAttachment(t *testing.T) {
+	n := newCRINode(t, "node-a", true)
+	id := n.runPod(t, "web-0", annotations("web-0-net0", "10.20.0.5/24"))
+	st, err := n.ctd.InspectPod(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The netns pin vanishes under containerd (an operator's cleanup, a
+	// reboot of the state dir): its DEL then comes with an empty CNI_NETNS.
+	if err := syscall.Unmount(st.Netns, syscall.MNT_DETACH); err != nil {
+		t.Fatalf("unmounting the sandbox netns %s: %v", st.Netns, err)
+	}
+	n.crictl(t, "stopp", id)
+	n.assertReleased(t, "web-0-net0")
+	n.crictl(t, "rmp", id)
+	n.assertReleased(t, "web-0-net0")
 }
