@@ -262,7 +262,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
 			&coordinationv1.Lease{}, 0, cache.Indexers{})
-		if _, err := d.leaseInf.AddEventHandler(handler); err != nil {
+		counted := func() { d.metrics.leaseEvents.Inc(); d.trigger() }
+		leaseHandler := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { counted() },
+			UpdateFunc: func(any, any) { counted() },
+			DeleteFunc: func(any) { counted() },
+		}
+		if _, err := d.leaseInf.AddEventHandler(leaseHandler); err != nil {
 			return err
 		}
 		go d.leaseInf.RunWithContext(ctx)

@@ -26,6 +26,7 @@ type Results struct {
 	GC       []GCRow
 	Churn    *ChurnResult
 	VMs      []*VMBootResult
+	CRI      []*CRIResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -209,6 +210,7 @@ func Render(r *Results) string {
 	renderGC(&w, r)
 	renderChurn(&w, r)
 	renderVMs(&w, r)
+	renderCRI(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()
@@ -252,6 +254,7 @@ func renderMachine(w *strings.Builder, r *Results) {
 	p("| client-go | %s |", v.ClientGo)
 	p("| kube-apiserver | %s |", v.APIServer)
 	p("| etcd | %s |", v.Etcd)
+	p("| container runtime (section 7) | %s |", v.CRI)
 	p("")
 }
 
