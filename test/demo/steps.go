@@ -364,9 +364,14 @@ func (d *demo) comeBack() error {
 		return err
 	}
 	d.report.Return = f
-	d.say("node-b returned: its tap reclaimed, %s", f.summary())
+	left, err := d.leftovers("node-b")
+	if err != nil {
+		return err
+	}
+	d.say("node-b returned: its tap reclaimed and nothing of blue left there (%d galactic devices or rules), %s", len(left), f.summary())
 	d.status(m)
 	return errors.Join(
+		expect(len(left) == 0, "nothing of galactic left on node-b, got %q", left),
 		expect(len(f.RouteChanges) == 0, "node-c's route untouched by node-b's return, got %q", f.RouteChanges),
 		expect(f.Lost == 0, "no reply lost while node-b returned, lost %d", f.Lost),
 	)
@@ -471,6 +476,26 @@ func (d *demo) drain() error {
 			return err
 		}
 	}
+	var left []string
+	if err := d.until(10*time.Second, "nothing of galactic left on the nodes", func() error {
+		left = nil
+		for _, name := range []string{"node-a", "node-b", "node-c"} {
+			l, err := d.leftovers(name)
+			if err != nil {
+				return err
+			}
+			for _, x := range l {
+				left = append(left, name+": "+x)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%q", left)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.say("every attachment deleted: no galactic device or rule left on any node (the routers removed their VXLAN devices with the last attachments)")
 	advs, err := d.advertisements()
 	if err != nil {
 		return err
@@ -485,6 +510,34 @@ func (d *demo) drain() error {
 		expect(redAnswers, "red's workload to answer node-c on the VM's address"),
 		expect(len(advs) == 0, "no advertisement of the VM left, got %v", keys(advs)),
 		expect(holder(l) == "", "the lease released"),
-		expect(d.tapOn("node-a")+d.tapOn("node-b")+d.tapOn("node-c") == 0, "no tap left on any node"),
 	)
+}
+
+// leftovers are the galactic devices (taps, veths, VXLAN devices) and the
+// policy rules of galactic's protocols on a node, but for the node-wide
+// local rule galactic keeps for good.
+func (d *demo) leftovers(name string) ([]string, error) {
+	n := d.nodes[name]
+	var out []string
+	links, err := n.Run("ip", "-br", "link")
+	if err != nil {
+		return nil, fmt.Errorf("ip link on %s: %v %s", name, err, links)
+	}
+	for _, line := range strings.Split(links, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (strings.HasPrefix(f[0], "gt") || strings.HasPrefix(f[0], "gv") || strings.HasPrefix(f[0], "gx")) {
+			out = append(out, "device "+f[0])
+		}
+	}
+	for _, family := range []string{"-4", "-6"} {
+		rules, err := n.Run("ip", family, "rule")
+		if err != nil {
+			return nil, fmt.Errorf("ip rule on %s: %v %s", name, err, rules)
+		}
+		for _, line := range strings.Split(rules, "\n") {
+			if strings.Contains(line, "proto") && !strings.Contains(line, "lookup local") {
+				out = append(out, "rule "+strings.TrimSpace(line))
+			}
+		}
+	}
+	return out, nil
 }
