@@ -30,6 +30,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if _, err := demo.Run(ctx, os.Stdout, nil); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "demo: interrupted; what it had created is removed")
+			os.Exit(130)
+		}
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
