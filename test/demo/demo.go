@@ -27,6 +27,7 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/settings"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -39,6 +40,8 @@ const (
 	vniRed       = 10200
 	ifName       = "net0"
 	pingInterval = 10 * time.Millisecond
+	// mtu leaves room for VXLAN on the fabric's 1500-byte links.
+	mtu = 1450
 )
 
 // attachment is one VPC attachment of the demo.
@@ -73,7 +76,7 @@ func (a attachment) conflist() map[string]any {
 		"cniVersion": "1.1.0", "name": a.network(),
 		"plugins": []any{
 			map[string]any{"type": "galactic-cni", "vpc": a.vpc, "attachment": a.name, "mode": a.mode,
-				"addresses": a.addresses, "routing": "table",
+				"addresses": a.addresses, "routing": "table", "mtu": mtu,
 				"handoff": map[string]any{"enabled": a.handoff, "waitSeconds": 30, "leaseSeconds": leaseSeconds}},
 			bgp,
 		},
@@ -222,8 +225,11 @@ func (d *demo) setup() error {
 			}
 		}
 	}
-	d.say("conflists on every node (routing: table, since this kernel has no VRF):")
-	for _, a := range []attachment{theVM, client, red} {
+	d.say("conflists on every node (routing: table, since this kernel has no VRF); the VM's:")
+	data, _ := json.MarshalIndent(theVM.conflist(), "", "  ")
+	d.show(string(data))
+	d.say("the client's and red's:")
+	for _, a := range []attachment{client, red} {
 		data, _ := json.Marshal(a.conflist())
 		d.show(string(data))
 	}
@@ -303,8 +309,19 @@ func (d *demo) addNode(name string) error {
 		return fmt.Errorf("installing on %s: %v\n%s", name, err, out)
 	}
 	d.say("%s: netns %s, underlay %s; galactic-installer %s", name, hn.Netns.Name, n.underlay, strings.Join(args, " "))
+	routerConfig := filepath.Join(root, strings.TrimPrefix(config.DefaultPath, "/"))
 	if name == "node-a" {
-		d.show(string(out))
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if !strings.HasPrefix(line, "create directory") {
+				d.show(line)
+			}
+		}
+		data, err := os.ReadFile(routerConfig)
+		if err != nil {
+			return err
+		}
+		d.say("node-a: the router.json galactic-installer wrote:")
+		d.show(string(data))
 	}
 	hn.ConfigPath = filepath.Join(root, strings.TrimPrefix(settings.DefaultConfig, "/"))
 	hn.CNIPath = filepath.Join(root, "opt/cni/bin")
@@ -319,7 +336,7 @@ func (d *demo) addNode(name string) error {
 	if err := d.startGC(name); err != nil {
 		return err
 	}
-	n.router = hn.NewRouter(filepath.Join(root, "etc/galactic/router.json"))
+	n.router = hn.NewRouter(routerConfig)
 	if err := n.router.Start(); err != nil {
 		return err
 	}

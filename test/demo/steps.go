@@ -54,7 +54,6 @@ func (d *demo) attach() error {
 	if err != nil {
 		return err
 	}
-	before := d.pinger.StatsBetween(m.at, time.Now())
 	errs := []error{
 		expect(len(paths) == 0, "FRR to hold no blue path before the report, got %+v", paths),
 		expect(via == "", "node-c to have no route before the report, got one via %s", via),
@@ -75,10 +74,11 @@ func (d *demo) attach() error {
 		return err
 	}
 	settle()
-	d.report.RepliesBeforeAvailable = d.pinger.StatsBetween(m.at, reported).Received
+	pre := d.pinger.StatsBetween(m.at, reported)
+	d.report.RepliesBeforeAvailable = pre.Received
 	d.report.FirstReplyAfterReport = first.Sub(reported)
-	d.say("routed: the first reply %d ms after the report, %d before it (while %d requests went out)",
-		d.report.FirstReplyAfterReport.Milliseconds(), d.report.RepliesBeforeAvailable, before.Sent)
+	d.say("routed: the first reply %d ms after the report; %d of the %d requests sent before it were answered",
+		d.report.FirstReplyAfterReport.Milliseconds(), d.report.RepliesBeforeAvailable, pre.Sent)
 	d.status(m)
 	// Red's workload on node-c holds 10.20.0.5 all along; blue's client
 	// never got an answer from it.
