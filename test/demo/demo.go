@@ -127,6 +127,9 @@ func Run(ctx context.Context, out io.Writer, env *harness.Env) (rep *Report, err
 	d := &demo{ctx: ctx, out: out, start: time.Now(), nodes: map[string]*node{}, byUnderlay: map[string]string{},
 		vmStarted: map[string]time.Time{}, report: &Report{}}
 	defer func() {
+		if err != nil {
+			d.tails()
+		}
 		d.say("== teardown: removing processes, namespaces and files")
 		for i := len(d.undo) - 1; i >= 0; i-- {
 			d.undo[i]()
@@ -163,6 +166,18 @@ func Run(ctx context.Context, out io.Writer, env *harness.Env) (rep *Report, err
 		}
 	}
 	return d.report, nil
+}
+
+// tails prints the end of each router's log, which teardown removes, so a
+// failed run says what the routers saw.
+func (d *demo) tails() {
+	for _, name := range keys(d.nodes) {
+		if r := d.nodes[name].router; r != nil {
+			lines := strings.Split(strings.TrimSpace(r.Log()), "\n")
+			d.say("%s: the last lines of galactic-router's log:", name)
+			d.show(strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		}
+	}
 }
 
 func (d *demo) say(format string, args ...any) {
