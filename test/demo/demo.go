@@ -61,8 +61,9 @@ var (
 	red = attachment{vpc: "red", name: "db-0-net0", mode: "veth", vni: vniRed, addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
 
 	// vmAddr is what the client pings; prefix is its route everywhere.
-	vmAddr = netip.MustParseAddr("10.20.0.5")
-	prefix = netip.PrefixFrom(vmAddr, 32)
+	vmAddr  = netip.MustParseAddr("10.20.0.5")
+	vmAddr6 = netip.MustParseAddr("fd20::5")
+	prefix  = netip.PrefixFrom(vmAddr, 32)
 )
 
 func (a attachment) network() string { return "vpc-" + a.vpc + "-" + strings.SplitN(a.name, "-", 2)[0] }

@@ -26,18 +26,26 @@ import (
 // Report is what the demo measured, step by step.
 type Report struct {
 	// Attach: replies the client got before the guest reported available,
-	// and how long after the report the first came.
+	// how long after the report the first came, and whether the VM's IPv6
+	// address was reached too.
 	RepliesBeforeAvailable int
 	FirstReplyAfterReport  time.Duration
-	Upgrade, Move, Crash   Figures
+	IPv6Routed             bool
+	Upgrade, Move          Figures
+	// Crash is node-b crashing up to node-a's takeover; ViaAtLeaseExpiry is
+	// where node-c's route led when node-a's ADD took over.
+	Crash            Figures
+	ViaAtLeaseExpiry string
 	// Return is node-b coming back after the crash.
 	Return  Figures
 	Restart Figures
-	// Drain: replies lost before the unavailable report, replies to
-	// requests sent after node-c's route went, and how long after the
-	// report the last reply came.
-	LostBeforeDrain, RepliesAfterWithdrawal int
-	LastReplyAfterReport                    time.Duration
+	// Drain: replies lost before the unavailable report, how long after it
+	// the last reply came, replies to requests sent after node-c's route
+	// went, and whether the VM's IPv6 address still answered afterwards.
+	LostBeforeDrain        int
+	LastReplyAfterReport   time.Duration
+	RepliesAfterWithdrawal int
+	IPv6AfterDrain         bool
 }
 
 // Figures are one step's measurements.
@@ -74,15 +82,15 @@ func counts(m map[string]int) string {
 func (r *Report) print(out io.Writer) {
 	fmt.Fprintf(out, `
 what the demo measured (the client on node-c pinging the VM every %s):
-  1. attach:          %d replies before the guest reported available; the first %d ms after the report
+  1. attach:          %d replies before the guest reported available; the first %d ms after the report; IPv6 routed too: %v
   2. upgrade:         %s
   3. move to node-b:  %s
-  4. node-b crashes:  %s
+  4. node-b crashes:  %s; at the lease's expiry node-c's route still led to %s
      node-b returns:  %s
   5. router restart:  %s
-  6. drain:           %d replies lost before the report; the last reply %d ms after it; %d replies after node-c's route went
-`, pingInterval, r.RepliesBeforeAvailable, r.FirstReplyAfterReport.Milliseconds(), r.Upgrade.summary(), r.Move.summary(),
-		r.Crash.summary(), r.Return.summary(), r.Restart.summary(), r.LostBeforeDrain, r.LastReplyAfterReport.Milliseconds(), r.RepliesAfterWithdrawal)
+  6. drain:           %d replies lost before the report; the last reply %d ms after it; %d replies after node-c's route went; IPv6 answered after it: %v
+`, pingInterval, r.RepliesBeforeAvailable, r.FirstReplyAfterReport.Milliseconds(), r.IPv6Routed, r.Upgrade.summary(), r.Move.summary(),
+		r.Crash.summary(), r.ViaAtLeaseExpiry, r.Return.summary(), r.Restart.summary(), r.LostBeforeDrain, r.LastReplyAfterReport.Milliseconds(), r.RepliesAfterWithdrawal, r.IPv6AfterDrain)
 }
 
 // mark is where a step's measurement starts.

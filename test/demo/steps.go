@@ -79,11 +79,17 @@ func (d *demo) attach() error {
 	d.report.FirstReplyAfterReport = first.Sub(reported)
 	d.say("routed: the first reply %d ms after the report; %d of the %d requests sent before it were answered",
 		d.report.FirstReplyAfterReport.Milliseconds(), d.report.RepliesBeforeAvailable, pre.Sent)
+	// The same route for the VM's IPv6 address, over the IPv4 underlay.
+	d.report.IPv6Routed = d.until(routeLimit, "the client reaching "+vmAddr6.String(), func() error {
+		return d.clientNetns.Ping(vmAddr6)
+	}) == nil
+	d.say("the client reaches the VM's %s too: %v", vmAddr6, d.report.IPv6Routed)
 	d.status(m)
 	// Red's workload on node-c holds 10.20.0.5 all along; blue's client
 	// never got an answer from it.
 	return errors.Join(append(errs,
 		expect(d.report.RepliesBeforeAvailable == 0, "no reply before the guest reported available, got %d", d.report.RepliesBeforeAvailable),
+		expect(d.report.IPv6Routed, "the client to reach the VM on %s", vmAddr6),
 	)...)
 }
 
@@ -129,6 +135,7 @@ func (d *demo) upgrade() error {
 		expect(token(l) == before+1, "the lease token to rise by one, %d -> %d", before, token(l)),
 		expect(via == "node-a", "node-c's route via node-a, got %q", via),
 		expect(f.Lost > 0 && f.Lost < f.Sent, "an upgrade to lose some replies (the replacement boots) and not all"),
+		expect(len(f.RouteChanges) == 0, "node-c's route unchanged by an upgrade on one node, got %q", f.RouteChanges),
 	)
 }
 
@@ -271,6 +278,7 @@ func (d *demo) crash() error {
 	if err != nil {
 		return err
 	}
+	d.report.ViaAtLeaseExpiry = viaAtExpiry
 	d.say("node-a: ADD took over after %.1fs (lease duration %ds, judged by node-a's own clock); node-c's route still leads to %s, kept through FRR dropping node-b's session by the %ds withdrawal hold",
 		waited.Seconds(), leaseSeconds, viaAtExpiry, withdrawHold)
 	d.status(m)
@@ -463,6 +471,7 @@ func (d *demo) drain() error {
 	d.report.LastReplyAfterReport = all.LastReply.Sub(reported)
 	d.say("deleted: %d replies lost before the report, the last reply %d ms after it, %d of %d requests answered since node-c's route went",
 		beforeDrain.Lost, d.report.LastReplyAfterReport.Milliseconds(), after.Received, after.Sent)
+	d.report.IPv6AfterDrain = d.clientNetns.Ping(vmAddr6) == nil
 	redAnswers := d.nodes["node-c"].Ping(vmAddr) == nil
 	d.say("red's workload on node-c still answers node-c on %s: %v; blue's client got none of it", vmAddr, redAnswers)
 	d.status(m)
@@ -508,6 +517,7 @@ func (d *demo) drain() error {
 		expect(beforeDrain.Lost == 0 && beforeDrain.Sent > 0, "no reply lost before the drain, lost %d of %d", beforeDrain.Lost, beforeDrain.Sent),
 		expect(after.Received == 0 && after.Sent > 0, "no reply after node-c's route went, got %d of %d", after.Received, after.Sent),
 		expect(redAnswers, "red's workload to answer node-c on the VM's address"),
+		expect(!d.report.IPv6AfterDrain, "no answer on %s after the drain", vmAddr6),
 		expect(len(advs) == 0, "no advertisement of the VM left, got %v", keys(advs)),
 		expect(holder(l) == "", "the lease released"),
 	)

@@ -29,8 +29,12 @@ func TestTheDemoObservesEveryExpectedState(t *testing.T) {
 	if rep.RepliesBeforeAvailable != 0 {
 		t.Errorf("attach: %d replies before the guest reported available", rep.RepliesBeforeAvailable)
 	}
-	if rep.Upgrade.Lost == 0 || rep.Upgrade.Lost == rep.Upgrade.Sent {
-		t.Errorf("upgrade: %d of %d lost; a replacement that boots loses some, never all", rep.Upgrade.Lost, rep.Upgrade.Sent)
+	if !rep.IPv6Routed || rep.IPv6AfterDrain {
+		t.Errorf("IPv6: routed after attach %v, answered after the drain %v; want true, false", rep.IPv6Routed, rep.IPv6AfterDrain)
+	}
+	if rep.Upgrade.Lost == 0 || rep.Upgrade.Lost == rep.Upgrade.Sent || len(rep.Upgrade.RouteChanges) != 0 {
+		t.Errorf("upgrade: %d of %d lost, node-c's route changed %q; a replacement that boots loses some replies, never all, and no route changes",
+			rep.Upgrade.Lost, rep.Upgrade.Sent, rep.Upgrade.RouteChanges)
 	}
 	if w, a := rep.Move.Withdrawn, rep.Move.Announced; len(w) != 1 || w["node-a"] != 1 || len(a) != 1 || a["node-b"] != 1 {
 		t.Errorf("move: FRR received withdrawals %v and announcements %v, want one from node-a and one from node-b", w, a)
@@ -39,6 +43,9 @@ func TestTheDemoObservesEveryExpectedState(t *testing.T) {
 		if len(f.RouteChanges) != 1 {
 			t.Errorf("%s: node-c's route changed %d times, want once: %q", name, len(f.RouteChanges), f.RouteChanges)
 		}
+	}
+	if rep.ViaAtLeaseExpiry != "node-b" {
+		t.Errorf("crash: at the lease's expiry node-c's route led to %q, want node-b (kept through the session's loss)", rep.ViaAtLeaseExpiry)
 	}
 	if len(rep.Return.RouteChanges) != 0 || rep.Return.Lost != 0 {
 		t.Errorf("node-b's return: node-c's route changed %q, %d replies lost", rep.Return.RouteChanges, rep.Return.Lost)
