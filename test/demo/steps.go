@@ -85,8 +85,8 @@ func (d *demo) attach() error {
 	}) == nil
 	d.say("the client reaches the VM's %s too: %v", vmAddr6, d.report.IPv6Routed)
 	d.status(m)
-	// Red's workload on node-c holds 10.20.0.5 all along; blue's client
-	// never got an answer from it.
+	// Red's workload on node-c held 10.20.0.5 all along, so no reply
+	// before the report also means blue never reached red.
 	return errors.Join(append(errs,
 		expect(d.report.RepliesBeforeAvailable == 0, "no reply before the guest reported available, got %d", d.report.RepliesBeforeAvailable),
 		expect(d.report.IPv6Routed, "the client to reach the VM on %s", vmAddr6),
@@ -126,6 +126,7 @@ func (d *demo) upgrade() error {
 	}
 	d.report.Upgrade = f
 	d.say("upgraded: %s", f.summary())
+	d.say("the blackout is the replacement's boot; node-c held the withdrawn route (%ds hold) until node-a announced it again", withdrawHold)
 	d.status(m)
 	if l, err = d.lease(); err != nil {
 		return err
@@ -218,6 +219,7 @@ func (d *demo) move() error {
 	d.show(strings.Join(w.timeline, "\n"))
 	d.say("node-c's route changes: %s", strings.Join(f.RouteChanges, " | "))
 	d.say("moved: %s", f.summary())
+	d.say("the blackout is node-b's boot; node-c held node-a's withdrawn route until node-b's announcement replaced it")
 	d.status(m)
 	want := []string{names.Holder("node-a", harness.ContainerID(old.netns.Path)), "", names.Holder("node-b", harness.ContainerID(c.Path))}
 	holders := w.holders
