@@ -34,8 +34,9 @@ import (
 const (
 	leaseSeconds = 5
 	// withdrawHold must outlast a takeover (the lease's expiry plus a guest
-	// boot under TCG), so a move or a crash changes the client's route once.
-	withdrawHold = 20
+	// boot under TCG, slower on a loaded machine), so an upgrade, a move or
+	// a crash changes the client's route at most once.
+	withdrawHold = 30
 	vniBlue      = 10100
 	vniRed       = 10200
 	ifName       = "net0"
