@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -82,5 +81,3 @@ func readFile(t *testing.T, path string, from int64) string {
 	}
 	return string(b[from:])
 }
-
-var _ = time.Second
