@@ -223,7 +223,7 @@ func (d *demo) until(limit time.Duration, what string, cond func() error) error 
 // and red's workload.
 func (d *demo) setup() error {
 	d.say("== setup: an FRR route reflector on a fabric, three nodes with galactic installed")
-	f, err := harness.CreateFabric()
+	f, err := harness.CreateFabric(harness.FabricOptions{})
 	if err != nil {
 		return err
 	}

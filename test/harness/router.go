@@ -35,14 +35,17 @@ type RouterPeer struct {
 	Port             int64  `json:"port,omitempty"`
 	HoldSeconds      int64  `json:"holdSeconds,omitempty"`
 	KeepaliveSeconds int64  `json:"keepaliveSeconds,omitempty"`
+	Password         string `json:"password,omitempty"`
 }
 
 // FabricRouterConfig peers a node at underlay with the fabric's route
 // reflector, with timers short enough for tests.
 func (f *Fabric) FabricRouterConfig(underlay netip.Addr) RouterConfig {
+	o := f.Options
 	return RouterConfig{
-		ASN: FabricASN, Underlay: underlay.String(), ListenPort: -1,
-		Peers:          []RouterPeer{{Address: f.RR.String(), ASN: FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3}},
+		ASN: o.NodeASN, Underlay: underlay.String(), ListenPort: -1, RouteTargetASN: FabricASN,
+		Peers: []RouterPeer{{Address: f.RR.String(), ASN: o.ASN, Port: int64(o.Port), HoldSeconds: 9, KeepaliveSeconds: 3,
+			Password: o.Password}},
 		MetricsAddress: "127.0.0.1:9655",
 	}
 }

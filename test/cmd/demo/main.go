@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -39,51 +40,21 @@ func main() {
 	}
 }
 
-// prerequisites installs what the demo runs and the machine lacks (FRR as
-// the route reflector, qemu for the VM) with apt-get, as .ci/run does for
-// `make test`, or says exactly what is missing.
+// prerequisites says exactly what the demo lacks: FRR as the route
+// reflector and qemu for the VM. `make demo` installs them first
+// (hack/install-deps.sh, as for `make test`).
 func prerequisites() error {
 	var missing []string
 	for _, need := range []struct{ path, pkg string }{
 		{harness.FRRBgpd, "frr"}, {"vtysh", "frr"}, {vm.QEMUBinary, "qemu-system-x86"},
 	} {
-		if _, err := exec.LookPath(need.path); err == nil {
-			continue
-		}
-		if len(missing) == 0 || missing[len(missing)-1] != need.pkg {
+		if _, err := exec.LookPath(need.path); err != nil && !slices.Contains(missing, need.pkg) {
 			missing = append(missing, need.pkg)
 		}
 	}
-	_, aptErr := exec.LookPath("apt-get")
-	// The guest's kernel comes from `apt-get download`, which needs package
-	// lists even when nothing is to be installed.
-	lists := exec.Command("apt-cache", "show", vm.KernelMetaPackage).Run() == nil
-	if len(missing) == 0 && (lists || aptErr != nil) {
-		return nil
-	}
-	if len(missing) == 0 {
-		fmt.Println("demo: apt-get update, for the guest kernel's package (first run only)")
-		return aptGet("update", "-q")
-	}
-	if aptErr != nil {
-		return fmt.Errorf("needs %s (FRR's bgpd and vtysh as the route reflector, qemu-system-x86_64 for the VM) and there is no apt-get to install them: install them and run it again", strings.Join(missing, " and "))
-	}
-	fmt.Printf("demo: installing %s with apt-get (first run only)\n", strings.Join(missing, " "))
-	if err := aptGet("update", "-q"); err != nil {
-		return err
-	}
-	if err := aptGet(append([]string{"install", "-y", "-q", "--no-install-recommends"}, missing...)...); err != nil {
-		return fmt.Errorf("%w: install %s and run it again", err, strings.Join(missing, " "))
-	}
-	return nil
-}
-
-func aptGet(args ...string) error {
-	cmd := exec.Command("apt-get", args...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("apt-get %s: %w", args[0], err)
+	if len(missing) > 0 {
+		return fmt.Errorf("needs the Debian packages %s (FRR's bgpd and vtysh as the route reflector, qemu-system-x86_64 for the VM): run `make demo`, which installs them with hack/install-deps.sh, or install them by hand",
+			strings.Join(missing, " and "))
 	}
 	return nil
 }

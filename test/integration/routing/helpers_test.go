@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -232,8 +231,6 @@ func show(n *harness.Node, args ...string) string {
 	return strings.TrimSpace(out)
 }
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
 // routeMonitor records `ip monitor route` in a node.
 type routeMonitor struct {
 	cmd  *exec.Cmd
@@ -293,5 +290,3 @@ func (m *routeMonitor) changes(p netip.Prefix) []string {
 	}
 	return out
 }
-
-var _ = slices.Contains[[]string]
