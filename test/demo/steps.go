@@ -281,14 +281,18 @@ func (d *demo) crash() error {
 		return err
 	}
 	d.report.ViaAtLeaseExpiry = viaAtExpiry
-	d.say("node-a: ADD took over after %.1fs (lease duration %ds, judged by node-a's own clock); node-c's route still leads to %s, kept through FRR dropping node-b's session by the %ds withdrawal hold",
-		waited.Seconds(), leaseSeconds, viaAtExpiry, withdrawHold)
+	d.say("node-a: ADD took over after %.1fs (lease duration %ds, judged by node-a's own clock); node-c's route still leads to %s",
+		waited.Seconds(), leaseSeconds, viaAtExpiry)
 	d.status(m)
 	r, err := d.boot("node-a", c, out)
 	if err != nil {
 		return err
 	}
 	d.vm = r
+	if paths, err := d.bluePaths(); err == nil && len(paths) == 0 {
+		via, _, _ := d.routeVia()
+		d.say("FRR has dropped node-b's session (its hold time passed) and with it node-b's path; node-c's route still leads to %s: it holds a withdrawn route for %ds", via, withdrawHold)
+	}
 	if err := d.availability(r, "available"); err != nil {
 		return err
 	}
@@ -348,7 +352,7 @@ func (d *demo) comeBack() error {
 		return err
 	}
 	if err := d.until(30*time.Second, "node-b's GC to reclaim the detached tap", func() error {
-		if d.tapOn("node-b") != 0 {
+		if d.tapOn("node-b") != 0 || !strings.Contains(d.gcLog("node-b"), "reclaimed detached tap") {
 			return errors.New("the tap is still there")
 		}
 		return nil
