@@ -22,19 +22,11 @@ import (
 )
 
 // report runs `galactic-cni available|unavailable` for c on n, as the
-// instance's runtime would.
+// instance's runtime would, and fails t unless it succeeds.
 func report(t *testing.T, env *harness.Env, n *harness.Node, a attachment, verb string, c *harness.Netns) {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(env.BinDir, "galactic-cni"), verb,
-		"--vpc", a.VPC, "--attachment", a.Name, "--container", harness.ContainerID(c.Path))
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CNI_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, n.Environ()...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("galactic-cni %s: %v %s", verb, err, out)
+	if code, out := reportCmd(t, env, n, a, verb, c); code != 0 {
+		t.Fatalf("galactic-cni %s: exit %d %s", verb, code, out)
 	}
 }
 
@@ -92,8 +84,8 @@ func TestWhenAvailableRoutesOnlyWhileTheHolderReportsAvailableAndDrainsAtOnce(t 
 	waitPing(t, wc, always.Addr(false))
 }
 
-// reportExit runs the availability command and returns its exit code.
-func reportExit(t *testing.T, env *harness.Env, n *harness.Node, a attachment, verb string, c *harness.Netns) int {
+// reportCmd runs the availability command and returns its exit code and output.
+func reportCmd(t *testing.T, env *harness.Env, n *harness.Node, a attachment, verb string, c *harness.Netns) (int, string) {
 	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(env.BinDir, "galactic-cni"), verb,
 		"--vpc", a.VPC, "--attachment", a.Name, "--container", harness.ContainerID(c.Path))
@@ -103,15 +95,15 @@ func reportExit(t *testing.T, env *harness.Env, n *harness.Node, a attachment, v
 		}
 	}
 	cmd.Env = append(cmd.Env, n.Environ()...)
-	err := cmd.Run()
+	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		return exit.ExitCode()
+		return exit.ExitCode(), string(out)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return 0
+	return 0, string(out)
 }
 
 func waitNoKernelRoute(t *testing.T, n *harness.Node, vpc string, p netip.Prefix) {
@@ -167,7 +159,7 @@ func TestAnUpgradeKeepsTheRouteDrainedUntilTheSuccessorReportsAvailable(t *testi
 	<-done
 	waitCondition(t, env, vm, "node-a", v1alpha1.ConditionHolderAvailable, metav1.ConditionFalse, "Acquired")
 	waitNoKernelRoute(t, c.Node, "blue", p)
-	if code := reportExit(t, env, a.Node, vm, "available", old); code == 0 {
+	if code, _ := reportCmd(t, env, a.Node, vm, "available", old); code == 0 {
 		t.Fatal("the predecessor's late available was accepted")
 	}
 	time.Sleep(time.Second)

@@ -290,3 +290,12 @@ func (m *routeMonitor) changes(p netip.Prefix) []string {
 	}
 	return out
 }
+
+// clientOf adds blue's client workload (10.20.0.7) on c and waits until it
+// reaches vm's IPv4 address.
+func clientOf(t *testing.T, c *routed, vm attachment) *harness.Netns {
+	t.Helper()
+	wc := add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
+	eventually(t, 20*time.Second, "the client reaches "+vm.Name, func() error { return wc.Ping(vm.Addr(false)) })
+	return wc
+}

@@ -339,8 +339,7 @@ func TestARouteReflectorRestartChangesNothingInTheKernel(t *testing.T) {
 	c := newRouted(t, env, f, "node-c")
 	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
 	add(t, a.Node, vm)
-	wc := add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
-	waitPing(t, wc, vm.Addr(false))
+	wc := clientOf(t, c, vm)
 	mon := monitorRoutes(t, c.Node)
 	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
 	if err != nil {
