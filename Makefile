@@ -9,14 +9,18 @@ CONTROLLER_GEN := $(CACHE)/tools-$(shell sha256sum test/tools/go.sum | cut -c1-1
 # result cache cannot see, so a cached pass could hide a changed plugin.
 TEST_FLAGS ?= -timeout 45m -count=1
 
-.PHONY: all build test unit integration generate verify-generated lint controlplane demo bench clean
+.PHONY: all deps build test unit integration generate verify-generated lint controlplane demo bench clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./plugins/... ./gc/... ./router/... ./installer/...
 
-test: lint verify-generated build
+# Debian packages the tests and the demo use (FRR, qemu, ...), when root.
+deps:
+	@hack/install-deps.sh
+
+test: deps lint verify-generated build
 	$(GO) test $(TEST_FLAGS) ./...
 
 unit:
@@ -44,7 +48,7 @@ lint:
 controlplane:
 	$(GO) run ./test/cmd/controlplane
 
-demo: build
+demo: deps build
 	$(GO) run ./test/cmd/demo
 
 bench: build

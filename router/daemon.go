@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -52,10 +54,54 @@ type Options struct {
 	RIBWait time.Duration
 }
 
-// Handler serves /metrics, /healthz and POST /drain.
-func (d *Daemon) Handler() http.Handler {
+// MetricsHandler serves /metrics and /healthz.
+func (d *Daemon) MetricsHandler() http.Handler { return d.metrics.Handler(3 * d.o.Resync) }
+
+// ControlSocket is the unix socket `galactic-router drain` talks to: in the
+// state dir, so only the node's root reaches it.
+func ControlSocket(stateDir string) string { return filepath.Join(stateDir, "router", "control.sock") }
+
+// ListenControl listens on the control socket. The socket is bound by its
+// name from within its directory: a state dir path can be longer than a
+// socket address may be.
+func ListenControl(stateDir string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(ControlSocket(stateDir)), 0o700); err != nil {
+		return nil, err
+	}
+	return inDir(filepath.Dir(ControlSocket(stateDir)), func() (net.Listener, error) {
+		_ = os.Remove(filepath.Base(ControlSocket(stateDir)))
+		return net.Listen("unix", filepath.Base(ControlSocket(stateDir)))
+	})
+}
+
+// DialControl connects to the control socket, as ListenControl binds it.
+func DialControl(stateDir string) (net.Conn, error) {
+	c, err := inDir(filepath.Dir(ControlSocket(stateDir)), func() (net.Conn, error) {
+		return net.Dial("unix", filepath.Base(ControlSocket(stateDir)))
+	})
+	if err != nil {
+		// The caller tells "no router runs" by a dial error.
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+	}
+	return c, nil
+}
+
+func inDir[T any](dir string, f func() (T, error)) (T, error) {
+	var zero T
+	prev, err := os.Getwd()
+	if err != nil {
+		return zero, err
+	}
+	if err := os.Chdir(dir); err != nil {
+		return zero, err
+	}
+	defer os.Chdir(prev)
+	return f()
+}
+
+// ControlHandler serves POST /drain on the control socket.
+func (d *Daemon) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/", d.metrics.Handler(3*d.o.Resync))
 	mux.HandleFunc("/drain", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "use POST", http.StatusMethodNotAllowed)
@@ -216,7 +262,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
 			&coordinationv1.Lease{}, 0, cache.Indexers{})
-		if _, err := d.leaseInf.AddEventHandler(handler); err != nil {
+		counted := func() { d.metrics.leaseEvents.Inc(); d.trigger() }
+		leaseHandler := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { counted() },
+			UpdateFunc: func(any, any) { counted() },
+			DeleteFunc: func(any) { counted() },
+		}
+		if _, err := d.leaseInf.AddEventHandler(leaseHandler); err != nil {
 			return err
 		}
 		go d.leaseInf.RunWithContext(ctx)

@@ -66,6 +66,25 @@ func liveEntry(adv *v1alpha1.BGPAdvertisement, live func(string) bool) (v1alpha1
 	return best, found
 }
 
+// livePrefixes is the union of the live entries' prefixes: spec.prefixes
+// may still list those of an entry whose netns is gone.
+func livePrefixes(adv *v1alpha1.BGPAdvertisement, live func(string) bool) []v1alpha1.Prefix {
+	seen := map[v1alpha1.Prefix]bool{}
+	var out []v1alpha1.Prefix
+	for _, e := range adv.Spec.Containers {
+		if !live(e.Netns) {
+			continue
+		}
+		for _, p := range e.Prefixes {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
 // ResolveVNIs picks each VPC's VNI from this node's advertisements: the one
 // the VPC already has (prev) while an advertisement still names it, else
 // the oldest advertisement's. A VNI already taken by another VPC is not
@@ -154,7 +173,7 @@ func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict)
 		}
 		rd := in.RD(adv.Spec.VPC)
 		drained := avail != metav1.ConditionTrue
-		for _, p := range adv.Spec.Prefixes {
+		for _, p := range livePrefixes(adv, in.Live) {
 			pfx, err := netip.ParsePrefix(string(p))
 			if err != nil {
 				continue

@@ -38,7 +38,30 @@ func advert(name, vpc string, vni int32, age int, announce v1alpha1.Announce, pr
 	for _, p := range prefixes {
 		a.Spec.Prefixes = append(a.Spec.Prefixes, v1alpha1.Prefix(p))
 	}
+	// As galactic-bgp publishes them: each entry with the attachment's prefixes.
+	for i := range a.Spec.Containers {
+		if a.Spec.Containers[i].Prefixes == nil {
+			a.Spec.Containers[i].Prefixes = a.Spec.Prefixes
+		}
+	}
 	return a
+}
+
+func TestOnlyTheLiveEntriesPrefixesAreAnnounced(t *testing.T) {
+	live := entry("c2", "/live/c2", 1)
+	live.Prefixes = []v1alpha1.Prefix{"10.20.0.6/32"}
+	dead := entry("c1", "/dead/c1", 0)
+	dead.Prefixes = []v1alpha1.Prefix{"10.20.0.5/32"}
+	a := advert("web-0", "blue", 10100, 0, v1alpha1.AnnounceAlways, []string{"10.20.0.5/32", "10.20.0.6/32"}, dead, live)
+	routes, _ := Desired(exportInput(a))
+	if len(routes) != 1 {
+		t.Fatalf("routes %v, want only the live entry's 10.20.0.6/32", routes)
+	}
+	for k := range routes {
+		if k.Prefix.String() != "10.20.0.6/32" {
+			t.Fatalf("announced %s, a prefix only a dead entry has", k.Prefix)
+		}
+	}
 }
 
 func exportInput(adverts ...*v1alpha1.BGPAdvertisement) ExportInput {

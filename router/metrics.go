@@ -19,6 +19,7 @@ type Metrics struct {
 	updates       *prometheus.CounterVec
 	kernelChanges prometheus.Counter
 	statusWrites  prometheus.Counter
+	leaseEvents   prometheus.Counter
 	passDuration  prometheus.Histogram
 	lastPass      atomic.Int64
 }
@@ -41,10 +42,12 @@ func NewMetrics() *Metrics {
 			Help: "Remote routes added, replaced or removed in the kernel."}),
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_status_writes_total",
 			Help: "BGPAdvertisement status updates written."}),
+		leaseEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_lease_events_total",
+			Help: "Events of the watch on the leases this node's holders hold."}),
 		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "galactic_router_reconcile_duration_seconds",
 			Help: "Duration of one reconcile pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 	}
-	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.passDuration)
+	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.leaseEvents, m.passDuration)
 	return m
 }
 

@@ -44,7 +44,11 @@ func Install(o Options) (err error) {
 
 	// Directories to create, parents first; the state dir gets its own mode.
 	var dirs []string
-	for _, d := range []string{p.cniBin, filepath.Dir(p.nodeConfig), filepath.Dir(p.kubeconfig), p.stateDir, filepath.Dir(p.logFile)} {
+	var need []string
+	for _, f := range files {
+		need = append(need, filepath.Dir(f.path))
+	}
+	for _, d := range append(need, p.stateDir, filepath.Dir(p.logFile)) {
 		missing, err := missingDirs(d)
 		if err != nil {
 			return fmt.Errorf("cannot create %s: %w", d, err)
@@ -170,6 +174,19 @@ func (o Options) desiredFiles(p paths) ([]file, error) {
 		return nil, err
 	}
 	files = append(files, credentialFiles(p, creds)...)
+	router, ok, err := o.routerFile(p)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		files = append(files, router)
+	default:
+		what := "not written, galactic-router is not configured"
+		if _, err := os.Stat(p.routerConfig); err == nil {
+			what = "kept as it is"
+		}
+		fmt.Fprintf(o.out(), "router: no --router-* flag and no --router-config-file: %s %s\n", p.routerConfig, what)
+	}
 	node, err := json.MarshalIndent(settings.Node{
 		NodeName:   o.NodeName,
 		Kubeconfig: p.kubeconfig,
@@ -239,6 +256,9 @@ func Uninstall(o Options) error {
 	// The record holds host paths; under this run's root they may sit
 	// elsewhere than at install time (a debug pod with the host at /host).
 	r.Files, r.Directories = o.reroot(r.Files), o.reroot(r.Directories)
+	// The router withdraws its routes and removes its kernel state while
+	// its config and the node settings are still there.
+	o.drainRouter(p)
 	prefix := ""
 	if o.DryRun {
 		prefix = "would "

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/galactic-cni/galactic/pkg/settings"
+	"github.com/galactic-cni/galactic/router/config"
 )
 
 // Defaults for the paths that pkg/settings does not already define.
@@ -37,8 +38,8 @@ func Binaries() []string { return []string{"galactic-cni", "galactic-bgp"} }
 // Options are the inputs of Install, Uninstall and Run. The zero value of a
 // path means its default.
 type Options struct {
-	// Root prefixes every host path (CNIBinDir, NodeConfig, Kubeconfig,
-	// StateDir, LogFile); empty in a DaemonSet.
+	// Root prefixes every host path (CNIBinDir, NodeConfig, RouterConfig,
+	// Kubeconfig, StateDir, LogFile); empty in a DaemonSet.
 	Root string
 	// SourceDir holds the plugin binaries to copy.
 	SourceDir string
@@ -65,6 +66,14 @@ type Options struct {
 	TokenFile string
 	CAFile    string
 	APIServer string
+	// RouterConfig is galactic-router's config file to write; RouterSource
+	// (a mounted ConfigMap file) and Router (flags) are what goes in it.
+	// With neither, no router config is written.
+	RouterConfig string
+	RouterSource string
+	Router       RouterSettings
+	// RouterBinary runs the drain on uninstall; empty looks on PATH.
+	RouterBinary string
 	// DryRun prints what would change and writes nothing.
 	DryRun bool
 
@@ -74,7 +83,7 @@ type Options struct {
 
 // paths are the resolved host paths, root included.
 type paths struct {
-	cniBin, nodeConfig, kubeconfig, token, stateDir, logFile, manifest string
+	cniBin, nodeConfig, kubeconfig, token, stateDir, logFile, manifest, routerConfig string
 }
 
 func (o Options) getenv(k string) string {
@@ -100,6 +109,7 @@ func (o Options) withDefaults() Options {
 	}
 	def(&o.CNIBinDir, DefaultCNIBinDir)
 	def(&o.NodeConfig, settings.DefaultConfig)
+	def(&o.RouterConfig, config.DefaultPath)
 	def(&o.Kubeconfig, settings.DefaultKubeconfig)
 	def(&o.StateDir, settings.DefaultStateDir)
 	def(&o.LogFile, settings.DefaultLogFile)
@@ -124,6 +134,7 @@ func (o Options) resolve() (paths, error) {
 	}{
 		{&p.cniBin, o.CNIBinDir, "--cni-bin-dir"},
 		{&p.nodeConfig, o.NodeConfig, "--node-config"},
+		{&p.routerConfig, o.RouterConfig, "--router-config"},
 		{&p.kubeconfig, o.Kubeconfig, "--node-kubeconfig"},
 		{&p.stateDir, o.StateDir, "--state-dir"},
 		{&p.logFile, o.LogFile, "--log-file"},

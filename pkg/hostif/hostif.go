@@ -428,7 +428,7 @@ func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error)
 		// neighbours in the workload's subnet are reached via the gateway,
 		// which routes them in the VPC's table.
 		for _, p := range spec.Addresses {
-			a := &netlink.Addr{IPNet: ipNet(p), Flags: unix.IFA_F_NOPREFIXROUTE}
+			a := &netlink.Addr{IPNet: routing.IPNet(p), Flags: unix.IFA_F_NOPREFIXROUTE}
 			if p.Addr().Is6() {
 				a.Flags |= unix.IFA_F_NODAD
 			}
@@ -437,7 +437,7 @@ func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error)
 			}
 		}
 		for _, def := range Defaults(spec.Addresses) {
-			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(def.Dst), Gw: def.Via.AsSlice(), Flags: int(netlink.FLAG_ONLINK)}
+			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: routing.IPNet(def.Dst), Gw: def.Via.AsSlice(), Flags: int(netlink.FLAG_ONLINK)}
 			if err := netlink.RouteAdd(r); err != nil {
 				return fmt.Errorf("adding default route via %s in the container: %w", def.Via, err)
 			}
@@ -451,15 +451,11 @@ func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error)
 	return host, sandbox, nil
 }
 
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
 // addHostAddress puts a gateway on the host interface as a /32 or /128:
 // no prefix route (the domain's host routes do the routing) and no DAD (a
 // tap has no carrier until its VMM attaches).
 func addHostAddress(l netlink.Link, gw netip.Addr) error {
-	a := &netlink.Addr{IPNet: ipNet(routing.HostPrefix(gw)), Flags: unix.IFA_F_NOPREFIXROUTE}
+	a := &netlink.Addr{IPNet: routing.IPNet(routing.HostPrefix(gw)), Flags: unix.IFA_F_NOPREFIXROUTE}
 	if gw.Is6() {
 		a.Flags |= unix.IFA_F_NODAD
 	}

@@ -94,7 +94,7 @@ func localRuleInFront() (string, error) {
 // gatewayRoute is `local <gw> dev <link> table <table> proto 149`.
 func (d *Domain) gatewayRoute(linkIndex int, gw netip.Addr) *netlink.Route {
 	return &netlink.Route{
-		LinkIndex: linkIndex, Dst: ipNet(HostPrefix(gw)), Table: d.Table,
+		LinkIndex: linkIndex, Dst: IPNet(HostPrefix(gw)), Table: d.Table,
 		Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST, Protocol: Protocol,
 	}
 }

@@ -126,11 +126,13 @@ func Allocate(vpc string, used map[int]bool) (int, error) {
 	return 0, fmt.Errorf("no free routing table in %d..%d", TableMin, TableMin+TableCount-1)
 }
 
-func ipNet(p netip.Prefix) *net.IPNet {
+// IPNet is p as the netlink library takes it.
+func IPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-func toPrefix(n *net.IPNet) (netip.Prefix, bool) {
+// PrefixOf is a netlink destination as a prefix; false for none.
+func PrefixOf(n *net.IPNet) (netip.Prefix, bool) {
 	if n == nil {
 		return netip.Prefix{}, false
 	}
@@ -197,7 +199,7 @@ func Find(vpc string) (*Domain, error) {
 	}
 	tableMarked, vrfMarked := 0, 0
 	for _, r := range routes {
-		p, ok := toPrefix(r.Dst)
+		p, ok := PrefixOf(r.Dst)
 		if !ok || int(r.Protocol) != Protocol {
 			continue
 		}
@@ -330,11 +332,11 @@ func (d *Domain) createDevice() error {
 // ensureTable adds the marker and the unreachable defaults.
 func (d *Domain) ensureTable() error {
 	routes := []netlink.Route{{
-		Dst: ipNet(d.marker()), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol,
+		Dst: IPNet(d.marker()), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol,
 	}}
 	for _, def := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
 		routes = append(routes, netlink.Route{
-			Dst: ipNet(def), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol, Priority: unreachableMetric,
+			Dst: IPNet(def), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol, Priority: unreachableMetric,
 		})
 	}
 	for i := range routes {
@@ -346,7 +348,7 @@ func (d *Domain) ensureTable() error {
 }
 
 func describe(r netlink.Route) string {
-	p, _ := toPrefix(r.Dst)
+	p, _ := PrefixOf(r.Dst)
 	switch r.Type {
 	case unix.RTN_UNREACHABLE:
 		return "unreachable " + p.String()
@@ -422,7 +424,7 @@ type rule struct {
 }
 
 func (r rule) matches(k netlink.Rule) bool {
-	dst, _ := toPrefix(k.Dst)
+	dst, _ := PrefixOf(k.Dst)
 	return k.Priority == r.priority && k.Table == r.table && k.IifName == r.iif && dst == r.dst
 }
 
@@ -454,7 +456,7 @@ func ensureRule(r rule) error {
 	k := netlink.NewRule()
 	k.Family, k.Priority, k.Table, k.IifName, k.Protocol = r.family, r.priority, r.table, r.iif, Protocol
 	if r.dst.IsValid() {
-		k.Dst = ipNet(r.dst)
+		k.Dst = IPNet(r.dst)
 	}
 	if err := netlink.RuleAdd(k); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("adding %s: %w", r, err)
@@ -515,7 +517,7 @@ func (d *Domain) RemoveInterface(ifName string) error {
 // routing it also adds the `to` rule that leads the node's own traffic there.
 func (d *Domain) AddHostRoute(link netlink.Link, addr netip.Addr) error {
 	r := &netlink.Route{
-		LinkIndex: link.Attrs().Index, Dst: ipNet(HostPrefix(addr)), Table: d.Table,
+		LinkIndex: link.Attrs().Index, Dst: IPNet(HostPrefix(addr)), Table: d.Table,
 		Scope: netlink.SCOPE_LINK, Protocol: Protocol,
 	}
 	if err := netlink.RouteReplace(r); err != nil {
@@ -530,7 +532,7 @@ func (d *Domain) AddHostRoute(link netlink.Link, addr netip.Addr) error {
 // RemoveHostRoute undoes AddHostRoute; what is already gone is not an error.
 func (d *Domain) RemoveHostRoute(addr netip.Addr) error {
 	var errs []error
-	r := &netlink.Route{Dst: ipNet(HostPrefix(addr)), Table: d.Table, Protocol: Protocol}
+	r := &netlink.Route{Dst: IPNet(HostPrefix(addr)), Table: d.Table, Protocol: Protocol}
 	if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
 		errs = append(errs, fmt.Errorf("deleting route %s table %d: %w", HostPrefix(addr), d.Table, err))
 	}
@@ -552,7 +554,7 @@ func (d *Domain) Verify(link netlink.Link, addrs, gateways []netip.Addr) error {
 	}
 	has := func(dst netip.Prefix, typ int, linkIndex int) bool {
 		for _, r := range routes {
-			if p, ok := toPrefix(r.Dst); ok && p == dst && r.Type == typ && (linkIndex == 0 || r.LinkIndex == linkIndex) {
+			if p, ok := PrefixOf(r.Dst); ok && p == dst && r.Type == typ && (linkIndex == 0 || r.LinkIndex == linkIndex) {
 				return true
 			}
 		}

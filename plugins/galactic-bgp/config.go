@@ -25,19 +25,27 @@ type NetConf struct {
 	VNI *int64 `json:"vni,omitempty"`
 	// Announce is always (the default) or whenAvailable.
 	Announce string `json:"announce,omitempty"`
+	// RuntimeConfig carries the pod's annotations, which supply vpc,
+	// attachment and vni where the stanza has none.
+	RuntimeConfig netconf.RuntimeConfig `json:"runtimeConfig,omitempty"`
 }
 
 // maxVNI is the largest 24-bit VXLAN network identifier.
 const maxVNI = 1<<24 - 1
 
-// routing is the validated vni and announce of the stanza.
+// routing is the validated vni (the stanza's, else the pod's) and announce
+// of the stanza.
 func (n NetConf) routing() (advert.Routing, *types.Error) {
 	var r advert.Routing
-	if n.VNI != nil {
-		if *n.VNI < 1 || *n.VNI > maxVNI {
-			return r, netconf.InvalidConfig(fmt.Sprintf("vni %d is out of range: a VXLAN network identifier is 1-%d", *n.VNI, maxVNI))
+	vni, key, terr := n.RuntimeConfig.VNI(n.VNI)
+	if terr != nil {
+		return r, terr
+	}
+	if vni != nil {
+		if *vni < 1 || *vni > maxVNI {
+			return r, netconf.FromAnnotation(key, netconf.InvalidConfig(fmt.Sprintf("vni %d is out of range: a VXLAN network identifier is 1-%d", *vni, maxVNI)))
 		}
-		r.VNI = int32(*n.VNI)
+		r.VNI = int32(*vni)
 	}
 	switch a := v1alpha1.Announce(n.Announce); a {
 	case "", v1alpha1.AnnounceAlways:
@@ -65,13 +73,14 @@ type Config struct {
 
 // parseConf decodes and validates a stanza. With needPrev (ADD, CHECK) a
 // missing or malformed prevResult is an error; the other verbs ignore it.
-// Every error is a CNI error that says what to fix.
-func parseConf(data []byte, needPrev bool) (*Config, *types.Error) {
+// Unless needAttachment, a stanza and pod naming no attachment are
+// accepted. Every error is a CNI error that says what to fix.
+func parseConf(data []byte, needPrev, needAttachment bool) (*Config, *types.Error) {
 	var c Config
 	if err := json.Unmarshal(data, &c.NetConf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "network config is not valid JSON for galactic-bgp: "+err.Error(), "")
 	}
-	if err := c.Attachment.Validate(); err != nil {
+	if err := c.Attachment.Resolve(c.RuntimeConfig, needAttachment); err != nil {
 		return nil, err
 	}
 	r, terr := c.routing()

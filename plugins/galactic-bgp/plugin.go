@@ -189,7 +189,7 @@ func entryIDs(entries []v1alpha1.ContainerEntry) []string {
 func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	inv := p.begin("ADD", args)
 	defer func() { inv.finish(err) }()
-	conf, terr := parseConf(args.StdinData, true)
+	conf, terr := parseConf(args.StdinData, true, true)
 	if terr != nil {
 		return terr
 	}
@@ -268,7 +268,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 	// DEL always succeeds: galactic-cni's DEL runs after this one (the
 	// chain runs in reverse) and must get to remove the host interface.
 	// What is not released here, the node GC releases.
-	conf, terr := parseConf(args.StdinData, false)
+	conf, terr := parseConf(args.StdinData, false, true)
 	if terr != nil {
 		// ADD rejects the same stanza before publishing, so nothing can
 		// have been published under it.
@@ -301,7 +301,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 	inv := p.begin("CHECK", args)
 	defer func() { inv.finish(err) }()
-	conf, terr := parseConf(args.StdinData, true)
+	conf, terr := parseConf(args.StdinData, true, true)
 	if terr != nil {
 		return terr
 	}
@@ -353,7 +353,7 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 	inv := p.begin("STATUS", args)
 	defer func() { inv.finish(err) }()
-	if _, terr := parseConf(args.StdinData, false); terr != nil {
+	if _, terr := parseConf(args.StdinData, false, false); terr != nil {
 		return terr
 	}
 	adv, terr := inv.advertiser()
@@ -374,11 +374,18 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 func (p *plugin) cmdGC(args *skel.CmdArgs) (err error) {
 	inv := p.begin("GC", args)
 	defer func() { inv.finish(err) }()
-	conf, terr := parseConf(args.StdinData, false)
+	conf, terr := parseConf(args.StdinData, false, false)
 	if terr != nil {
 		return terr
 	}
 	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment, "valid", len(conf.ValidAttachments))
+	if conf.VPC == "" {
+		// A network config shared by pods that name their attachments in
+		// annotations: GC has no annotations, and galactic-gc prunes
+		// this node's dead entries instead.
+		inv.set("outcome", "no attachment in the network config; left to galactic-gc")
+		return nil
+	}
 	adv, terr := inv.advertiser()
 	if terr != nil {
 		return terr

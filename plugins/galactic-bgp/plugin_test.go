@@ -140,7 +140,7 @@ func TestParseConfRejectsBadStanzasAndPrevResults(t *testing.T) {
 		{"unknown announce", string(stanza(`"announce":"sometimes"`)), false, types.ErrInvalidNetworkConfig, `announce "sometimes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConf([]byte(tc.conf), tc.needPrev)
+			_, err := parseConf([]byte(tc.conf), tc.needPrev, true)
 			wantCode(t, err, tc.code, tc.msg)
 		})
 	}
@@ -149,14 +149,14 @@ func TestParseConfRejectsBadStanzasAndPrevResults(t *testing.T) {
 func TestParseConfReadsThePrevResultInTheConfigsVersion(t *testing.T) {
 	conf := `{"cniVersion":"0.4.0","name":"n","type":"galactic-bgp","vpc":"blue","attachment":"a",` +
 		`"prevResult":{"interfaces":[{"name":"x"}],"ips":[{"version":"4","address":"10.0.0.2/24"}]}}`
-	c, err := parseConf([]byte(conf), true)
+	c, err := parseConf([]byte(conf), true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Prev.Version() != "0.4.0" || len(c.IPs) != 1 || !c.IPs[0].Equal(net.ParseIP("10.0.0.2")) {
 		t.Fatalf("prev %s ips %v", c.Prev.Version(), c.IPs)
 	}
-	if c, err := parseConf(stanza(""), false); err != nil || c.Prev != nil {
+	if c, err := parseConf(stanza(""), false, true); err != nil || c.Prev != nil {
 		t.Fatalf("verbs without prevResult: %v %v", c, err)
 	}
 }

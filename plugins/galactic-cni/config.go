@@ -47,6 +47,9 @@ type NetConf struct {
 	Routing string `json:"routing,omitempty"`
 	// Handoff configures the attachment's handoff lease.
 	Handoff *HandoffConf `json:"handoff,omitempty"`
+	// RuntimeConfig carries the pod's annotations, which supply vpc,
+	// attachment, mode and addresses where the stanza has none.
+	RuntimeConfig netconf.RuntimeConfig `json:"runtimeConfig,omitempty"`
 }
 
 // HandoffConf is the stanza's "handoff" object.
@@ -80,8 +83,9 @@ type Handoff struct {
 
 // parseConf decodes, validates and defaults a stanza and parses its
 // prevResult. Every error is a CNI error naming what to fix; the cniVersion
-// itself was checked by skel against the supported versions.
-func parseConf(data []byte) (*Config, *types.Error) {
+// itself was checked by skel against the supported versions. Unless
+// needAttachment, a stanza and pod naming no attachment are accepted.
+func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 	var n NetConf
 	if err := json.Unmarshal(data, &n); err != nil {
 		var typeErr *json.UnmarshalTypeError
@@ -90,10 +94,13 @@ func parseConf(data []byte) (*Config, *types.Error) {
 		}
 		return nil, types.NewError(types.ErrDecodingFailure, "network config is not valid JSON: "+err.Error(), "")
 	}
-	if err := n.Attachment.Validate(); err != nil {
+	if err := n.Attachment.Resolve(n.RuntimeConfig, needAttachment); err != nil {
 		return nil, err
 	}
 	c := &Config{PluginConf: n.PluginConf, Attachment: n.Attachment}
+	var modeKey, addressesKey string
+	n.Mode, modeKey = n.RuntimeConfig.Mode(n.Mode)
+	n.Addresses, addressesKey = n.RuntimeConfig.Addresses(n.Addresses)
 
 	switch n.Mode {
 	case "", names.ModeTap:
@@ -101,7 +108,7 @@ func parseConf(data []byte) (*Config, *types.Error) {
 	case names.ModeVeth:
 		c.Mode = names.ModeVeth
 	default:
-		return nil, netconf.InvalidConfig(fmt.Sprintf(`mode %q is not supported: use "tap" (the default, for VMs) or "veth" (for containers)`, n.Mode))
+		return nil, netconf.FromAnnotation(modeKey, netconf.InvalidConfig(fmt.Sprintf(`mode %q is not supported: use "tap" (the default, for VMs) or "veth" (for containers)`, n.Mode)))
 	}
 
 	switch n.Routing {
@@ -118,10 +125,10 @@ func parseConf(data []byte) (*Config, *types.Error) {
 	for i, s := range n.Addresses {
 		p, err := netip.ParsePrefix(s)
 		if err != nil || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-			return nil, netconf.InvalidConfig(fmt.Sprintf(`addresses[%d] %q is not a CIDR: use an address with its prefix length, such as "10.20.0.5/24" or "fd20::5/64"`, i, s))
+			return nil, netconf.FromAnnotation(addressesKey, netconf.InvalidConfig(fmt.Sprintf(`addresses[%d] %q is not a CIDR: use an address with its prefix length, such as "10.20.0.5/24" or "fd20::5/64"`, i, s)))
 		}
 		if j, dup := seen[p.Addr()]; dup {
-			return nil, netconf.InvalidConfig(fmt.Sprintf("addresses[%d] %q repeats the address of addresses[%d]: list each address once", i, s, j))
+			return nil, netconf.FromAnnotation(addressesKey, netconf.InvalidConfig(fmt.Sprintf("addresses[%d] %q repeats the address of addresses[%d]: list each address once", i, s, j)))
 		}
 		seen[p.Addr()] = i
 		hasIPv6 = hasIPv6 || p.Addr().Is6()

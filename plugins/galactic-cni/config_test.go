@@ -33,7 +33,7 @@ func conf(t *testing.T, change map[string]any) []byte {
 }
 
 func TestParseConfFillsInTheDocumentedDefaults(t *testing.T) {
-	c, err := parseConf(conf(t, nil))
+	c, err := parseConf(conf(t, nil), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestParseConfAcceptsEveryField(t *testing.T) {
 	c, err := parseConf(conf(t, map[string]any{
 		"mode": "veth", "routing": "table", "addresses": []string{"10.20.0.5/24", "fd20::5/64"}, "mtu": 1450,
 		"handoff": map[string]any{"enabled": false, "waitSeconds": 0, "leaseSeconds": 15},
-	}))
+	}), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestParseConfRejectsEachInvalidFieldNamingIt(t *testing.T) {
 			if tc.raw == "" {
 				data = conf(t, tc.change)
 			}
-			c, err := parseConf(data)
+			c, err := parseConf(data, true)
 			switch {
 			case err == nil:
 				t.Fatalf("want code %d with %q, got a config %+v", tc.code, tc.msg, c)
@@ -103,5 +103,81 @@ func TestParseConfRejectsEachInvalidFieldNamingIt(t *testing.T) {
 				t.Fatalf("want code %d with %q, got %d %q", tc.code, tc.msg, err.Code, err.Msg)
 			}
 		})
+	}
+}
+
+// podConf is a stanza of a conflist shared by every pod, with the pod's
+// annotations as a CRI runtime passes them.
+func podConf(t *testing.T, stanza map[string]any, annotations map[string]string) []byte {
+	t.Helper()
+	change := map[string]any{"vpc": nil, "attachment": nil, "name": "galactic",
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true}}
+	for k, v := range stanza {
+		change[k] = v
+	}
+	if annotations != nil {
+		change["runtimeConfig"] = map[string]any{"io.kubernetes.cri.pod-annotations": annotations}
+	}
+	return conf(t, change)
+}
+
+var webAnnotations = map[string]string{
+	"network.galactic.dev/vpc":        "blue",
+	"network.galactic.dev/attachment": "web-0-net0",
+	"network.galactic.dev/mode":       "veth",
+	"network.galactic.dev/addresses":  "10.20.0.5/24,fd20::5/64",
+	"io.kubernetes.pod.name":          "web-0",
+}
+
+func TestParseConfTakesTheAttachmentFieldsFromThePodAnnotations(t *testing.T) {
+	c, err := parseConf(podConf(t, nil, webAnnotations), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.VPC != "blue" || c.Attachment.Attachment != "web-0-net0" || c.Mode != "veth" || len(c.Addresses) != 2 || c.Addresses[1] != netip.MustParsePrefix("fd20::5/64") {
+		t.Fatalf("parsed %+v", c)
+	}
+}
+
+func TestParseConfLetsEachStanzaFieldWinOverItsAnnotation(t *testing.T) {
+	c, err := parseConf(podConf(t, map[string]any{"vpc": "red", "mode": "tap", "addresses": []string{}}, webAnnotations), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.VPC != "red" || c.Attachment.Attachment != "web-0-net0" || c.Mode != "tap" || len(c.Addresses) != 0 {
+		t.Fatalf("parsed %+v", c)
+	}
+}
+
+func TestParseConfNamesTheAnnotationABadValueCameFrom(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		msg         string
+	}{
+		{"no annotations", map[string]string{"io.kubernetes.pod.name": "web-0"}, "vpc is required: set \"vpc\" in the network config, or annotate the pod with network.galactic.dev/vpc"},
+		{"no attachment annotation", map[string]string{"network.galactic.dev/vpc": "blue"}, "annotate the pod with network.galactic.dev/attachment"},
+		{"bad mode", map[string]string{"network.galactic.dev/vpc": "blue", "network.galactic.dev/attachment": "a", "network.galactic.dev/mode": "macvlan"}, `pod annotation network.galactic.dev/mode: mode "macvlan" is not supported`},
+		{"bad address", map[string]string{"network.galactic.dev/vpc": "blue", "network.galactic.dev/attachment": "a", "network.galactic.dev/addresses": "10.20.0.5"}, `pod annotation network.galactic.dev/addresses: addresses[0] "10.20.0.5" is not a CIDR`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConf(podConf(t, nil, tc.annotations), true)
+			if err == nil || err.Code != types.ErrInvalidNetworkConfig || !strings.Contains(err.Msg, tc.msg) {
+				t.Fatalf("want code 7 with %q, got %v", tc.msg, err)
+			}
+		})
+	}
+}
+
+func TestParseConfForStatusAndGCAcceptsASharedConflistWithoutAnnotations(t *testing.T) {
+	c, err := parseConf(podConf(t, nil, nil), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.VPC != "" || c.Mode != "tap" || c.Routing != "vrf" {
+		t.Fatalf("parsed %+v", c)
+	}
+	if _, err := parseConf(podConf(t, nil, nil), true); err == nil {
+		t.Fatal("ADD of a pod naming no attachment was accepted")
 	}
 }

@@ -127,7 +127,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData); terr != nil {
+	if conf, terr = parseConf(args.StdinData, true); terr != nil {
 		return terr
 	}
 	if terr = routingAvailable(conf); terr != nil {
@@ -191,7 +191,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 	}
 	// DEL works from the record, so a config that no longer validates
 	// (its ADD failed, or it changed since) does not block the cleanup.
-	conf, cerr := parseConf(args.StdinData)
+	conf, cerr := parseConf(args.StdinData, true)
 	if cerr != nil {
 		inv.log.Warn("DEL with an invalid network config; using the node record", "error", cerr.Error())
 		conf = nil
@@ -227,7 +227,7 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData); terr != nil {
+	if conf, terr = parseConf(args.StdinData, true); terr != nil {
 		return terr
 	}
 	if conf.PrevResult == nil {
@@ -313,7 +313,7 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData); terr != nil {
+	if conf, terr = parseConf(args.StdinData, false); terr != nil {
 		return terr
 	}
 	unavailable := func(msg string) error { return types.NewError(types.ErrPluginNotAvailable, msg, "") }
@@ -347,7 +347,7 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData); terr != nil {
+	if conf, terr = parseConf(args.StdinData, false); terr != nil {
 		return terr
 	}
 	valid := map[types.GCAttachment]bool{}

@@ -200,25 +200,6 @@ func nextHopFor(prefix netip.Prefix, vtep netip.Addr) netip.Addr {
 	return vtep
 }
 
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
-func toPrefix(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	bits, _ := n.Mask.Size()
-	if a.Is4In6() && len(n.IP) == 16 && bits > 32 {
-		return netip.PrefixFrom(a, bits), true
-	}
-	return netip.PrefixFrom(a.Unmap(), bits), true
-}
-
 // Changes counts what one Sync did.
 type Changes struct {
 	Added, Replaced, Removed int
@@ -238,7 +219,7 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 	foreign := map[netip.Prefix]bool{}
 	ours := map[netip.Prefix]netlink.Route{}
 	for _, r := range routes {
-		pfx, ok := toPrefix(r.Dst)
+		pfx, ok := routing.PrefixOf(r.Dst)
 		if !ok {
 			continue
 		}
@@ -269,7 +250,7 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 			continue
 		}
 		r := &netlink.Route{
-			Dst: ipNet(rm.Prefix), Gw: gw.AsSlice(), LinkIndex: dev.Index, Table: d.Table,
+			Dst: routing.IPNet(rm.Prefix), Gw: gw.AsSlice(), LinkIndex: dev.Index, Table: d.Table,
 			Protocol: Protocol, Flags: int(netlink.FLAG_ONLINK),
 		}
 		// Neighbour first: the route must never point at a gateway the
@@ -523,7 +504,7 @@ func Installed(vpc string, d *routing.Domain) ([]Remote, error) {
 	}
 	var out []Remote
 	for _, r := range routes {
-		pfx, ok := toPrefix(r.Dst)
+		pfx, ok := routing.PrefixOf(r.Dst)
 		if !ok || int(r.Protocol) != Protocol || r.LinkIndex != l.Attrs().Index {
 			continue
 		}

@@ -193,11 +193,6 @@ func (g *GoBGP) Peers(ctx context.Context) ([]PeerState, error) {
 	return out, err
 }
 
-// Abandon stops serving without telling the peers: no withdrawal and no
-// Cease, so a graceful-restart helper keeps this node's routes. The
-// process is expected to exit next; the kernel closes the sessions.
-func (g *GoBGP) Abandon() {}
-
 // Stop withdraws nothing itself but ends every session with a Cease, so
 // peers drop this node's routes at once: the end of a drain.
 func (g *GoBGP) Stop(ctx context.Context) error {

@@ -36,6 +36,8 @@ type Options struct {
 	Only string
 	// VMBoots is how many guests are booted per accelerator.
 	VMBoots int
+	// CRIIterations and CRIWarmup are the pod sandbox loop's (per node).
+	CRIIterations, CRIWarmup int
 	// Out is the Markdown file written; empty writes none.
 	Out string
 }
@@ -43,9 +45,9 @@ type Options struct {
 // DefaultOptions are what `make bench` runs; quick ones are for development.
 func DefaultOptions(quick bool) Options {
 	if quick {
-		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8, VMBoots: 2}
+		return Options{Quick: true, Iterations: 30, Warmup: 5, ProcessRuns: 5, GCSizes: []int{100, 1000}, GCPasses: 1, ChurnPairs: 80, ChurnParallelism: 8, VMBoots: 2, CRIIterations: 8, CRIWarmup: 2}
 	}
-	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8, VMBoots: 3}
+	return Options{Iterations: 200, Warmup: 20, ProcessRuns: 20, GCSizes: []int{100, 1000, 5000}, GCPasses: 3, ChurnPairs: 500, ChurnParallelism: 8, VMBoots: 3, CRIIterations: 40, CRIWarmup: 5}
 }
 
 // bench is one run: the environment, the counting proxy and the results.
@@ -98,6 +100,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		{"churn", b.churn},
 		{"GC pass scaling", b.gcScaling},
 		{"VM boot", b.vmBoot},
+		{"pod sandbox start", b.criSandbox},
 		{"Routing", b.routing},
 	}
 	for _, s := range steps {

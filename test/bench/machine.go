@@ -27,6 +27,8 @@ type Machine struct {
 // Versions are the components measured.
 type Versions struct {
 	Galactic, CNI, Plugins, ClientGo, APIServer, Etcd string
+	// CRI names the container runtime of section 7.
+	CRI string
 }
 
 func readMachine() Machine {
@@ -85,13 +87,19 @@ func readVersions() Versions {
 	// cannot name its version; the tools module that built it can.
 	tools := toolVersions()
 	v.APIServer, v.Etcd = "k8s.io/kubernetes "+tools["k8s.io/kubernetes"], "go.etcd.io/etcd/server/v3 "+tools["go.etcd.io/etcd/server/v3"]
+	v.CRI = criVersions()
 	return v
 }
 
 // toolVersions reads the required versions of test/tools/go.mod.
 func toolVersions() map[string]string {
+	return modVersions(filepath.Join(harness.RepoRoot(), "test", "tools", "go.mod"))
+}
+
+// modVersions reads the required versions of a go.mod.
+func modVersions(path string) map[string]string {
 	out := map[string]string{}
-	data, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "test", "tools", "go.mod"))
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return out
 	}

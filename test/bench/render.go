@@ -26,6 +26,7 @@ type Results struct {
 	GC       []GCRow
 	Churn    *ChurnResult
 	VMs      []*VMBootResult
+	CRI      []*CRIResult
 	Routing  *RoutingResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
@@ -210,6 +211,7 @@ func Render(r *Results) string {
 	renderGC(&w, r)
 	renderChurn(&w, r)
 	renderVMs(&w, r)
+	renderCRI(&w, r)
 	renderRouting(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
@@ -226,7 +228,7 @@ func renderRerun(w *strings.Builder, r *Results) {
 	p("sudo go run ./test/cmd/bench -quick -out /tmp/b.md  # the same, writing elsewhere")
 	p("sudo go run ./test/cmd/bench -gc-profile /tmp/gc.prof # also a CPU profile of one GC pass at the largest size")
 	p("sudo go run ./test/cmd/bench -quick -only \"VM boot\" -out /tmp/vm.md # one section only (here the VM boots), for development")
-	p("sudo go run ./test/cmd/bench -only Routing -out /tmp/routing.md   # section 7 alone: needs FRR and gobgpd (Debian: frr, gobgpd)")
+	p("sudo go run ./test/cmd/bench -only Routing -out /tmp/routing.md   # section 8 alone: needs FRR and gobgpd (Debian: frr, gobgpd)")
 	p("```")
 	p("")
 	p("`-iterations N` changes the chain latency loop (default %d after %d warm-up rounds).", DefaultOptions(false).Iterations, DefaultOptions(false).Warmup)
@@ -255,6 +257,7 @@ func renderMachine(w *strings.Builder, r *Results) {
 	p("| client-go | %s |", v.ClientGo)
 	p("| kube-apiserver | %s |", v.APIServer)
 	p("| etcd | %s |", v.Etcd)
+	p("| container runtime (section 7) | %s |", v.CRI)
 	p("")
 }
 

@@ -152,16 +152,12 @@ func (b *bench) routing() error {
 	b.res.Routing = r
 	for _, bin := range []string{harness.FRRBgpd, gobgpd, gobgpCLI} {
 		if _, err := os.Stat(bin); err != nil {
-			r.Skipped = fmt.Sprintf("%s is not installed (Debian: frr, gobgpd; .ci/run installs them)", bin)
+			r.Skipped = fmt.Sprintf("%s is not installed (Debian: frr, gobgpd; hack/install-deps.sh installs them)", bin)
 			b.say("Routing: skipped: %s", r.Skipped)
 			return nil
 		}
 	}
-	dir := filepath.Join(b.dir, "fabric")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := harness.CreateFabric(dir)
+	f, err := harness.CreateFabric(harness.FabricOptions{})
 	if err != nil {
 		return err
 	}
@@ -1225,7 +1221,7 @@ func renderRouting(w *strings.Builder, res *Results) {
 		return
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## 7. Routing")
+	p("## 8. Routing")
 	p("")
 	if r.Skipped != "" {
 		p("Not measured in this run: %s.", r.Skipped)

@@ -1,8 +1,12 @@
-// Package demo is `make demo`: the whole story of an attachment on one
-// machine, with a real control plane, two nodes as network namespaces, the
-// real plugins run by cnitool and a VM on the tap: a qemu guest where qemu
-// can run, else a process that only opens the tap (tapholder). Every step checks what it shows, and Run fails when an expected state is
-// not observed.
+// Package demo is `make demo`: the routing story of a VM on one machine.
+// A real control plane, an FRR route reflector on a test fabric, three
+// nodes as network namespaces, each running galactic-gc and
+// galactic-router as galactic-installer set them up, the real plugins run
+// by cnitool, and a qemu guest in VPC blue that a client on another node
+// pings every 10 ms while the VM is attached, upgraded, moved, crashed,
+// its router restarted and finally drained. Every step prints what FRR
+// holds, the client node's route, the lease and the lost replies, and Run
+// fails when an expected state is not observed.
 package demo
 
 import (
@@ -11,102 +15,171 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/settings"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
-// The attachment the demo moves around.
 const (
-	vpc          = "blue"
-	attachment   = "web-0-net0"
-	network      = "vpc-blue"
-	ifName       = "net0"
 	leaseSeconds = 5
+	// withdrawHold must outlast a takeover (the lease's expiry plus a guest
+	// boot under TCG, slower on a loaded machine), so an upgrade, a move or
+	// a crash changes the client's route at most once.
+	withdrawHold = 30
+	vniBlue      = 10100
+	vniRed       = 10200
+	ifName       = "net0"
+	pingInterval = 10 * time.Millisecond
+	// mtu leaves room for VXLAN on the fabric's 1500-byte links.
+	mtu = 1450
 )
 
-var addresses = []string{"10.20.0.5/24", "fd20::5/64"}
-
-type demo struct {
-	ctx   context.Context
-	out   io.Writer
-	start time.Time
-	env   *harness.Env
-	dir   string
-	nodes map[string]*harness.Node
-	gcds  map[string]*exec.Cmd
-	// vmm starts the VM; vmms are the running ones by node.
-	vmm  vmm
-	vmms map[string]instance
-	// vmmStarted is when each node's VMM last attached.
-	vmmStarted map[string]time.Time
-	// lastAdd is how long the last launch's ADD took.
-	lastAdd time.Duration
-	tap     string
-	undo    []func()
-	// current is where the instance runs now.
-	current *workload
+// attachment is one VPC attachment of the demo.
+type attachment struct {
+	vpc, name, mode string
+	vni             int
+	addresses       []string
+	announce        string
+	handoff         bool
 }
 
-// Run runs the demo. With env nil it builds the binaries and starts its own
-// control plane. Everything it creates is removed before it returns, also
-// when ctx is cancelled or a step fails.
-func Run(ctx context.Context, out io.Writer, env *harness.Env) (err error) {
-	d := &demo{ctx: ctx, out: out, start: time.Now(), nodes: map[string]*harness.Node{},
-		gcds: map[string]*exec.Cmd{}, vmms: map[string]instance{}, vmmStarted: map[string]time.Time{}, tap: names.HostInterface(names.ModeTap, vpc, attachment)}
+var (
+	// theVM is what moves around; client pings it from node-c.
+	theVM  = attachment{vpc: "blue", name: "web-0-net0", mode: "tap", vni: vniBlue, addresses: []string{"10.20.0.5/24", "fd20::5/64"}, announce: "whenAvailable", handoff: true}
+	client = attachment{vpc: "blue", name: "client-0-net0", mode: "veth", vni: vniBlue, addresses: []string{"10.20.0.7/24", "fd20::7/64"}}
+	// red holds the VM's address in another VPC, next to the client.
+	red = attachment{vpc: "red", name: "db-0-net0", mode: "veth", vni: vniRed, addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+
+	// vmAddr is what the client pings; prefix is its route everywhere.
+	vmAddr  = netip.MustParseAddr("10.20.0.5")
+	vmAddr6 = netip.MustParseAddr("fd20::5")
+	prefix  = netip.PrefixFrom(vmAddr, 32)
+)
+
+func (a attachment) network() string { return "vpc-" + a.vpc + "-" + strings.SplitN(a.name, "-", 2)[0] }
+
+func (a attachment) conflist() map[string]any {
+	bgp := map[string]any{"type": "galactic-bgp", "vpc": a.vpc, "attachment": a.name, "vni": a.vni}
+	if a.announce != "" {
+		bgp["announce"] = a.announce
+	}
+	return map[string]any{
+		"cniVersion": "1.1.0", "name": a.network(),
+		"plugins": []any{
+			map[string]any{"type": "galactic-cni", "vpc": a.vpc, "attachment": a.name, "mode": a.mode,
+				"addresses": a.addresses, "routing": "table", "mtu": mtu,
+				"handoff": map[string]any{"enabled": a.handoff, "waitSeconds": 30, "leaseSeconds": leaseSeconds}},
+			bgp,
+		},
+	}
+}
+
+// node is a demo node: its namespace, underlay address and daemons.
+type node struct {
+	*harness.Node
+	underlay netip.Addr
+	router   *harness.Router
+	gc       *exec.Cmd
+}
+
+// running is the VM as it runs now.
+type running struct {
+	node  string
+	netns *harness.Netns
+	guest *guest
+}
+
+type demo struct {
+	ctx    context.Context
+	out    io.Writer
+	start  time.Time
+	env    *harness.Env
+	dir    string
+	fabric *harness.Fabric
+	nodes  map[string]*node
+	// byUnderlay names the node of an underlay address, for the narration.
+	byUnderlay map[string]string
+	qemu       *qemu
+	vm         *running
+	// clientNetns and redNetns are the workloads on node-c.
+	clientNetns, redNetns *harness.Netns
+	pinger                *harness.Pinger
+	monitor               *routeMonitor
+	// vmStarted is when each node's VM last became ready.
+	vmStarted map[string]time.Time
+	undo      []func()
+	report    *Report
+}
+
+// Run runs the demo and returns what it measured. With env nil it builds
+// the binaries and starts its own control plane. Everything it creates is
+// removed before it returns, also when ctx is cancelled or a step fails.
+func Run(ctx context.Context, out io.Writer, env *harness.Env) (rep *Report, err error) {
+	d := &demo{ctx: ctx, out: out, start: time.Now(), nodes: map[string]*node{}, byUnderlay: map[string]string{},
+		vmStarted: map[string]time.Time{}, report: &Report{}}
 	defer func() {
-		d.say("== teardown: removing namespaces, processes and files")
+		if err != nil {
+			d.tails()
+		}
+		d.say("== teardown: removing processes, namespaces and files")
 		for i := len(d.undo) - 1; i >= 0; i-- {
 			d.undo[i]()
 		}
 		if err == nil {
 			d.say("done: every expected state was observed")
+			d.report.print(d.out)
 		}
 	}()
 	if env == nil {
 		d.say("starting a real etcd and kube-apiserver (the first run builds them from the Go module proxy: about 6-9 minutes on 2 cores)")
 		if env, err = harness.NewEnv(out); err != nil {
-			return err
+			return nil, err
 		}
 		d.undo = append(d.undo, env.Close)
 	}
 	d.env = env
 	if d.dir, err = os.MkdirTemp("", "galactic-demo-"); err != nil {
-		return err
+		return nil, err
 	}
 	d.undo = append(d.undo, func() { os.RemoveAll(d.dir) })
 	d.say("control plane at %s; CRDs installed", env.CP.Server)
-	var why string
-	d.vmm, why = chooseVMM(env.BinDir, d.dir, out)
-	if _, fallback := d.vmm.(tapholder); fallback {
-		d.say("the VM is %s, because %s", d.vmm.describe(), why)
-	} else {
-		d.say("the VM is %s: %s", d.vmm.describe(), why)
+	if d.qemu, err = newQEMU(d.dir, out); err != nil {
+		return nil, err
 	}
+	d.say("the VM is %s", d.qemu.describe())
 
-	for _, step := range []func() error{d.setup, d.attach, d.upgrade, d.move, d.crash, d.comeBack, d.finish} {
+	for _, step := range []func() error{d.setup, d.attach, d.upgrade, d.move, d.crash, d.restartRouter, d.drain} {
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		if err := step(); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return d.report, nil
+}
+
+// tails prints the end of each router's log, which teardown removes, so a
+// failed run says what the routers saw.
+func (d *demo) tails() {
+	for _, name := range keys(d.nodes) {
+		if r := d.nodes[name].router; r != nil {
+			lines := strings.Split(strings.TrimSpace(r.Log()), "\n")
+			d.say("%s: the last lines of galactic-router's log:", name)
+			d.show(strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		}
+	}
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -126,90 +199,230 @@ func expect(ok bool, format string, args ...any) error {
 	return fmt.Errorf("expected "+format, args...)
 }
 
-// setup creates node-a and node-b and installs galactic on each with
-// galactic-installer into the node's own root.
+// until polls cond every 50 ms until it returns nil; past limit (or when
+// ctx ends) the error names what was awaited.
+func (d *demo) until(limit time.Duration, what string, cond func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("expected %s within %s: %v", what, limit, err)
+		}
+		if d.ctx.Err() != nil {
+			return d.ctx.Err()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// setup makes the fabric with FRR, node-a, node-b and node-c on it with
+// galactic installed and its daemons running, and on node-c the client
+// and red's workload.
 func (d *demo) setup() error {
-	d.say("== setup: two nodes as network namespaces, galactic installed on each")
-	for _, name := range []string{"node-a", "node-b"} {
-		dir := filepath.Join(d.dir, name)
-		n, err := d.env.CreateNode(name, dir)
-		if err != nil {
-			return err
-		}
-		d.undo = append(d.undo, n.Close)
-		d.nodes[name] = n
-		root := filepath.Join(dir, "root")
-		if err := os.MkdirAll(root, 0o755); err != nil {
-			return err
-		}
-		out, err := exec.CommandContext(d.ctx, filepath.Join(d.env.BinDir, "galactic-installer"), "install",
-			"--root", root, "--node-name", name, "--kubeconfig", d.env.CP.AdminKubeconfig, "--source-dir", d.env.BinDir).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("installing on %s: %v\n%s", name, err, out)
-		}
-		d.say("%s: netns %s; galactic-installer install --root %s", name, n.Netns.Name, root)
-		d.show(string(out))
-		n.ConfigPath = filepath.Join(root, strings.TrimPrefix(settings.DefaultConfig, "/"))
-		n.CNIPath = filepath.Join(root, "opt/cni/bin")
-		if n.Settings, err = settings.Load(func(k string) string {
-			if k == settings.EnvConfig {
-				return n.ConfigPath
-			}
-			return ""
-		}); err != nil {
-			return err
-		}
-		n.WriteConflistFile(conflist())
-		if err := d.startGC(name); err != nil {
+	d.say("== setup: an FRR route reflector on a fabric, three nodes with galactic installed")
+	f, err := harness.CreateFabric(harness.FabricOptions{})
+	if err != nil {
+		return err
+	}
+	d.undo = append(d.undo, f.Close)
+	d.fabric = f
+	d.say("fabric: netns %s, bridge 192.0.2.0/24, FRR bgpd at %s (AS %d, route reflector of l2vpn evpn)", f.Netns.Name, f.RR, harness.FabricASN)
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		if err := d.addNode(name); err != nil {
 			return err
 		}
 	}
-	d.say("conflist %q on both nodes (routing: table, since this kernel has no VRF; a %ds lease):", network, leaseSeconds)
-	data, _ := json.MarshalIndent(conflist(), "", "  ")
+	for _, n := range d.nodes {
+		for _, a := range []attachment{theVM, client, red} {
+			if err := n.WriteConflistFile(a.conflist()); err != nil {
+				return err
+			}
+		}
+	}
+	d.say("conflists on every node (routing: table, since this kernel has no VRF); the VM's:")
+	data, _ := json.MarshalIndent(theVM.conflist(), "", "  ")
 	d.show(string(data))
+	d.say("the client's and red's:")
+	for _, a := range []attachment{client, red} {
+		data, _ := json.Marshal(a.conflist())
+		d.show(string(data))
+	}
+	if err := d.until(20*time.Second, "every router's session with FRR established", d.allEstablished); err != nil {
+		return err
+	}
+	d.say("FRR: sessions with node-a, node-b and node-c established")
+
+	c := d.nodes["node-c"]
+	if d.clientNetns, err = d.add("node-c", client); err != nil {
+		return err
+	}
+	if d.redNetns, err = d.add("node-c", red); err != nil {
+		return err
+	}
+	// node-c reaches its own workloads through their VPC's table: the
+	// answer comes from red's workload, which holds the VM's address.
+	if err := c.Ping(vmAddr); err != nil {
+		return fmt.Errorf("expected red's workload on node-c to answer the node on %s: %w", vmAddr, err)
+	}
+	d.say("node-c: the client (blue %s) and red's workload (red %s, the VM's address) are attached; red's answers node-c's own ping", client.addresses[0], red.addresses[0])
+	if err := d.until(20*time.Second, "FRR holding the client's and red's routes", func() error {
+		routes, err := f.EVPNRoutes()
+		if err != nil {
+			return err
+		}
+		if len(vpcPaths(routes[netip.MustParsePrefix("10.20.0.7/32")], vniBlue)) != 1 || len(vpcPaths(routes[prefix], vniRed)) != 1 {
+			return fmt.Errorf("FRR holds %+v", routes)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.say("FRR holds the client's 10.20.0.7/32 (route target %d:%d) and red's 10.20.0.5/32 (%d:%d)", harness.FabricASN, vniBlue, harness.FabricASN, vniRed)
+	if d.monitor, err = startRouteMonitor(c.Node); err != nil {
+		return err
+	}
+	d.undo = append(d.undo, d.monitor.stop)
+	if d.pinger, err = d.clientNetns.StartPinger(vmAddr, pingInterval); err != nil {
+		return err
+	}
+	d.undo = append(d.undo, func() { d.pinger.Stop() })
+	d.say("node-c: the client pings %s every %s from now to the end", vmAddr, pingInterval)
 	return nil
 }
 
-func conflist() map[string]any {
-	return map[string]any{
-		"cniVersion": "1.1.0", "name": network,
-		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": attachment, "mode": "tap",
-				"addresses": addresses, "routing": "table",
-				"handoff": map[string]any{"enabled": true, "waitSeconds": 30, "leaseSeconds": leaseSeconds}},
-			map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": attachment},
-		},
+// addNode creates a node on the fabric and installs galactic on it with
+// galactic-installer into the node's own root, router.json from its
+// --router-* flags, then starts galactic-gc and galactic-router.
+func (d *demo) addNode(name string) error {
+	dir := filepath.Join(d.dir, name)
+	hn, err := d.env.CreateNode(name, dir)
+	if err != nil {
+		return err
 	}
+	d.undo = append(d.undo, hn.Close)
+	n := &node{Node: hn}
+	d.nodes[name] = n
+	if n.underlay, err = d.fabric.AttachNode(hn); err != nil {
+		return err
+	}
+	d.byUnderlay[n.underlay.String()] = name
+	// Nodes forward between their workloads and the fabric.
+	if out, err := hn.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+		return fmt.Errorf("enabling forwarding on %s: %v %s", name, err, out)
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	args := []string{"install", "--root", root, "--node-name", name, "--kubeconfig", d.env.CP.AdminKubeconfig, "--source-dir", d.env.BinDir,
+		"--router-asn", fmt.Sprint(harness.FabricASN), "--router-underlay", n.underlay.String(),
+		"--router-peer", fmt.Sprintf("%s:%d", d.fabric.RR, harness.FabricASN), "--router-listen-port", "-1",
+		"--router-withdraw-hold-seconds", fmt.Sprint(withdrawHold)}
+	out, err := exec.CommandContext(d.ctx, filepath.Join(d.env.BinDir, "galactic-installer"), args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("installing on %s: %v\n%s", name, err, out)
+	}
+	d.say("%s: netns %s, underlay %s; galactic-installer %s", name, hn.Netns.Name, n.underlay, strings.Join(args, " "))
+	routerConfig := filepath.Join(root, strings.TrimPrefix(config.DefaultPath, "/"))
+	if name == "node-a" {
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if !strings.HasPrefix(line, "create directory") {
+				d.show(line)
+			}
+		}
+		data, err := os.ReadFile(routerConfig)
+		if err != nil {
+			return err
+		}
+		d.say("node-a: the router.json galactic-installer wrote:")
+		d.show(string(data))
+	}
+	hn.ConfigPath = filepath.Join(root, strings.TrimPrefix(settings.DefaultConfig, "/"))
+	hn.CNIPath = filepath.Join(root, "opt/cni/bin")
+	if hn.Settings, err = settings.Load(func(k string) string {
+		if k == settings.EnvConfig {
+			return hn.ConfigPath
+		}
+		return ""
+	}); err != nil {
+		return err
+	}
+	if err := d.startGC(name); err != nil {
+		return err
+	}
+	n.router = hn.NewRouter(routerConfig)
+	if err := n.router.Start(); err != nil {
+		return err
+	}
+	d.undo = append(d.undo, n.router.Kill)
+	return nil
+}
+
+// allEstablished reports whether FRR has a session up with every node.
+func (d *demo) allEstablished() error {
+	out, err := d.fabric.Vtysh("show bgp l2vpn evpn summary json")
+	if err != nil {
+		return err
+	}
+	var sum struct {
+		Peers map[string]struct {
+			State string `json:"state"`
+		} `json:"peers"`
+	}
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		return fmt.Errorf("FRR's summary: %w: %s", err, out)
+	}
+	for _, n := range d.nodes {
+		if p, ok := sum.Peers[n.underlay.String()]; !ok || p.State != "Established" {
+			return fmt.Errorf("%s: %+v", n.Name, sum.Peers)
+		}
+	}
+	return nil
 }
 
 // startGC runs galactic-gc on a node with a short interval, so it renews
 // the leases of live holders well within the lease duration.
-func (d *demo) startGC(node string) error {
-	n := d.nodes[node]
+func (d *demo) startGC(name string) error {
+	n := d.nodes[name]
 	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(d.env.BinDir, "galactic-gc"),
 		"--config", n.ConfigPath, "--interval", "1s", "--metrics-address", "")
-	logf, err := os.Create(filepath.Join(n.Dir, "galactic-gc.log"))
+	logf, err := os.OpenFile(filepath.Join(n.Dir, "galactic-gc.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
+		logf.Close()
 		return err
 	}
-	d.gcds[node] = cmd
-	d.undo = append(d.undo, func() { d.stopGC(node); logf.Close() })
+	n.gc = cmd
+	d.undo = append(d.undo, func() { d.stopGC(name); logf.Close() })
 	return nil
+}
+
+func (d *demo) stopGC(name string) {
+	if cmd := d.nodes[name].gc; cmd != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		d.nodes[name].gc = nil
+	}
+}
+
+// gcLog is what the node's GC daemon logged.
+func (d *demo) gcLog(name string) string {
+	data, _ := os.ReadFile(filepath.Join(d.nodes[name].Dir, "galactic-gc.log"))
+	return string(data)
 }
 
 // waitGCPass waits until the node's GC daemon finished a pass that started
 // after t.
-func (d *demo) waitGCPass(node string, t time.Time) error {
-	path := filepath.Join(d.nodes[node].Dir, "galactic-gc.log")
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		data, _ := os.ReadFile(path)
-		for _, line := range strings.Split(string(data), "\n") {
+func (d *demo) waitGCPass(name string, t time.Time) error {
+	return d.until(15*time.Second, "a galactic-gc pass on "+name+" after "+t.Format(time.RFC3339Nano), func() error {
+		for _, line := range strings.Split(d.gcLog(name), "\n") {
 			var l struct {
 				Time     time.Time `json:"time"`
 				Msg      string    `json:"msg"`
@@ -223,17 +436,8 @@ func (d *demo) waitGCPass(node string, t time.Time) error {
 				return nil
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("expected a galactic-gc pass on %s after %s", node, t.Format(time.RFC3339Nano))
-}
-
-func (d *demo) stopGC(node string) {
-	if cmd := d.gcds[node]; cmd != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		delete(d.gcds, node)
-	}
+		return errors.New("none yet")
+	})
 }
 
 // container creates a workload sandbox netns.
@@ -246,142 +450,85 @@ func (d *demo) container() (*harness.Netns, error) {
 	return c, nil
 }
 
-// cnitool runs a verb of the chain on a node and returns its output (the
+// cnitool runs a verb of a's chain on a node and returns its output (the
 // CNI result of an ADD).
-func (d *demo) cnitool(node, verb string, c *harness.Netns) (string, error) {
-	d.say("%s: cnitool %s %s %s", node, verb, network, c.Path)
-	return d.nodes[node].CNITool(verb, network, c, ifName)
+func (d *demo) cnitool(name, verb string, a attachment, c *harness.Netns) (string, error) {
+	d.say("%s: cnitool %s %s %s", name, verb, a.network(), c.Path)
+	return d.nodes[name].CNITool(verb, a.network(), c, ifName)
 }
 
-// launch starts the VM on a node: a sandbox netns, the chain's ADD, then
-// the VMM opening the tap.
-func (d *demo) launch(node string) (*harness.Netns, error) {
+// add attaches a for a new container on a node.
+func (d *demo) add(name string, a attachment) (*harness.Netns, error) {
 	c, err := d.container()
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	out, err := d.cnitool(node, "add", c)
+	_, err = d.cnitool(name, "add", a, c)
+	return c, err
+}
+
+// launch starts the VM on a node: a sandbox netns, the chain's ADD, then
+// the guest on the tap, ready. It does not report the guest available.
+func (d *demo) launch(name string) (*running, error) {
+	c, err := d.container()
 	if err != nil {
 		return nil, err
 	}
-	d.lastAdd = time.Since(start)
-	return c, d.startVMM(node, out)
+	out, err := d.cnitool(name, "add", theVM, c)
+	if err != nil {
+		return nil, err
+	}
+	return d.boot(name, c, out)
 }
 
-// startVMM starts the VM on the tap the ADD result (out) names.
-func (d *demo) startVMM(node, out string) error {
+// boot starts the guest on the tap an ADD result (out) names.
+func (d *demo) boot(name string, c *harness.Netns, out string) (*running, error) {
 	res := &current.Result{}
-	if err := json.Unmarshal([]byte(out), res); err != nil || len(res.Interfaces) == 0 {
-		return fmt.Errorf("the ADD result on %s names no tap (%v): %s", node, err, out)
+	if err := json.Unmarshal([]byte(out), res); err != nil {
+		return nil, fmt.Errorf("the ADD result on %s: %v: %s", name, err, out)
 	}
-	inst, err := d.vmm.start(d.ctx, d.nodes[node], res)
+	g, err := d.qemu.start(d.ctx, d.nodes[name].Node, res)
 	if err != nil {
-		return fmt.Errorf("starting the VM on %s: %w", node, err)
+		return nil, fmt.Errorf("starting the VM on %s: %w", name, err)
 	}
-	d.vmms[node] = inst
-	d.undo = append(d.undo, inst.crash)
-	d.vmmStarted[node] = time.Now()
-	d.say("%s: VMM (pid %d) opened tap %s; the VM %s", node, inst.pid(), d.tap, inst.note())
+	d.undo = append(d.undo, g.crash)
+	d.vmStarted[name] = time.Now()
+	d.say("%s: qemu (pid %d) on tap %s; the guest %s", name, g.pid(), res.Interfaces[0].Name, g.summary)
+	return &running{node: name, netns: c, guest: g}, nil
+}
+
+// availability runs `galactic-cni available|unavailable` for the VM's
+// container, as its runtime does once the guest serves or before it stops.
+func (d *demo) availability(r *running, verb string) error {
+	n := d.nodes[r.node]
+	cmd := exec.CommandContext(d.ctx, "ip", "netns", "exec", n.Netns.Name, filepath.Join(d.env.BinDir, "galactic-cni"), verb,
+		"--vpc", theVM.vpc, "--attachment", theVM.name, "--container", harness.ContainerID(r.netns.Path))
+	// Outside a CNI call: no CNI_* variables, only the node's settings.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CNI_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, n.Environ()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("galactic-cni %s on %s: %v %s", verb, r.node, err, out)
+	}
+	d.say("%s: galactic-cni %s --vpc %s --attachment %s --container %s", r.node, verb, theVM.vpc, theVM.name, short(harness.ContainerID(r.netns.Path)))
 	return nil
 }
 
-// stopVMM shuts the node's VM down in order (a guest powers off).
-func (d *demo) stopVMM(node string) error {
-	inst := d.vmms[node]
-	if inst == nil {
-		return nil
+// stopVM powers the VM off and runs its DEL, as a runtime stopping it does.
+func (d *demo) stopVM(r *running) error {
+	if err := r.guest.stop(); err != nil {
+		return fmt.Errorf("stopping the VM on %s: %w", r.node, err)
 	}
-	delete(d.vmms, node)
-	if err := inst.stop(); err != nil {
-		return fmt.Errorf("stopping the VM on %s: %w", node, err)
+	d.say("%s: the guest powered off (qemu pid %d exited and let go of the tap)", r.node, r.guest.pid())
+	if _, err := d.cnitool(r.node, "del", theVM, r.netns); err != nil {
+		return err
 	}
-	d.say("%s: VM shut down (pid %d exited and let go of the tap)", node, inst.pid())
+	r.netns.Delete()
 	return nil
-}
-
-// crashVMM kills the node's VMM at once, as a node failure does.
-func (d *demo) crashVMM(node string) {
-	if inst := d.vmms[node]; inst != nil {
-		delete(d.vmms, node)
-		inst.crash()
-		d.say("%s: VMM (pid %d) killed", node, inst.pid())
-	}
-}
-
-// state is what the demo observes of the attachment.
-type state struct {
-	tapIndex map[string]int
-	advs     map[string]v1alpha1.BGPAdvertisement
-	lease    *coordinationv1.Lease
-}
-
-func (d *demo) observe(show bool) (state, error) {
-	s := state{tapIndex: map[string]int{}, advs: map[string]v1alpha1.BGPAdvertisement{}}
-	for _, node := range []string{"node-a", "node-b"} {
-		n := d.nodes[node]
-		out, err := n.Run("ip", "-d", "link", "show", "dev", d.tap)
-		if err != nil {
-			continue
-		}
-		var idx int
-		fmt.Sscanf(out, "%d:", &idx)
-		s.tapIndex[node] = idx
-		if show {
-			d.say("%s: tap", node)
-			d.show(firstLines(out, 2) + "\n" + grepLine(out, "alias"))
-			addrs, _ := n.Run("ip", "-br", "addr", "show", "dev", d.tap)
-			d.show("addresses: " + strings.Join(strings.Fields(addrs)[2:], " "))
-			rules, _ := n.Run("ip", "rule", "show", "iif", d.tap)
-			d.show("rules: " + strings.TrimSpace(rules))
-			if table := tableOf(rules); table != "" {
-				r4, _ := n.Run("ip", "route", "show", "table", table)
-				r6, _ := n.Run("ip", "-6", "route", "show", "table", table)
-				d.show("table " + table + ":\n  " + strings.ReplaceAll(strings.TrimSpace(r4+r6), "\n", "\n  "))
-			}
-		}
-	}
-	l, err := d.env.API.BGPAdvertisements(harness.Namespace).List(d.ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, attachment)})
-	if err != nil {
-		return s, err
-	}
-	for _, a := range l.Items {
-		s.advs[a.Spec.Node] = a
-		if show {
-			d.say("advertisement %s: node %s prefixes %v", a.Name, a.Spec.Node, a.Spec.Prefixes)
-			for _, e := range a.Spec.Containers {
-				d.show(fmt.Sprintf("entry %s/%s netns %s holderGeneration %d", short(e.ContainerID), e.IfName, e.Netns, e.HolderGeneration))
-			}
-		}
-	}
-	if show && len(l.Items) == 0 {
-		d.say("advertisements of %s/%s: none", vpc, attachment)
-	}
-	lease, err := d.env.Kube.CoordinationV1().Leases(harness.Namespace).Get(d.ctx, names.Lease(vpc, attachment), metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return s, err
-	}
-	if err == nil {
-		s.lease = lease
-		if show {
-			d.say("lease %s: holder %q, token (leaseTransitions) %d", lease.Name, holder(lease), token(lease))
-		}
-	}
-	return s, nil
-}
-
-func holder(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-func token(l *coordinationv1.Lease) int32 {
-	if l == nil || l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return *l.Spec.LeaseTransitions
 }
 
 func short(id string) string {
@@ -391,72 +538,13 @@ func short(id string) string {
 	return id
 }
 
-func firstLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[:n]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func grepLine(s, word string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, word) {
-			return strings.TrimSpace(l)
-		}
-	}
-	return ""
-}
-
-func tableOf(rules string) string {
-	f := strings.Fields(rules)
-	for i := range f {
-		if f[i] == "lookup" && i+1 < len(f) {
-			return f[i+1]
-		}
-	}
-	return ""
-}
-
-// 1. A VM attaches on node-a.
-func (d *demo) attach() error {
-	d.say("== 1. a VM attaches on node-a")
-	c, err := d.launch("node-a")
+// tapOn is the ifindex of the VM's tap on a node, 0 when there is none.
+func (d *demo) tapOn(name string) int {
+	out, err := d.nodes[name].Run("ip", "link", "show", "dev", names.HostInterface(names.ModeTap, theVM.vpc, theVM.name))
 	if err != nil {
-		return err
+		return 0
 	}
-	s, err := d.observe(true)
-	if err != nil {
-		return err
-	}
-	d.current = &workload{node: "node-a", netns: c}
-	return errors.Join(
-		expect(s.tapIndex["node-a"] != 0, "a tap on node-a"),
-		expect(len(s.advs) == 1 && s.advs["node-a"].Name != "", "exactly node-a's advertisement, got %v", keys(s.advs)),
-		expect(holder(s.lease) == names.Holder("node-a", harness.ContainerID(c.Path)), "node-a's container to hold the lease, got %q", holder(s.lease)),
-		expect(entryToken(s.advs["node-a"]) == int64(token(s.lease)), "the entry to carry the lease token %d", token(s.lease)),
-	)
-}
-
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func entryToken(a v1alpha1.BGPAdvertisement) int64 {
-	var t int64
-	for _, e := range a.Spec.Containers {
-		t = max(t, e.HolderGeneration)
-	}
-	return t
-}
-
-// workload is where the instance runs now.
-type workload struct {
-	node  string
-	netns *harness.Netns
+	var idx int
+	fmt.Sscanf(out, "%d:", &idx)
+	return idx
 }

@@ -3,146 +3,160 @@ package demo
 import (
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
-// 2. The VM is upgraded in place: the old runtime's DEL, then the
-// replacement's ADD, on the same node.
+// How long the demo waits for what follows a report or a boot: routes
+// take a reconcile and two BGP hops.
+const routeLimit = 20 * time.Second
+
+// 1. The VM attaches on node-a; it is routed only once the guest reports
+// available.
+func (d *demo) attach() error {
+	d.say("== 1. the VM attaches on node-a (announce: whenAvailable, handoff on)")
+	m := d.mark()
+	r, err := d.launch("node-a")
+	if err != nil {
+		return err
+	}
+	d.vm = r
+	if err := d.until(routeLimit, "node-a's router to judge the new holder unavailable", func() error {
+		advs, err := d.advertisements()
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(advs["node-a"].Status.Conditions, v1alpha1.ConditionProgrammed)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonHolderUnavailable {
+			return fmt.Errorf("conditions %+v", advs["node-a"].Status.Conditions)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.say("the guest is ready but has not reported available: node-a's advertisement is Programmed=False (%s)", v1alpha1.ReasonHolderUnavailable)
+	// A second more, so a route that should not be there has time to show.
+	time.Sleep(time.Second)
+	d.status(m)
+	paths, err := d.bluePaths()
+	if err != nil {
+		return err
+	}
+	via, _, err := d.routeVia()
+	if err != nil {
+		return err
+	}
+	errs := []error{
+		expect(len(paths) == 0, "FRR to hold no blue path before the report, got %+v", paths),
+		expect(via == "", "node-c to have no route before the report, got one via %s", via),
+	}
+
+	if err := d.availability(r, "available"); err != nil {
+		return err
+	}
+	reported := time.Now()
+	if err := d.waitFRR(routeLimit, false, "node-a"); err != nil {
+		return err
+	}
+	if err := d.waitVia("node-a", routeLimit); err != nil {
+		return err
+	}
+	first, err := d.waitReply(reported, routeLimit)
+	if err != nil {
+		return err
+	}
+	settle()
+	pre := d.pinger.StatsBetween(m.at, reported)
+	d.report.RepliesBeforeAvailable = pre.Received
+	d.report.FirstReplyAfterReport = first.Sub(reported)
+	d.say("routed: the first reply %d ms after the report; %d of the %d requests sent before it were answered",
+		d.report.FirstReplyAfterReport.Milliseconds(), d.report.RepliesBeforeAvailable, pre.Sent)
+	// The same route for the VM's IPv6 address, over the IPv4 underlay.
+	d.report.IPv6Routed = d.until(routeLimit, "the client reaching "+vmAddr6.String(), func() error {
+		return d.clientNetns.Ping(vmAddr6)
+	}) == nil
+	d.say("the client reaches the VM's %s too: %v", vmAddr6, d.report.IPv6Routed)
+	d.status(m)
+	// Red's workload on node-c held 10.20.0.5 all along, so no reply
+	// before the report also means blue never reached red.
+	return errors.Join(append(errs,
+		expect(d.report.RepliesBeforeAvailable == 0, "no reply before the guest reported available, got %d", d.report.RepliesBeforeAvailable),
+		expect(d.report.IPv6Routed, "the client to reach the VM on %s", vmAddr6),
+	)...)
+}
+
+// 2. The VM is upgraded in place on node-a: the old guest stops and its
+// DEL runs, the replacement's ADD takes the lease, the new guest boots
+// and reports available.
 func (d *demo) upgrade() error {
 	d.say("== 2. the VM is upgraded in place on node-a")
-	before, err := d.observe(false)
+	l, err := d.lease()
 	if err != nil {
 		return err
 	}
-	old := d.current
-	if err := d.stopVMM("node-a"); err != nil {
+	before := token(l)
+	m := d.mark()
+	old := d.vm
+	if err := d.stopVM(old); err != nil {
 		return err
 	}
-	if _, err := d.cnitool("node-a", "del", old.netns); err != nil {
-		return err
-	}
-	c, err := d.launch("node-a")
+	r, err := d.launch("node-a")
 	if err != nil {
 		return err
 	}
-	old.netns.Delete()
-	d.current = &workload{node: "node-a", netns: c}
-	after, err := d.observe(true)
+	d.vm = r
+	if err := d.availability(r, "available"); err != nil {
+		return err
+	}
+	if _, err := d.waitReply(time.Now(), routeLimit); err != nil {
+		return err
+	}
+	settle()
+	f, err := d.figures(m)
 	if err != nil {
 		return err
 	}
-	d.say("tap ifindex %d -> %d under the same name; lease token %d -> %d", before.tapIndex["node-a"], after.tapIndex["node-a"], token(before.lease), token(after.lease))
+	d.report.Upgrade = f
+	d.say("upgraded: %s", f.summary())
+	d.say("the blackout is the replacement's boot; node-c held the withdrawn route (%ds hold) until node-a announced it again", withdrawHold)
+	d.status(m)
+	if l, err = d.lease(); err != nil {
+		return err
+	}
+	via, _, _ := d.routeVia()
 	return errors.Join(
-		expect(after.tapIndex["node-a"] != 0 && after.tapIndex["node-a"] != before.tapIndex["node-a"], "the tap recreated under the same name"),
-		expect(token(after.lease) == token(before.lease)+1, "the lease token to rise by one"),
-		expect(holder(after.lease) == names.Holder("node-a", harness.ContainerID(c.Path)), "the replacement to hold the lease"),
-		expect(slices.Equal(after.advs["node-a"].Spec.Prefixes, before.advs["node-a"].Spec.Prefixes), "the advertised prefixes unchanged"),
-		expect(len(after.advs) == 1 && len(after.advs["node-a"].Spec.Containers) == 1, "one advertisement with the replacement's entry only"),
-		expect(entryToken(after.advs["node-a"]) == int64(token(after.lease)), "the entry to carry the new token"),
+		expect(token(l) == before+1, "the lease token to rise by one, %d -> %d", before, token(l)),
+		expect(via == "node-a", "node-c's route via node-a, got %q", via),
+		expect(f.Lost > 0 && f.Lost < f.Sent, "an upgrade to lose some replies (the replacement boots) and not all"),
+		expect(len(f.RouteChanges) == 0, "node-c's route unchanged by an upgrade on one node, got %q", f.RouteChanges),
 	)
 }
 
-// watcher records every version of the lease and of the attachment's
-// advertisements while a step runs.
-type watcher struct {
-	mu       sync.Mutex
-	holders  []string
-	maxAdvs  int
-	live     map[string]bool
-	timeline []string
-	stop     func()
-	done     sync.WaitGroup
-}
-
-func (d *demo) watch() (*watcher, error) {
-	w := &watcher{live: map[string]bool{}}
-	ctx := d.ctx
-	lw, err := d.env.Kube.CoordinationV1().Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + names.Lease(vpc, attachment)})
-	if err != nil {
-		return nil, err
-	}
-	aw, err := d.env.API.BGPAdvertisements(harness.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, attachment)})
-	if err != nil {
-		lw.Stop()
-		return nil, err
-	}
-	w.stop = func() { lw.Stop(); aw.Stop(); w.done.Wait() }
-	start := time.Now()
-	note := func(s string) {
-		w.timeline = append(w.timeline, fmt.Sprintf("+%5.2fs %s", time.Since(start).Seconds(), s))
-	}
-	w.done.Add(2)
-	go func() {
-		defer w.done.Done()
-		for ev := range lw.ResultChan() {
-			l, ok := ev.Object.(*coordinationv1.Lease)
-			if !ok {
-				continue
-			}
-			w.mu.Lock()
-			h := holder(l)
-			if len(w.holders) == 0 || w.holders[len(w.holders)-1] != h {
-				w.holders = append(w.holders, h)
-				note(fmt.Sprintf("lease holder %q token %d", h, token(l)))
-			}
-			w.mu.Unlock()
-		}
-	}()
-	go func() {
-		defer w.done.Done()
-		for ev := range aw.ResultChan() {
-			a, ok := ev.Object.(*v1alpha1.BGPAdvertisement)
-			if !ok {
-				continue
-			}
-			w.mu.Lock()
-			switch ev.Type {
-			case watch.Added:
-				w.live[a.Name] = true
-				note("advertisement " + a.Name + " created")
-			case watch.Deleted:
-				delete(w.live, a.Name)
-				note("advertisement " + a.Name + " deleted")
-			}
-			w.maxAdvs = max(w.maxAdvs, len(w.live))
-			w.mu.Unlock()
-		}
-	}()
-	return w, nil
-}
-
 // 3. The VM moves to node-b with the handoff: node-b's ADD waits until
-// node-a's DEL releases the lease.
+// node-a's DEL releases the lease; FRR sees one withdrawal and one
+// announcement, node-c's route changes once.
 func (d *demo) move() error {
 	d.say("== 3. the VM moves to node-b with the handoff")
-	before, err := d.observe(false)
+	advs, err := d.advertisements()
 	if err != nil {
 		return err
 	}
-	w, err := d.watch()
+	w, err := d.watch(advs["node-a"].Name)
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.live[before.advs["node-a"].Name] = true
-	w.maxAdvs = 1
-	w.mu.Unlock()
+	defer func() { w.stop() }()
+	m := d.mark()
 	c, err := d.container()
 	if err != nil {
-		w.stop()
 		return err
 	}
 	type addResult struct {
@@ -151,166 +165,395 @@ func (d *demo) move() error {
 	}
 	added := make(chan addResult, 1)
 	go func() {
-		out, err := d.cnitool("node-b", "add", c)
+		out, err := d.cnitool("node-b", "add", theVM, c)
 		added <- addResult{out, err}
 	}()
 	select {
 	case r := <-added:
-		w.stop()
 		return fmt.Errorf("expected node-b's ADD to wait for the lease, but it returned (%v)", r.err)
 	case <-time.After(2 * time.Second):
-		d.say("node-b: ADD is waiting: the lease is held by %q", holder(before.lease))
+		d.say("node-b: ADD is waiting for the lease")
 	}
-	old := d.current
-	if err := d.stopVMM("node-a"); err != nil {
-		w.stop()
-		return err
-	}
-	if _, err := d.cnitool("node-a", "del", old.netns); err != nil {
-		w.stop()
+	// A move keeps the route until the successor replaces it, so the old
+	// runtime does not drain first.
+	old := d.vm
+	if err := d.stopVM(old); err != nil {
 		return err
 	}
 	var res addResult
 	select {
 	case res = <-added:
-		if res.err != nil {
-			w.stop()
-			return fmt.Errorf("node-b's ADD after the release: %w", res.err)
-		}
 	case <-time.After(40 * time.Second):
-		w.stop()
 		return errors.New("expected node-b's ADD to complete once node-a released the lease")
 	}
+	if res.err != nil {
+		return fmt.Errorf("node-b's ADD after the release: %w", res.err)
+	}
 	d.say("node-b: ADD completed after node-a's DEL released the lease")
-	if err := d.startVMM("node-b", res.out); err != nil {
-		w.stop()
+	if d.vm, err = d.boot("node-b", c, res.out); err != nil {
 		return err
 	}
-	old.netns.Delete()
-	d.current = &workload{node: "node-b", netns: c}
-	time.Sleep(300 * time.Millisecond) // let the watches deliver the last events
-	w.stop()
-	d.say("what the watches saw during the move:")
-	d.show(strings.Join(w.timeline, "\n"))
-	after, err := d.observe(true)
+	if err := d.availability(d.vm, "available"); err != nil {
+		return err
+	}
+	if err := d.waitVia("node-b", routeLimit); err != nil {
+		return err
+	}
+	if _, err := d.waitReply(time.Now(), routeLimit); err != nil {
+		return err
+	}
+	if err := d.waitFRR(routeLimit, false, "node-b"); err != nil {
+		return err
+	}
+	// FRR's log and the watches deliver their last lines.
+	time.Sleep(time.Second)
+	settle()
+	f, err := d.figures(m)
 	if err != nil {
 		return err
 	}
+	d.report.Move = f
+	w.stop()
+	w.stop = func() {}
+	d.say("what the API watches saw during the move:")
+	d.show(strings.Join(w.timeline, "\n"))
+	d.say("node-c's route changes: %s", strings.Join(f.RouteChanges, " | "))
+	d.say("moved: %s", f.summary())
+	d.say("the blackout is node-b's boot; node-c held node-a's withdrawn route until node-b's announcement replaced it")
+	d.status(m)
 	want := []string{names.Holder("node-a", harness.ContainerID(old.netns.Path)), "", names.Holder("node-b", harness.ContainerID(c.Path))}
 	holders := w.holders
 	if len(holders) > 0 && holders[0] != want[0] {
 		holders = append([]string{want[0]}, holders...)
 	}
 	return errors.Join(
-		expect(slices.Equal(holders, want), "the lease to pass node-a -> released -> node-b and never straight between holders, saw %q", holders),
+		expect(slices.Equal(holders, want), "the lease to pass node-a -> released -> node-b, saw %q", holders),
 		expect(w.maxAdvs <= 1, "never two advertisements at once, saw %d", w.maxAdvs),
-		expect(after.tapIndex["node-a"] == 0, "node-a's tap removed by its DEL"),
-		expect(after.tapIndex["node-b"] != 0, "a tap on node-b"),
-		expect(len(after.advs) == 1 && after.advs["node-b"].Name != "", "only node-b's advertisement, got %v", keys(after.advs)),
-		expect(token(after.lease) == token(before.lease)+1, "the lease token to rise by one"),
+		expect(d.tapOn("node-a") == 0 && d.tapOn("node-b") != 0, "the tap gone from node-a and on node-b"),
+		expect(f.Withdrawn["node-a"] == 1 && len(f.Withdrawn) == 1, "FRR to receive one withdrawal, from node-a; got %s", counts(f.Withdrawn)),
+		expect(f.Announced["node-b"] == 1 && len(f.Announced) == 1, "FRR to receive one announcement, from node-b; got %s", counts(f.Announced)),
+		expect(len(f.RouteChanges) == 1, "node-c's route to change once, got %d: %q", len(f.RouteChanges), f.RouteChanges),
 	)
 }
 
-// 4. node-b crashes: its container's netns vanishes, no DEL runs and no GC
-// runs there. The VM is rescheduled on node-a, whose ADD waits for node-b's
-// lease to expire, takes over and deletes node-b's leftover advertisement.
+// 4. node-b crashes: it leaves the fabric and the API, its router, GC and
+// VM die, no DEL runs. node-c keeps its route to node-b while FRR drops
+// the session (withdrawal hold), node-a's ADD takes over once the lease
+// expires, its announcement replaces the route; when node-b returns its
+// router and GC remove what it left.
 func (d *demo) crash() error {
 	d.say("== 4. node-b crashes; the VM is rescheduled on node-a")
-	before, err := d.observe(false)
+	b := d.nodes["node-b"]
+	// node-b ran for a while before it crashed: its GC has seen the VM
+	// holding the tap, not only the moment between ADD and boot.
+	if err := d.waitGCPass("node-b", d.vmStarted["node-b"]); err != nil {
+		return err
+	}
+	l, err := d.lease()
 	if err != nil {
 		return err
 	}
-	// node-b ran normally for a while before it crashed: its GC has seen
-	// the VM holding the tap, not only the moment between ADD and VMM start.
-	if err := d.waitGCPass("node-b", d.vmmStarted["node-b"]); err != nil {
+	before := token(l)
+	m := d.mark()
+	if out, err := b.Run("ip", "link", "set", "ul0", "down"); err != nil {
+		return fmt.Errorf("taking node-b off the fabric: %v %s", err, out)
+	}
+	if err := b.SetAPIReachable(false); err != nil {
 		return err
 	}
+	b.router.Kill()
 	d.stopGC("node-b")
-	d.crashVMM("node-b")
-	d.current.netns.Delete()
-	if err := d.nodes["node-b"].SetAPIReachable(false); err != nil {
-		return err
-	}
-	d.say("node-b: GC stopped, VMM gone, container netns deleted, API server unreachable; no DEL ran")
-	c, err := d.launch("node-a")
+	d.vm.guest.crash()
+	d.vm.netns.Delete()
+	d.say("node-b: off the fabric and the API, galactic-router and galactic-gc killed, qemu killed, the container's netns gone; no DEL ran")
+	c, err := d.container()
 	if err != nil {
 		return err
 	}
-	waited := d.lastAdd
-	d.say("node-a: ADD took over after %.1fs (lease duration %ds, judged by node-a's own clock)", waited.Seconds(), leaseSeconds)
-	d.current = &workload{node: "node-a", netns: c}
-	after, err := d.observe(true)
+	start := time.Now()
+	out, err := d.cnitool("node-a", "add", theVM, c)
 	if err != nil {
 		return err
 	}
-	return errors.Join(
+	waited := time.Since(start)
+	viaAtExpiry, _, err := d.routeVia()
+	if err != nil {
+		return err
+	}
+	d.report.ViaAtLeaseExpiry = viaAtExpiry
+	d.say("node-a: ADD took over after %.1fs (lease duration %ds, judged by node-a's own clock); node-c's route still leads to %s",
+		waited.Seconds(), leaseSeconds, viaAtExpiry)
+	d.status(m)
+	r, err := d.boot("node-a", c, out)
+	if err != nil {
+		return err
+	}
+	d.vm = r
+	if paths, err := d.bluePaths(); err == nil && len(paths) == 0 {
+		via, _, _ := d.routeVia()
+		d.say("FRR has dropped node-b's session (its hold time passed) and with it node-b's path; node-c's route still leads to %s: it holds a withdrawn route for %ds", via, withdrawHold)
+	}
+	if err := d.availability(r, "available"); err != nil {
+		return err
+	}
+	if err := d.waitVia("node-a", routeLimit); err != nil {
+		return err
+	}
+	if _, err := d.waitReply(time.Now(), routeLimit); err != nil {
+		return err
+	}
+	if err := d.waitFRR(routeLimit, false, "node-a"); err != nil {
+		return err
+	}
+	settle()
+	f, err := d.figures(m)
+	if err != nil {
+		return err
+	}
+	d.report.Crash = f
+	d.say("taken over: %s", f.summary())
+	d.say("node-c's route changes: %s", strings.Join(f.RouteChanges, " | "))
+	d.status(m)
+	if l, err = d.lease(); err != nil {
+		return err
+	}
+	advs, err := d.advertisements()
+	if err != nil {
+		return err
+	}
+	errs := []error{
 		expect(waited >= leaseSeconds*time.Second, "node-a's ADD to wait at least the lease duration, it took %s", waited),
-		expect(holder(after.lease) == names.Holder("node-a", harness.ContainerID(c.Path)), "node-a to hold the lease"),
-		expect(token(after.lease) == token(before.lease)+1, "the lease token to rise by one"),
-		expect(len(after.advs) == 1 && after.advs["node-a"].Name != "", "node-b's leftover advertisement deleted, got %v", keys(after.advs)),
-		expect(after.tapIndex["node-b"] != 0, "node-b's tap left behind, detached"),
-	)
+		expect(token(l) == before+1, "the lease token to rise by one"),
+		expect(keys(advs)[0] == "node-a" && len(advs) == 1, "node-b's leftover advertisement deleted by node-a's ADD, got %v", keys(advs)),
+		expect(viaAtExpiry == "node-b", "node-c's route kept to node-b until the lease expired, got %q", viaAtExpiry),
+		expect(len(f.RouteChanges) == 1, "node-c's route to change once (to node-a), got %d: %q", len(f.RouteChanges), f.RouteChanges),
+		expect(d.tapOn("node-b") != 0, "node-b's tap left behind, detached"),
+	}
+	return errors.Join(append(errs, d.comeBack())...)
 }
 
-// 5. node-b comes back: its GC keeps the detached tap on the first pass and
-// reclaims it on the second, since only node-a advertises the attachment.
+// comeBack returns node-b: its router re-joins and removes what it
+// announced for the VM, its GC reclaims the detached tap, and node-c's
+// route stays on node-a.
 func (d *demo) comeBack() error {
-	d.say("== 5. node-b comes back; its GC reclaims the detached tap")
+	d.say("node-b returns: back on the fabric and the API, galactic-router and galactic-gc started")
 	b := d.nodes["node-b"]
+	m := d.mark()
+	if out, err := b.Run("ip", "link", "set", "ul0", "up"); err != nil {
+		return fmt.Errorf("node-b back on the fabric: %v %s", err, out)
+	}
 	if err := b.SetAPIReachable(true); err != nil {
 		return err
 	}
-	var errs []error
-	for pass := 1; pass <= 2; pass++ {
-		out, err := d.gcOnce("node-b")
-		if err != nil {
-			return fmt.Errorf("galactic-gc --once on node-b: %v\n%s", err, out)
+	if err := b.router.Start(); err != nil {
+		return err
+	}
+	if err := d.startGC("node-b"); err != nil {
+		return err
+	}
+	if err := d.until(30*time.Second, "node-b's GC to reclaim the detached tap", func() error {
+		if d.tapOn("node-b") != 0 || !strings.Contains(d.gcLog("node-b"), "reclaimed detached tap") {
+			return errors.New("the tap is still there")
 		}
-		d.say("node-b: galactic-gc --once (pass %d)", pass)
-		for _, line := range strings.Split(out, "\n") {
-			if strings.Contains(line, "tap") && !strings.Contains(line, "gc pass finished") {
-				d.show(line)
-			}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(d.gcLog("node-b"), "\n") {
+		if strings.Contains(line, "tap") && !strings.Contains(line, "gc pass finished") {
+			d.show(line)
 		}
-		s, err := d.observe(false)
+	}
+	if err := d.until(routeLimit, "node-b's session with FRR back", d.allEstablished); err != nil {
+		return err
+	}
+	// Its router has had the time to re-announce and withdraw.
+	time.Sleep(2 * time.Second)
+	if err := d.waitFRR(routeLimit, false, "node-a"); err != nil {
+		return err
+	}
+	settle()
+	f, err := d.figures(m)
+	if err != nil {
+		return err
+	}
+	d.report.Return = f
+	left, err := d.leftovers("node-b")
+	if err != nil {
+		return err
+	}
+	d.say("node-b returned: its tap reclaimed and nothing of blue left there (%d galactic devices or rules), %s", len(left), f.summary())
+	d.status(m)
+	return errors.Join(
+		expect(len(left) == 0, "nothing of galactic left on node-b, got %q", left),
+		expect(len(f.RouteChanges) == 0, "node-c's route untouched by node-b's return, got %q", f.RouteChanges),
+		expect(f.Lost == 0, "no reply lost while node-b returned, lost %d", f.Lost),
+	)
+}
+
+// 5. galactic-router on node-a restarts, as in a rolling upgrade: the
+// kernel keeps what it programmed, the router comes back with the same
+// routes, no reply is lost.
+func (d *demo) restartRouter() error {
+	d.say("== 5. galactic-router on node-a restarts (SIGTERM, then started again)")
+	a := d.nodes["node-a"]
+	m := d.mark()
+	time.Sleep(500 * time.Millisecond)
+	a.router.Terminate()
+	d.say("node-a: galactic-router stopped")
+	if err := a.router.Start(); err != nil {
+		return err
+	}
+	if err := d.until(routeLimit, "node-a's session with FRR back", d.allEstablished); err != nil {
+		return err
+	}
+	if err := d.until(routeLimit, "node-a to re-announce the VM", func() error {
+		u, err := d.fabric.CountUpdates(m.log, prefix)
 		if err != nil {
 			return err
 		}
-		if pass == 1 {
-			errs = append(errs, expect(s.tapIndex["node-b"] != 0 && strings.Contains(out, "first-sighting"), "the first pass to keep the tap"))
-		} else {
-			errs = append(errs, expect(s.tapIndex["node-b"] == 0, "the second pass to reclaim the tap"))
+		if u.Announced[a.underlay.String()] == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.say("node-a: galactic-router is back, its session with FRR established, the VM re-announced")
+	time.Sleep(2 * time.Second)
+	settle()
+	f, err := d.figures(m)
+	if err != nil {
+		return err
+	}
+	d.report.Restart = f
+	d.say("restarted: %s", f.summary())
+	d.status(m)
+	via, _, _ := d.routeVia()
+	return errors.Join(
+		expect(f.Lost == 0, "no reply lost across the router's restart, lost %d", f.Lost),
+		expect(f.Sent > 0, "requests sent across the restart"),
+		expect(len(f.RouteChanges) == 0, "node-c's route untouched, got %q", f.RouteChanges),
+		expect(via == "node-a", "node-c's route via node-a, got %q", via),
+	)
+}
+
+// 6. The VM is drained, then deleted: it reports unavailable, its route is
+// re-announced drained and node-c removes it at once, then the guest stops
+// and DEL runs. Pings fail only after the report.
+func (d *demo) drain() error {
+	d.say("== 6. the VM drains, then it is deleted")
+	m := d.mark()
+	time.Sleep(time.Second)
+	if err := d.availability(d.vm, "unavailable"); err != nil {
+		return err
+	}
+	reported := time.Now()
+	if err := d.waitFRR(routeLimit, true, "node-a"); err != nil {
+		return err
+	}
+	if err := d.waitVia("", 5*time.Second); err != nil {
+		return err
+	}
+	gone := time.Now()
+	d.say("drained: FRR holds the path marked (large community %d:2:0); node-c removed its route %d ms after the report, without the %ds withdrawal hold",
+		harness.FabricASN, gone.Sub(reported).Milliseconds(), withdrawHold)
+	d.status(m)
+	if err := d.stopVM(d.vm); err != nil {
+		return err
+	}
+	if err := d.waitFRR(routeLimit, false); err != nil {
+		return err
+	}
+	// Blue's client keeps pinging 10.20.0.5, which red's workload on
+	// node-c holds: isolation means not one answer.
+	time.Sleep(2 * time.Second)
+	settle()
+	beforeDrain := d.pinger.StatsBetween(m.at, reported)
+	after := d.pinger.StatsBetween(gone, time.Now())
+	all := d.pinger.StatsBetween(m.at, time.Now())
+	d.report.LostBeforeDrain = beforeDrain.Lost
+	d.report.RepliesAfterWithdrawal = after.Received
+	d.report.LastReplyAfterReport = all.LastReply.Sub(reported)
+	d.say("deleted: %d replies lost before the report, the last reply %d ms after it, %d of %d requests answered since node-c's route went",
+		beforeDrain.Lost, d.report.LastReplyAfterReport.Milliseconds(), after.Received, after.Sent)
+	d.report.IPv6AfterDrain = d.clientNetns.Ping(vmAddr6) == nil
+	redAnswers := d.nodes["node-c"].Ping(vmAddr) == nil
+	d.say("red's workload on node-c still answers node-c on %s: %v; blue's client got none of it", vmAddr, redAnswers)
+	d.status(m)
+
+	// The client and red's workload go too: nothing of galactic is left.
+	for _, w := range []struct {
+		a attachment
+		c *harness.Netns
+	}{{client, d.clientNetns}, {red, d.redNetns}} {
+		if _, err := d.cnitool("node-c", "del", w.a, w.c); err != nil {
+			return err
 		}
 	}
-	if _, err := d.observe(true); err != nil {
+	var left []string
+	if err := d.until(10*time.Second, "nothing of galactic left on the nodes", func() error {
+		left = nil
+		for _, name := range []string{"node-a", "node-b", "node-c"} {
+			l, err := d.leftovers(name)
+			if err != nil {
+				return err
+			}
+			for _, x := range l {
+				left = append(left, name+": "+x)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%q", left)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
-	return errors.Join(errs...)
-}
-
-func (d *demo) gcOnce(node string) (string, error) {
-	n := d.nodes[node]
-	out, err := exec.CommandContext(d.ctx, "ip", "netns", "exec", n.Netns.Name,
-		filepath.Join(d.env.BinDir, "galactic-gc"), "--once", "--config", n.ConfigPath).CombinedOutput()
-	return string(out), err
-}
-
-// 6. The VM is deleted for good.
-func (d *demo) finish() error {
-	d.say("== 6. the VM is deleted for good")
-	if err := d.stopVMM("node-a"); err != nil {
+	d.say("every attachment deleted: no galactic device or rule left on any node (the routers removed their VXLAN devices with the last attachments)")
+	advs, err := d.advertisements()
+	if err != nil {
 		return err
 	}
-	if _, err := d.cnitool("node-a", "del", d.current.netns); err != nil {
-		return err
-	}
-	s, err := d.observe(true)
+	l, err := d.lease()
 	if err != nil {
 		return err
 	}
 	return errors.Join(
-		expect(len(s.advs) == 0, "no advertisement left, got %v", keys(s.advs)),
-		expect(holder(s.lease) == "", "the lease released"),
-		expect(len(s.tapIndex) == 0, "no tap left on any node"),
+		expect(beforeDrain.Lost == 0 && beforeDrain.Sent > 0, "no reply lost before the drain, lost %d of %d", beforeDrain.Lost, beforeDrain.Sent),
+		expect(after.Received == 0 && after.Sent > 0, "no reply after node-c's route went, got %d of %d", after.Received, after.Sent),
+		expect(redAnswers, "red's workload to answer node-c on the VM's address"),
+		expect(!d.report.IPv6AfterDrain, "no answer on %s after the drain", vmAddr6),
+		expect(len(advs) == 0, "no advertisement of the VM left, got %v", keys(advs)),
+		expect(holder(l) == "", "the lease released"),
 	)
+}
+
+// leftovers are the galactic devices (taps, veths, VXLAN devices) and the
+// policy rules of galactic's protocols on a node, but for the node-wide
+// local rule galactic keeps for good.
+func (d *demo) leftovers(name string) ([]string, error) {
+	n := d.nodes[name]
+	var out []string
+	links, err := n.Run("ip", "-br", "link")
+	if err != nil {
+		return nil, fmt.Errorf("ip link on %s: %v %s", name, err, links)
+	}
+	for _, line := range strings.Split(links, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (strings.HasPrefix(f[0], "gt") || strings.HasPrefix(f[0], "gv") || strings.HasPrefix(f[0], "gx")) {
+			out = append(out, "device "+f[0])
+		}
+	}
+	for _, family := range []string{"-4", "-6"} {
+		rules, err := n.Run("ip", family, "rule")
+		if err != nil {
+			return nil, fmt.Errorf("ip rule on %s: %v %s", name, err, rules)
+		}
+		for _, line := range strings.Split(rules, "\n") {
+			if strings.Contains(line, "proto") && !strings.Contains(line, "lookup local") {
+				out = append(out, "rule "+strings.TrimSpace(line))
+			}
+		}
+	}
+	return out, nil
 }

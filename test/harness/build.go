@@ -41,15 +41,25 @@ type Binaries struct {
 	APIServer string
 }
 
-// toolBuild describes one binary built from the tools module.
+// toolBuild describes one binary built from a tools module.
 type toolBuild struct {
 	name, pkg string
 	estimate  time.Duration
+	// tags are go build tags.
+	tags string
 }
 
+// Tools modules, relative to the repository root. Each pins its own
+// programs and keys its own cache directory, so a container runtime bump
+// does not rebuild the control plane.
+const (
+	controlPlaneModule = "test/tools"
+	criModule          = "test/tools/cri"
+)
+
 var controlPlaneTools = []toolBuild{
-	{"etcd", "go.etcd.io/etcd/server/v3", time.Minute},
-	{"kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", 9 * time.Minute},
+	{"etcd", "go.etcd.io/etcd/server/v3", time.Minute, ""},
+	{"kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", 9 * time.Minute, ""},
 }
 
 // EnsureControlPlaneBinaries builds etcd and kube-apiserver from the Go
@@ -57,11 +67,7 @@ var controlPlaneTools = []toolBuild{
 // the tools module's go.sum, so a version change rebuilds. progress gets one
 // line per build with an estimate.
 func EnsureControlPlaneBinaries(progress io.Writer) (Binaries, error) {
-	dir, err := toolsCacheDir()
-	if err != nil {
-		return Binaries{}, err
-	}
-	paths, err := ensureTools(dir, controlPlaneTools, progress)
+	paths, err := ensureTools(controlPlaneModule, controlPlaneTools, progress)
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -71,27 +77,31 @@ func EnsureControlPlaneBinaries(progress io.Writer) (Binaries, error) {
 // EnsureTool builds one program of the tools module (such as controller-gen)
 // into the cache and returns its path.
 func EnsureTool(name, pkg string, progress io.Writer) (string, error) {
-	dir, err := toolsCacheDir()
-	if err != nil {
-		return "", err
-	}
-	paths, err := ensureTools(dir, []toolBuild{{name, pkg, time.Minute}}, progress)
+	paths, err := ensureTools(controlPlaneModule, []toolBuild{{name, pkg, time.Minute, ""}}, progress)
 	if err != nil {
 		return "", err
 	}
 	return paths[0], nil
 }
 
-func toolsCacheDir() (string, error) {
-	sum, err := os.ReadFile(filepath.Join(RepoRoot(), "test", "tools", "go.sum"))
+// toolsCacheDir is the cache directory of a tools module:
+// tools-<first 12 hex digits of sha256 of its go.sum>.
+func toolsCacheDir(module string) (string, error) {
+	sum, err := os.ReadFile(filepath.Join(RepoRoot(), module, "go.sum"))
 	if err != nil {
-		return "", fmt.Errorf("reading the tools module: %w", err)
+		return "", fmt.Errorf("reading the tools module %s: %w", module, err)
 	}
 	h := sha256.Sum256(sum)
 	return filepath.Join(CacheDir(), "tools-"+hex.EncodeToString(h[:])[:12]), nil
 }
 
-func ensureTools(dir string, tools []toolBuild, progress io.Writer) ([]string, error) {
+// ensureTools builds the tools of module that are not in its cache
+// directory yet and returns their paths, in order.
+func ensureTools(module string, tools []toolBuild, progress io.Writer) ([]string, error) {
+	dir, err := toolsCacheDir(module)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -117,8 +127,12 @@ func ensureTools(dir string, tools []toolBuild, progress io.Writer) ([]string, e
 		}
 		start := time.Now()
 		tmp := out + ".tmp"
-		cmd := exec.Command("go", "build", "-o", tmp, t.pkg)
-		cmd.Dir = filepath.Join(RepoRoot(), "test", "tools")
+		args := []string{"build", "-o", tmp}
+		if t.tags != "" {
+			args = append(args, "-tags", t.tags)
+		}
+		cmd := exec.Command("go", append(args, t.pkg)...)
+		cmd.Dir = filepath.Join(RepoRoot(), module)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("building %s: %v\n%s", t.name, err, b)
 		}
@@ -130,4 +144,44 @@ func ensureTools(dir string, tools []toolBuild, progress io.Writer) ([]string, e
 		}
 	}
 	return paths, nil
+}
+
+// CRIBinaries are the container runtime programs the CRI tests run.
+type CRIBinaries struct {
+	// Dir holds them all; containerd finds its shim on PATH.
+	Dir                                 string
+	Containerd, Shim, Ctr, Runc, Crictl string
+}
+
+var criTools = []toolBuild{
+	{"containerd", "github.com/containerd/containerd/v2/cmd/containerd", 2 * time.Minute, ""},
+	{"containerd-shim-runc-v2", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", time.Minute, ""},
+	{"ctr", "github.com/containerd/containerd/v2/cmd/ctr", time.Minute, ""},
+	// runc's nsenter is C and its seccomp support links libseccomp, so
+	// this needs gcc and libseccomp-dev; the kubelet gives every sandbox
+	// the RuntimeDefault profile, which a runc without seccomp refuses.
+	{"runc", "github.com/opencontainers/runc", time.Minute, "seccomp"},
+	{"crictl", "sigs.k8s.io/cri-tools/cmd/crictl", time.Minute, ""},
+}
+
+// EnsureCRIBinaries builds containerd, its runc shim, ctr, runc and crictl
+// from the Go module proxy (the test/tools/cri module pins them) the first
+// time and reuses them afterwards, like EnsureControlPlaneBinaries.
+func EnsureCRIBinaries(progress io.Writer) (CRIBinaries, error) {
+	paths, err := ensureTools(criModule, criTools, progress)
+	if err != nil {
+		return CRIBinaries{}, err
+	}
+	return CRIBinaries{Dir: filepath.Dir(paths[0]), Containerd: paths[0], Shim: paths[1], Ctr: paths[2], Runc: paths[3], Crictl: paths[4]}, nil
+}
+
+// EnsureKubelet builds the kubelet of the test/tools/cri module (first run
+// only; it is the largest build there, so only the kubelet test asks for
+// it) and returns its path.
+func EnsureKubelet(progress io.Writer) (string, error) {
+	paths, err := ensureTools(criModule, []toolBuild{{"kubelet", "k8s.io/kubernetes/cmd/kubelet", 8 * time.Minute, ""}}, progress)
+	if err != nil {
+		return "", err
+	}
+	return paths[0], nil
 }

@@ -27,6 +27,7 @@ const FabricASN = 65000
 // as the l2vpn-evpn route reflector at 192.0.2.1.
 type Fabric struct {
 	*Netns
+	Options FabricOptions
 	// RR is the route reflector's address, the bridge's.
 	RR  netip.Addr
 	dir string
@@ -44,12 +45,26 @@ func RequireFRR(t testing.TB) {
 	}
 }
 
+// FabricOptions change how FRR peers with the nodes.
+type FabricOptions struct {
+	// ASN is FRR's AS; nodes in another AS peer by eBGP. Default FabricASN.
+	ASN int64
+	// NodeASN is the nodes' AS (default ASN: iBGP with FRR reflecting).
+	NodeASN int64
+	// Port is where FRR listens (default 179); Password the TCP MD5 key.
+	Port     int
+	Password string
+}
+
 // NewFabric makes the fabric namespace, bridge and route reflector; t's
 // cleanup removes them.
-func NewFabric(t testing.TB) *Fabric {
+func NewFabric(t testing.TB) *Fabric { return NewFabricWith(t, FabricOptions{}) }
+
+// NewFabricWith is NewFabric with FRR peering as o says.
+func NewFabricWith(t testing.TB, o FabricOptions) *Fabric {
 	t.Helper()
 	RequireFRR(t)
-	f, err := CreateFabric(t.TempDir())
+	f, err := CreateFabric(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,24 +72,35 @@ func NewFabric(t testing.TB) *Fabric {
 	return f
 }
 
-// CreateFabric is NewFabric outside a test: FRR's files go under dir, and
-// Close removes what it made.
-func CreateFabric(dir string) (*Fabric, error) {
-	nn, err := CreateNetns("f")
+// CreateFabric is NewFabricWith outside a test; Close removes what it
+// made.
+func CreateFabric(o FabricOptions) (*Fabric, error) {
+	if _, err := os.Stat(FRRBgpd); err != nil {
+		return nil, fmt.Errorf("the fabric needs FRR's bgpd at %s (Debian: apt-get install frr)", FRRBgpd)
+	}
+	if o.ASN == 0 {
+		o.ASN = FabricASN
+	}
+	if o.NodeASN == 0 {
+		o.NodeASN = o.ASN
+	}
+	if o.Port == 0 {
+		o.Port = 179
+	}
+	dir, err := os.MkdirTemp("", "galactic-fabric-")
 	if err != nil {
 		return nil, err
 	}
-	f := &Fabric{Netns: nn, RR: netip.MustParseAddr("192.0.2.1"), dir: dir, next: 11}
-	if err := f.setup(); err != nil {
-		f.Close()
+	nn, err := CreateNetns("f")
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
-	return f, nil
-}
-
-func (f *Fabric) setup() error {
+	f := &Fabric{Netns: nn, Options: o, RR: netip.MustParseAddr("192.0.2.1"), dir: dir, next: 11}
+	// bgpd drops privileges and must still reach its vty and log files.
 	if err := os.Chmod(f.dir, 0o755); err != nil {
-		return err
+		f.Close()
+		return nil, err
 	}
 	for _, args := range [][]string{
 		{"ip", "link", "add", "br0", "type", "bridge"},
@@ -82,16 +108,22 @@ func (f *Fabric) setup() error {
 		{"ip", "addr", "add", "192.0.2.1/24", "dev", "br0"},
 	} {
 		if out, err := f.Run(args[0], args[1:]...); err != nil {
-			return fmt.Errorf("%v: %v %s", args, err, out)
+			f.Close()
+			return nil, fmt.Errorf("%v: %v %s", args, err, out)
 		}
 	}
-	return f.StartFRR()
+	if err := f.StartFRR(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
-// Close stops bgpd and deletes the fabric namespace.
+// Close stops bgpd and removes the namespace and bgpd's files.
 func (f *Fabric) Close() {
 	f.StopFRR()
 	f.Netns.Delete()
+	_ = os.RemoveAll(f.dir)
 }
 
 // Attach connects node to the fabric with a veth called ul0 and returns
@@ -105,7 +137,8 @@ func (f *Fabric) Attach(t testing.TB, n *Node) netip.Addr {
 	return addr
 }
 
-// AttachNode is Attach outside a test.
+// AttachNode is Attach outside a test; the veth goes with the node's
+// namespace.
 func (f *Fabric) AttachNode(n *Node) (netip.Addr, error) {
 	f.mu.Lock()
 	octet := f.next
@@ -122,10 +155,8 @@ func (f *Fabric) AttachNode(n *Node) (netip.Addr, error) {
 			return addr, fmt.Errorf("%v: %v %s", s, err, out)
 		}
 	}
-	for _, s := range [][]string{{"ip", "link", "set", host, "master", "br0", "up"}} {
-		if out, err := f.Run(s[0], s[1:]...); err != nil {
-			return addr, fmt.Errorf("%v: %v %s", s, err, out)
-		}
+	if out, err := f.Run("ip", "link", "set", host, "master", "br0", "up"); err != nil {
+		return addr, fmt.Errorf("enslaving %s: %v %s", host, err, out)
 	}
 	for _, s := range [][]string{
 		{"ip", "addr", "add", addr.String() + "/24", "dev", "ul0"},
@@ -156,11 +187,10 @@ router bgp %d
  neighbor nodes remote-as %d
  neighbor nodes timers 3 9
  neighbor nodes timers connect 1
- bgp listen range 192.0.2.0/24 peer-group nodes
+%s bgp listen range 192.0.2.0/24 peer-group nodes
  address-family l2vpn evpn
   neighbor nodes activate
-  neighbor nodes route-reflector-client
- exit-address-family
+%s exit-address-family
 `
 
 // StartFRR starts bgpd (again, after StopFRR).
@@ -174,12 +204,22 @@ func (f *Fabric) StartFRR() error {
 		return err
 	}
 	conf := filepath.Join(f.dir, "bgpd.conf")
-	data := fmt.Sprintf(bgpdConf, f.LogPath(), FabricASN, f.RR, f.RR, FabricASN)
+	o := f.Options
+	extra, af := "", "  neighbor nodes route-reflector-client\n"
+	if o.Password != "" {
+		extra += " neighbor nodes password " + o.Password + "\n"
+	}
+	if o.NodeASN != o.ASN {
+		// eBGP: FRR passes the routes on unchanged, as a fabric would.
+		extra += " no bgp ebgp-requires-policy\n"
+		af = "  neighbor nodes next-hop-unchanged\n"
+	}
+	data := fmt.Sprintf(bgpdConf, f.LogPath(), o.ASN, f.RR, f.RR, o.NodeASN, extra, af)
 	if err := os.WriteFile(conf, []byte(data), 0o644); err != nil {
 		return err
 	}
 	cmd := exec.Command("ip", "netns", "exec", f.Netns.Name, FRRBgpd, "-Z", "-S", "-n",
-		"-f", conf, "-i", filepath.Join(f.dir, "bgpd.pid"), "--vty_socket", f.vty())
+		"-f", conf, "-i", filepath.Join(f.dir, "bgpd.pid"), "--vty_socket", f.vty(), "-p", fmt.Sprint(o.Port))
 	out, err := os.OpenFile(filepath.Join(f.dir, "bgpd.out"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err

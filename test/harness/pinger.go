@@ -35,6 +35,12 @@ type PingerStats struct {
 	Lost           int
 	LongestGap     time.Duration
 	LongestGapFrom time.Time
+	// LongestOutage is the longest run of unanswered requests: from the
+	// first of them to the next answered one, or to the end of the window.
+	LongestOutage time.Duration
+	// FirstReply and LastReply are the send times of the first and the
+	// last answered request; zero without replies.
+	FirstReply, LastReply time.Time
 }
 
 // StartPinger pings addr from n every interval until Stop.
@@ -107,27 +113,51 @@ func (p *Pinger) receive() {
 
 // Stats are the counts so far, leaving out requests sent in the last
 // second (their replies may still come).
-func (p *Pinger) Stats() PingerStats {
+func (p *Pinger) Stats() PingerStats { return p.StatsBetween(time.Time{}, time.Now()) }
+
+// StatsBetween are the counts of the requests sent from from until to,
+// leaving out those sent in the last second.
+func (p *Pinger) StatsBetween(from, to time.Time) PingerStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var s PingerStats
-	cutoff := time.Now().Add(-time.Second)
-	var lastOK time.Time
+	if cutoff := time.Now().Add(-time.Second); to.After(cutoff) {
+		to = cutoff
+	}
+	var lastOK, lostSince, lastSent time.Time
 	for _, seq := range p.order {
 		at := p.sent[seq]
-		if at.After(cutoff) {
+		if at.Before(from) {
+			continue
+		}
+		if at.After(to) {
 			break
 		}
 		s.Sent++
+		lastSent = at
 		if _, ok := p.replied[seq]; ok {
 			s.Received++
+			if !lostSince.IsZero() {
+				s.LongestOutage = max(s.LongestOutage, at.Sub(lostSince))
+				lostSince = time.Time{}
+			}
+			if s.FirstReply.IsZero() {
+				s.FirstReply = at
+			}
+			s.LastReply = at
 			if !lastOK.IsZero() && at.Sub(lastOK) > s.LongestGap {
 				s.LongestGap, s.LongestGapFrom = at.Sub(lastOK), lastOK
 			}
 			lastOK = at
 		} else {
 			s.Lost++
+			if lostSince.IsZero() {
+				lostSince = at
+			}
 		}
+	}
+	if !lostSince.IsZero() {
+		s.LongestOutage = max(s.LongestOutage, lastSent.Add(p.interval).Sub(lostSince))
 	}
 	return s
 }

@@ -35,27 +35,32 @@ type RouterPeer struct {
 	Port             int64  `json:"port,omitempty"`
 	HoldSeconds      int64  `json:"holdSeconds,omitempty"`
 	KeepaliveSeconds int64  `json:"keepaliveSeconds,omitempty"`
+	Password         string `json:"password,omitempty"`
 }
 
 // FabricRouterConfig peers a node at underlay with the fabric's route
 // reflector, with timers short enough for tests.
 func (f *Fabric) FabricRouterConfig(underlay netip.Addr) RouterConfig {
+	o := f.Options
 	return RouterConfig{
-		ASN: FabricASN, Underlay: underlay.String(), ListenPort: -1,
-		Peers:          []RouterPeer{{Address: f.RR.String(), ASN: FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3}},
+		ASN: o.NodeASN, Underlay: underlay.String(), ListenPort: -1, RouteTargetASN: FabricASN,
+		Peers: []RouterPeer{{Address: f.RR.String(), ASN: o.ASN, Port: int64(o.Port), HoldSeconds: 9, KeepaliveSeconds: 3,
+			Password: o.Password}},
 		MetricsAddress: "127.0.0.1:9655",
 	}
 }
 
 // Router is a galactic-router process running inside a node.
 type Router struct {
-	Node    *Node
-	Config  RouterConfig
-	LogPath string
-	Args    []string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
+	Node   *Node
+	Config RouterConfig
+	// ConfigPath is the router.json the process reads.
+	ConfigPath string
+	LogPath    string
+	Args       []string
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+	done       chan struct{}
 }
 
 // RouterConfigPath is where a node's router.json goes.
@@ -75,15 +80,23 @@ func (n *Node) StartRouter(t testing.TB, cfg RouterConfig, args ...string) *Rout
 
 // LaunchRouter is StartRouter outside a test; the caller kills it.
 func (n *Node) LaunchRouter(cfg RouterConfig, args ...string) (*Router, error) {
-	r := &Router{Node: n, Config: cfg, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
+	r := n.NewRouter(n.RouterConfigPath(), args...)
+	r.Config = cfg
 	data, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(n.RouterConfigPath(), data, 0o644); err != nil {
+	if err := os.WriteFile(r.ConfigPath, data, 0o644); err != nil {
 		return nil, err
 	}
 	if err := r.Start(); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// NewRouter is a router of the node reading configPath (written by the
+// caller, for example by galactic-installer); Start starts it. Config is
+// left empty, so Get and Metric need MetricsAddress set.
+func (n *Node) NewRouter(configPath string, args ...string) *Router {
+	return &Router{Node: n, ConfigPath: configPath, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
 }
 
 // Start starts the process (again).
@@ -97,7 +110,7 @@ func (r *Router) Start() error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.Node.RouterConfigPath()}, r.Args...)
+	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.ConfigPath}, r.Args...)
 	cmd := exec.Command("ip", args...)
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -195,7 +208,7 @@ func (r *Router) Metric(name string) (float64, error) {
 
 // Drain runs `galactic-router drain` in the node.
 func (r *Router) Drain() (string, error) {
-	cmd := exec.Command("ip", "netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "drain", "--config", r.Node.RouterConfigPath())
+	cmd := exec.Command("ip", "netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "drain", "--config", r.ConfigPath)
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -12,19 +12,22 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/galactic-cni/galactic/installer/install"
 	"github.com/galactic-cni/galactic/pkg/settings"
+	"github.com/galactic-cni/galactic/router/config"
 )
 
 const usage = `usage: galactic-installer <command> [flags]
 
 commands:
-  install     copy the plugins into the CNI bin dir, write the node settings and kubeconfig
+  install     copy the plugins into the CNI bin dir, write the node settings, kubeconfig
+              and (with --router-* flags or --router-config-file) galactic-router's config
   run         keep the kubeconfig's service account token fresh until SIGTERM
-  uninstall   remove exactly what install wrote
+  uninstall   drain galactic-router if it is configured, then remove exactly what install wrote
 
 Run "galactic-installer <command> -h" for a command's flags.
 `
@@ -57,7 +60,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print what would change and write nothing")
 	var interval, grace time.Duration
 	switch cmd {
+	case "install", "uninstall":
+		fs.StringVar(&o.RouterConfig, "router-config", config.DefaultPath, "galactic-router config file to write (under --root)")
+	}
+	switch cmd {
 	case "install":
+		routerFlags(fs, &o)
 		fs.StringVar(&o.SourceDir, "source-dir", "", "directory holding galactic-cni and galactic-bgp (default: the installer's own directory)")
 		fs.StringVar(&o.CNIBinDir, "cni-bin-dir", install.DefaultCNIBinDir, "CNI bin dir to copy the plugins into (under --root)")
 		fs.StringVar(&o.NodeName, "node-name", "", "this node's name (default $NODE_NAME, then $GALACTIC_NODE_NAME)")
@@ -96,6 +104,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "run":
 		err = install.Run(ctx, o, interval, grace)
 	case "uninstall":
+		// The image keeps galactic-router next to the installer.
+		if dir, derr := ownDir(); derr == nil {
+			if _, serr := os.Stat(filepath.Join(dir, install.RouterBinaryName)); serr == nil {
+				o.RouterBinary = filepath.Join(dir, install.RouterBinaryName)
+			}
+		}
 		err = install.Uninstall(o)
 	}
 	if err != nil {
@@ -116,4 +130,44 @@ func ownDir() (string, error) {
 		exe = resolved
 	}
 	return filepath.Dir(exe), nil
+}
+
+// routerFlags are the router.json keys install takes as flags; each is
+// written only when given, so the source file or the router's default
+// stands otherwise.
+func routerFlags(fs *flag.FlagSet, o *install.Options) {
+	r := &o.Router
+	fs.StringVar(&o.RouterSource, "router-config-file", "", "router.json to start from (a mounted ConfigMap); --router-* flags override its keys")
+	num := func(name, usage string, dst **int64) {
+		fs.Func(name, usage, func(s string) error {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return errors.New("not a whole number")
+			}
+			*dst = &n
+			return nil
+		})
+	}
+	str := func(name, usage string, dst **string) {
+		fs.Func(name, usage, func(s string) error {
+			*dst = &s
+			return nil
+		})
+	}
+	num("router-asn", "router.json asn: this node's AS number", &r.ASN)
+	str("router-underlay", "router.json underlay: this node's fabric address (BGP next hop, VXLAN source)", &r.Underlay)
+	str("router-id", "router.json routerID (default: the underlay)", &r.RouterID)
+	fs.Func("router-peer", "router.json peers: ADDRESS:ASN[:PORT], IPv6 as [ADDRESS]:ASN; repeat for more, replaces the file's peers", func(s string) error {
+		p, err := install.ParseRouterPeer(s)
+		if err != nil {
+			return err
+		}
+		r.Peers = append(r.Peers, p)
+		return nil
+	})
+	num("router-route-target-asn", "router.json routeTargetASN (default: asn when it fits 16 bits)", &r.RouteTargetASN)
+	num("router-listen-port", "router.json listenPort; -1 accepts no sessions", &r.ListenPort)
+	num("router-withdraw-hold-seconds", "router.json withdrawHoldSeconds", &r.WithdrawHoldSeconds)
+	num("router-graceful-restart-seconds", "router.json gracefulRestart.restartSeconds", &r.RestartSeconds)
+	str("router-metrics-address", "router.json metricsAddress (<ip>:<port>; empty turns it off)", &r.MetricsAddress)
 }

@@ -76,7 +76,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 		}
 		return serve(cfg, node, *resync)
 	case "drain":
-		return drain(cfg, stdout)
+		return drain(node, stdout)
 	case "help":
 		usage(stdout)
 		return nil
@@ -110,47 +110,59 @@ func serve(cfg *config.Config, node settings.Node, resync time.Duration) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var srv *http.Server
 	if cfg.MetricsAddress != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddress)
 		if err != nil {
 			return fmt.Errorf("metricsAddress: %w", err)
 		}
-		srv = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		metrics := &http.Server{Handler: d.MetricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = metrics.Serve(ln) }()
 	}
+	ln, err := router.ListenControl(node.StateDir)
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	srv := &http.Server{Handler: d.ControlHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
 	// A stop signal returns from Run without withdrawing or sending a
 	// Cease: the process exits and its peers keep the routes as a
 	// graceful restart.
 	err = d.Run(ctx)
-	if srv != nil {
-		// Lets a drain request that ended Run get its answer.
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = srv.Shutdown(sctx)
-		cancel()
-	}
+	// Lets a drain request that ended Run get its answer.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
 	return err
 }
 
-// drain asks the running router (on its metrics address) to drain; with
-// none running it removes the kernel state and saved paths itself.
-func drain(cfg *config.Config, stdout io.Writer) error {
-	if cfg.MetricsAddress != "" {
-		c := &http.Client{Timeout: 30 * time.Second}
-		resp, err := c.Post("http://"+cfg.MetricsAddress+"/drain", "text/plain", nil)
-		if err == nil {
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("the running router could not drain: %s", strings.TrimSpace(string(body)))
-			}
-			fmt.Fprintln(stdout, "drained: every route withdrawn, the router's kernel state removed")
-			return nil
+// drain asks the running router (on its control socket) to drain. With
+// none running it removes what a router installed in the kernel and its
+// saved paths itself; peers then drop the routes when their session is
+// gone for good (at once without graceful restart, else after restartSeconds).
+func drain(node settings.Node, stdout io.Writer) error {
+	sock := router.ControlSocket(node.StateDir)
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return router.DialControl(node.StateDir)
+		},
+	}}
+	resp, err := c.Post("http://galactic-router/drain", "text/plain", nil)
+	if err == nil {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("the running router could not drain: %s", strings.TrimSpace(string(body)))
 		}
-		var op *net.OpError
-		if !errors.As(err, &op) {
-			return err
-		}
+		fmt.Fprintln(stdout, "drained: every route withdrawn, the router's kernel state removed; the router has exited")
+		return nil
 	}
-	return errors.New("no galactic-router answers on metricsAddress; stop it and run drain with it running, or remove its state dir by hand")
+	var op *net.OpError
+	if !errors.As(err, &op) {
+		return err
+	}
+	if err := errors.Join(router.RemoveKernelState(), router.NewStore(node.StateDir).Forget()); err != nil {
+		return fmt.Errorf("no router runs (%s); removing its state: %w", sock, err)
+	}
+	fmt.Fprintln(stdout, "no router runs: removed its VXLAN devices, routes and saved paths; peers drop its routes once its sessions are gone")
+	return nil
 }

@@ -174,7 +174,7 @@ func TestInstallIntoATemporaryRootThenAgainChangesNothingAndUninstallRestoresThe
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for _, l := range lines[:len(lines)-1] {
-		if !strings.HasPrefix(l, "unchanged: ") {
+		if !strings.HasPrefix(l, "unchanged: ") && !strings.HasPrefix(l, "router: no --router-* flag") {
 			t.Errorf("second install: %q is not an unchanged: line", l)
 		}
 	}

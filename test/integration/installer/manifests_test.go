@@ -126,7 +126,7 @@ func TestTheManifestsApplyServerSideAgainAndAgain(t *testing.T) {
 	checkDaemonSet(t, ds)
 }
 
-// checkDaemonSet asserts the shape that matters for the node: the three
+// checkDaemonSet asserts the shape that matters for the node: the
 // containers, the host namespaces, and capabilities no wider than needed.
 func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	t.Helper()
@@ -144,10 +144,11 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	for _, c := range spec.Containers {
 		commands[c.Name] = c.Command
 	}
-	if !slices.Equal(commands["gc"], []string{"galactic-gc"}) || !slices.Equal(commands["token-refresher"], []string{"galactic-installer", "run"}) || len(commands) != 2 {
-		t.Errorf("containers: want gc (galactic-gc) and token-refresher (galactic-installer run), got %v", commands)
+	if !slices.Equal(commands["gc"], []string{"galactic-gc"}) || !slices.Equal(commands["router"], []string{"galactic-router"}) ||
+		!slices.Equal(commands["token-refresher"], []string{"galactic-installer", "run"}) || len(commands) != 3 {
+		t.Errorf("containers: want gc (galactic-gc), router (galactic-router) and token-refresher (galactic-installer run), got %v", commands)
 	}
-	wantAdd := map[string][]corev1.Capability{"gc": {"NET_ADMIN", "SYS_PTRACE"}}
+	wantAdd := map[string][]corev1.Capability{"gc": {"NET_ADMIN", "SYS_PTRACE"}, "router": {"NET_ADMIN"}}
 	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
 		if c.Image != "galactic.example/galactic:REPLACE_ME" {
 			t.Errorf("%s: image %q is not the documented placeholder", c.Name, c.Image)
@@ -174,6 +175,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 			}
 		}
 	}
+	checkRouterContainers(t, spec)
 	var projected bool
 	for _, v := range spec.Volumes {
 		if v.Projected != nil {
@@ -187,7 +189,62 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	}
 }
 
-func TestTheServiceAccountCanDoWhatThePluginsAndGCNeedAndNothingElse(t *testing.T) {
+// checkRouterContainers asserts how the router gets its config and what it
+// mounts: the node's config read-only, the state dir, and the netns dir to
+// judge entries' liveness.
+func checkRouterContainers(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	mounts := func(c corev1.Container) map[string]corev1.VolumeMount {
+		m := map[string]corev1.VolumeMount{}
+		for _, vm := range c.VolumeMounts {
+			m[vm.MountPath] = vm
+		}
+		return m
+	}
+	var configMap string
+	for _, v := range spec.Volumes {
+		if v.Name == "router-config" && v.ConfigMap != nil {
+			configMap = v.ConfigMap.Name
+		}
+	}
+	if configMap != "galactic-router" {
+		t.Errorf("the router-config volume must be the galactic-router ConfigMap, got %q", configMap)
+	}
+	install := spec.InitContainers[0]
+	if m, ok := mounts(install)["/etc/galactic-router"]; !ok || m.Name != "router-config" || !m.ReadOnly {
+		t.Errorf("install must mount the router ConfigMap read-only at /etc/galactic-router: %+v", m)
+	}
+	if !slices.Contains(install.Args, "--router-config-file=/etc/galactic-router/router.json") || !slices.Contains(install.Args, "--router-underlay=$(HOST_IP)") {
+		t.Errorf("install args %v: want the ConfigMap file and the node's own underlay", install.Args)
+	}
+	hostIP := false
+	for _, e := range install.Env {
+		hostIP = hostIP || (e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP")
+	}
+	if !hostIP {
+		t.Error("install must get HOST_IP from status.hostIP")
+	}
+	for _, c := range spec.Containers {
+		if c.Name != "router" {
+			continue
+		}
+		m := mounts(c)
+		if vm, ok := m["/etc/galactic"]; !ok || !vm.ReadOnly {
+			t.Errorf("router: /etc/galactic must be mounted read-only: %+v", vm)
+		}
+		if vm, ok := m["/var/lib/galactic"]; !ok || vm.ReadOnly {
+			t.Errorf("router: the state dir must be mounted read-write: %+v", vm)
+		}
+		if vm, ok := m["/var/run/netns"]; !ok || !vm.ReadOnly {
+			t.Errorf("router: /var/run/netns must be mounted read-only: %+v", vm)
+		}
+		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Host != "127.0.0.1" {
+			t.Errorf("router: readiness must probe /healthz on the loopback metrics address: %+v", c.ReadinessProbe)
+		}
+	}
+}
+
+func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *testing.T) {
 	env := harness.Setup(t)
 	ctx := context.Background()
 	applyManifests(t, env)
@@ -226,6 +283,27 @@ func TestTheServiceAccountCanDoWhatThePluginsAndGCNeedAndNothingElse(t *testing.
 	if err != nil {
 		t.Fatalf("update advertisement: %v", err)
 	}
+	// What galactic-router does: one label-selected watch of this node's
+	// advertisements, status written through the subresource, and a watch
+	// of the leases its holders hold.
+	w, err := advs.Watch(ctx, metav1.ListOptions{LabelSelector: names.NodeSelector("node-a"), ResourceVersion: updated.ResourceVersion})
+	if err != nil {
+		t.Fatalf("watch advertisements by node label: %v", err)
+	}
+	w.Stop()
+	updated.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonNoVNI, Message: "rbac", LastTransitionTime: metav1.Now()}}
+	if updated, err = advs.UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update advertisement status: %v", err)
+	}
+	if _, err := api.Leases(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: names.HolderNodeSelector("node-a")}); err != nil {
+		t.Fatalf("list leases by holder node: %v", err)
+	}
+	lw, err := api.Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: names.HolderNodeSelector("node-a")})
+	if err != nil {
+		t.Fatalf("watch leases by holder node: %v", err)
+	}
+	lw.Stop()
 	rv := updated.ResourceVersion
 	if err := advs.Delete(ctx, adv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &created.UID, ResourceVersion: &rv}}); err != nil {
 		t.Fatalf("guarded delete of the advertisement: %v", err)
@@ -309,6 +387,31 @@ func TestTheServiceAccountCanDoWhatThePluginsAndGCNeedAndNothingElse(t *testing.
 		{"delete a lease", func() error {
 			return leases.Delete(ctx, lease.Name, metav1.DeleteOptions{})
 		}},
+		{"patch an advertisement's status", func() error {
+			_, err := advs.Patch(ctx, adv.Name, types.MergePatchType, []byte(`{"status":{"conditions":[]}}`), metav1.PatchOptions{}, "status")
+			return err
+		}},
+		{"patch an advertisement", func() error {
+			_, err := advs.Patch(ctx, adv.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"delete all advertisements at once", func() error {
+			return advs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		}},
+		{"watch advertisements in another namespace", func() error {
+			w, err := api.BGPAdvertisements(other).Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"watch leases in another namespace", func() error {
+			w, err := api.Leases(other).Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
 		{"list pods", func() error {
 			_, err := kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{})
 			return err
@@ -322,8 +425,9 @@ func TestTheServiceAccountCanDoWhatThePluginsAndGCNeedAndNothingElse(t *testing.
 	// The exact rule set the API server computes for the service account,
 	// for our two API groups: no verb more than the components use.
 	want := []string{
-		"coordination.k8s.io/leases:create,get,update",
-		"network.galactic.dev/bgpadvertisements:create,delete,get,list,update",
+		"coordination.k8s.io/leases:create,get,list,update,watch",
+		"network.galactic.dev/bgpadvertisements/status:update",
+		"network.galactic.dev/bgpadvertisements:create,delete,get,list,update,watch",
 	}
 	if got := galacticRules(t, kube, harness.Namespace); !slices.Equal(got, want) {
 		t.Errorf("rules in %s:\n got %v\nwant %v", harness.Namespace, got, want)

@@ -1,7 +1,10 @@
 package routing
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,26 +12,21 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
+	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
 // report runs `galactic-cni available|unavailable` for c on n, as the
-// instance's runtime would.
+// instance's runtime would, and fails t unless it succeeds.
 func report(t *testing.T, env *harness.Env, n *harness.Node, a attachment, verb string, c *harness.Netns) {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(env.BinDir, "galactic-cni"), verb,
-		"--vpc", a.VPC, "--attachment", a.Name, "--container", harness.ContainerID(c.Path))
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CNI_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, n.Environ()...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("galactic-cni %s: %v %s", verb, err, out)
+	if code, out := reportCmd(t, env, n, a, verb, c); code != 0 {
+		t.Fatalf("galactic-cni %s: exit %d %s", verb, code, out)
 	}
 }
 
@@ -84,4 +82,231 @@ func TestWhenAvailableRoutesOnlyWhileTheHolderReportsAvailableAndDrainsAtOnce(t 
 	report(t, env, a.Node, always, "unavailable", wAlways)
 	time.Sleep(2 * time.Second)
 	waitPing(t, wc, always.Addr(false))
+}
+
+// reportCmd runs the availability command and returns its exit code and output.
+func reportCmd(t *testing.T, env *harness.Env, n *harness.Node, a attachment, verb string, c *harness.Netns) (int, string) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(env.BinDir, "galactic-cni"), verb,
+		"--vpc", a.VPC, "--attachment", a.Name, "--container", harness.ContainerID(c.Path))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CNI_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, n.Environ()...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+func waitNoKernelRoute(t *testing.T, n *harness.Node, vpc string, p netip.Prefix) {
+	t.Helper()
+	eventually(t, 10*time.Second, n.Name+" has no route for "+p.String(), func() error {
+		if r := kernelRoute(t, n, vpc, p); r != nil {
+			return fmt.Errorf("%+v", r)
+		}
+		return nil
+	})
+}
+
+func waitKernelRoute(t *testing.T, n *harness.Node, vpc string, p netip.Prefix, via netip.Addr) {
+	t.Helper()
+	eventually(t, 20*time.Second, n.Name+" routes "+p.String()+" via "+via.String(), func() error {
+		if r := kernelRoute(t, n, vpc, p); r == nil || r.Gw.String() != via.String() {
+			return fmt.Errorf("%+v", r)
+		}
+		return nil
+	})
+}
+
+func TestAnUpgradeKeepsTheRouteDrainedUntilTheSuccessorReportsAvailable(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	c := newRouted(t, env, f, "node-c")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true, Announce: "whenAvailable"}
+	old := add(t, a.Node, vm)
+	add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
+	p := vm.Prefixes()[0]
+	report(t, env, a.Node, vm, "available", old)
+	waitKernelRoute(t, c.Node, "blue", p, a.Underlay)
+	// Leases outlive tests, so the token is read, not assumed.
+	before := frrPaths(t, f, p)
+	if len(before) != 1 {
+		t.Fatalf("FRR before the upgrade: %+v", before)
+	}
+	var token int
+	if _, err := fmt.Sscanf(before[0].Large, "65000:1:%d", &token); err != nil {
+		t.Fatalf("holderGeneration in %q: %v", before[0].Large, err)
+	}
+
+	// The replacement's ADD waits for the lease; the old DEL releases it.
+	next := harness.NewContainer(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		addIn(t, a.Node, vm, next)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	del(t, a.Node, vm, old)
+	<-done
+	waitCondition(t, env, vm, "node-a", v1alpha1.ConditionHolderAvailable, metav1.ConditionFalse, "Acquired")
+	waitNoKernelRoute(t, c.Node, "blue", p)
+	if code, _ := reportCmd(t, env, a.Node, vm, "available", old); code == 0 {
+		t.Fatal("the predecessor's late available was accepted")
+	}
+	time.Sleep(time.Second)
+	if r := kernelRoute(t, c.Node, "blue", p); r != nil {
+		t.Fatalf("routed after the predecessor's late report: %+v", r)
+	}
+	report(t, env, a.Node, vm, "available", next)
+	waitKernelRoute(t, c.Node, "blue", p, a.Underlay)
+	paths := frrPaths(t, f, p)
+	if len(paths) != 1 || strings.Contains(paths[0].Large, "65000:2:0") || !strings.Contains(paths[0].Large, fmt.Sprintf("65000:1:%d", token+1)) {
+		t.Fatalf("FRR's path after the successor reported: %+v", paths)
+	}
+}
+
+func TestAMoveWithWhenAvailableAnnouncesTheNewNodeOnlyAfterItReports(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	b := newRouted(t, env, f, "node-b")
+	c := newRouted(t, env, f, "node-c")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true, Announce: "whenAvailable"}
+	wa := add(t, a.Node, vm)
+	add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
+	p := vm.Prefixes()[0]
+	report(t, env, a.Node, vm, "available", wa)
+	waitKernelRoute(t, c.Node, "blue", p, a.Underlay)
+
+	report(t, env, a.Node, vm, "unavailable", wa)
+	waitNoKernelRoute(t, c.Node, "blue", p)
+	del(t, a.Node, vm, wa)
+	waitFRR(t, f, 0, p)
+	wb := add(t, b.Node, vm)
+	time.Sleep(2 * time.Second)
+	if paths := frrPaths(t, f, p); len(paths) != 0 {
+		t.Fatalf("node-b announced before it reported available: %+v", paths)
+	}
+	report(t, env, b.Node, vm, "available", wb)
+	waitKernelRoute(t, c.Node, "blue", p, b.Underlay)
+	paths := frrPaths(t, f, p)
+	if len(paths) != 1 || paths[0].NextHop != b.Underlay.String() {
+		t.Fatalf("FRR after node-b reported: %+v", paths)
+	}
+}
+
+func TestAnAPIOutageFreezesTheLastKnownAvailability(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true, Announce: "whenAvailable"}
+	wa := add(t, a.Node, vm)
+	p := vm.Prefixes()[0]
+	report(t, env, a.Node, vm, "available", wa)
+	waitFRR(t, f, 1, p)
+	if err := a.SetAPIReachable(false); err != nil {
+		t.Fatal(err)
+	}
+	// The holder's report reaches the API server, not node-a's router.
+	setReport(t, env, vm, false)
+	time.Sleep(5 * time.Second)
+	paths := frrPaths(t, f, p)
+	if len(paths) != 1 || strings.Contains(paths[0].Large, "65000:2:0") {
+		t.Fatalf("changed during the outage: %+v", paths)
+	}
+	if err := a.SetAPIReachable(true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "drained after the API returned", func() error {
+		paths := frrPaths(t, f, p)
+		if len(paths) == 1 && strings.Contains(paths[0].Large, "65000:2:0") {
+			return nil
+		}
+		return fmt.Errorf("%+v", paths)
+	})
+}
+
+// setReport writes the lease's availability annotation directly, as a
+// runtime elsewhere would through the API server.
+func setReport(t *testing.T, env *harness.Env, a attachment, available bool) {
+	t.Helper()
+	leases := env.Kube.CoordinationV1().Leases(harness.Namespace)
+	l, err := leases.Get(context.Background(), names.Lease(a.VPC, a.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Annotations[handoff.AnnotationAvailable] = fmt.Sprint(available)
+	if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRenewalsOfLeasesHeldElsewhereReachNoRouterButALeaseMovingHereDoes(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	leases := env.Kube.CoordinationV1().Leases(harness.Namespace)
+	ctx := context.Background()
+	var made []*coordinationv1.Lease
+	for i := 0; i < 100; i++ {
+		holder, dur := fmt.Sprintf("node-b/c%d", i), int32(60)
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("blue.renew-%d", i), Labels: map[string]string{names.LabelHolderNode: names.NodeLabelValue("node-b")}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur},
+		}
+		created, err := leases.Create(ctx, l, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, created)
+	}
+	t.Cleanup(func() {
+		for _, l := range made {
+			_ = leases.Delete(ctx, l.Name, metav1.DeleteOptions{})
+		}
+	})
+	time.Sleep(time.Second)
+	before, err := a.Router.Metric("galactic_router_lease_events_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range made {
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.RenewTime = &now
+		if made[i], err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	after, err := a.Router.Metric("galactic_router_lease_events_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("%v lease events at node-a's router from renewals of leases held on node-b", after-before)
+	}
+	// The first lease moves to node-a.
+	moved := made[0]
+	holder := "node-a/c0"
+	moved.Spec.HolderIdentity = &holder
+	moved.Labels[names.LabelHolderNode] = names.NodeLabelValue("node-a")
+	if made[0], err = leases.Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "node-a's router sees the lease that moved to it", func() error {
+		v, err := a.Router.Metric("galactic_router_lease_events_total")
+		if err != nil || v != after+1 {
+			return fmt.Errorf("%v events (%v)", v-after, err)
+		}
+		return nil
+	})
 }

@@ -104,10 +104,8 @@ func TestAMoveWithHandoffChangesTheRemoteRouteOnceAndRepliesComeFromTheNewNode(t
 	b := newRouted(t, env, f, "node-b")
 	c := newRouted(t, env, f, "node-c")
 	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true}
-	client := attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
 	wa := add(t, a.Node, vm)
-	wc := add(t, c.Node, client)
-	waitPing(t, wc, vm.Addr(false))
+	wc := clientOf(t, c, vm)
 	mon := monitorRoutes(t, c.Node)
 	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
 	if err != nil {
@@ -149,12 +147,7 @@ func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *t
 	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true}
 	wa := add(t, a.Node, vm)
 	add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
-	eventually(t, 20*time.Second, "node-c routes to node-a", func() error {
-		if r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0]); r == nil || r.Gw.String() != a.Underlay.String() {
-			return fmt.Errorf("%+v", r)
-		}
-		return nil
-	})
+	waitKernelRoute(t, c.Node, "blue", vm.Prefixes()[0], a.Underlay)
 	// node-a crashes without DEL: its advertisement stays, held by a
 	// finalizer so node-b's fallback delete cannot remove it, and node-b
 	// takes over once the lease expires.
@@ -169,12 +162,7 @@ func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *t
 	})
 	mon := monitorRoutes(t, c.Node)
 	add(t, b.Node, vm)
-	eventually(t, 20*time.Second, "node-c routes to node-b", func() error {
-		if r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0]); r == nil || r.Gw.String() != b.Underlay.String() {
-			return fmt.Errorf("%+v", r)
-		}
-		return nil
-	})
+	waitKernelRoute(t, c.Node, "blue", vm.Prefixes()[0], b.Underlay)
 	if paths := frrPaths(t, f, vm.Prefixes()[0]); len(paths) != 2 {
 		t.Fatalf("want both nodes' paths in FRR during the test, got %+v", paths)
 	}
@@ -195,8 +183,7 @@ func TestRouterRestartsLoseNoPing(t *testing.T) {
 	c := newRouted(t, env, f, "node-c")
 	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
 	add(t, a.Node, vm)
-	wc := add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
-	waitPing(t, wc, vm.Addr(false))
+	wc := clientOf(t, c, vm)
 	mon := monitorRoutes(t, c.Node)
 	for _, r := range []*routed{c, a} {
 		p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -83,4 +82,32 @@ func readFile(t *testing.T, path string, from int64) string {
 	return string(b[from:])
 }
 
-var _ = time.Second
+func TestAnEBGPPeerOnAnotherPortWithATCPMD5PasswordGetsTheRoutes(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabricWith(t, harness.FabricOptions{ASN: 65000, NodeASN: 65010, Port: 1179, Password: "galactic-md5"})
+	a := newRouted(t, env, f, "node-a")
+	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, att)
+	waitFRR(t, f, 1, att.Prefixes()...)
+	if got := frrPaths(t, f, att.Prefixes()[0])[0].Extended; !strings.Contains(got, "RT:65000:10100") {
+		t.Errorf("route target over eBGP: %s", got)
+	}
+	if out, err := a.Router.Get("/healthz"); err != nil || !strings.Contains(out, "ok") {
+		t.Errorf("/healthz: %q %v", out, err)
+	}
+	if v, err := a.Router.Metric(`galactic_router_peers{state="established"}`); err != nil || v != 1 {
+		t.Errorf("established peers metric: %v %v", v, err)
+	}
+	if v, err := a.Router.Metric("galactic_router_paths_announced"); err != nil || v != 1 {
+		t.Errorf("announced paths metric: %v %v", v, err)
+	}
+
+	// A node with the wrong key never gets a session.
+	b := newRouted(t, env, f, "node-b", func(c *harness.RouterConfig) { c.Peers[0].Password = "wrong" })
+	other := attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
+	add(t, b.Node, other)
+	waitCondition(t, env, other, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoEstablishedPeer)
+	if paths := frrPaths(t, f, other.Prefixes()[0]); len(paths) != 0 {
+		t.Fatalf("a node with the wrong TCP MD5 key got its route in: %+v", paths)
+	}
+}

@@ -3,12 +3,11 @@ package routing
 import (
 	"bytes"
 	"context"
-	"os/exec"
-	"sync"
 	"fmt"
 	"net/netip"
-	"slices"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,8 +231,6 @@ func show(n *harness.Node, args ...string) string {
 	return strings.TrimSpace(out)
 }
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
 // routeMonitor records `ip monitor route` in a node.
 type routeMonitor struct {
 	cmd  *exec.Cmd
@@ -294,4 +291,11 @@ func (m *routeMonitor) changes(p netip.Prefix) []string {
 	return out
 }
 
-var _ = slices.Contains[[]string]
+// clientOf adds blue's client workload (10.20.0.7) on c and waits until it
+// reaches vm's IPv4 address.
+func clientOf(t *testing.T, c *routed, vm attachment) *harness.Netns {
+	t.Helper()
+	wc := add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
+	eventually(t, 20*time.Second, "the client reaches "+vm.Name, func() error { return wc.Ping(vm.Addr(false)) })
+	return wc
+}

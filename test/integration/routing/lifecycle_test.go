@@ -270,3 +270,93 @@ func TestASteadyStateOfFiftyAttachmentsWritesNoStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestAGracefulRestartHelperKeepsTheRestartingNodesRoutesStaleThenCurrent(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	harness.RequireGoBGPd(t)
+	n := env.NewNode(t, "node-a")
+	ul := f.Attach(t, n)
+	g := f.StartGoBGPd(t, ul)
+	cfg := f.FabricRouterConfig(ul)
+	cfg.Peers = append(cfg.Peers, harness.RouterPeer{Address: g.Addr.String(), ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3})
+	r := n.StartRouter(t, cfg, "--resync", "2s")
+	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	add(t, n, att)
+	paths := func() []harness.GoBGPPath {
+		ps, err := g.EVPNPaths()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	eventually(t, 20*time.Second, "gobgpd holds node-a's two routes", func() error {
+		if ps := paths(); len(ps) != 2 {
+			return fmt.Errorf("%+v", ps)
+		}
+		return nil
+	})
+	r.Kill()
+	stale := 0
+	// Throughout the restart gobgpd keeps both routes, marked stale.
+	for i := 0; i < 20; i++ {
+		ps := paths()
+		if len(ps) != 2 {
+			t.Fatalf("gobgpd dropped routes during the restart: %+v", ps)
+		}
+		for _, p := range ps {
+			if p.Stale {
+				stale++
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if stale == 0 {
+		t.Fatal("gobgpd never marked node-a's routes stale while it was down")
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "node-a's routes current again after its End-of-RIB", func() error {
+		ps := paths()
+		if len(ps) != 2 {
+			return fmt.Errorf("%+v", ps)
+		}
+		for _, p := range ps {
+			if p.Stale {
+				return fmt.Errorf("still stale: %+v", ps)
+			}
+		}
+		return nil
+	})
+	waitFRR(t, f, 1, att.Prefixes()...)
+}
+
+func TestARouteReflectorRestartChangesNothingInTheKernel(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	c := newRouted(t, env, f, "node-c")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, vm)
+	wc := clientOf(t, c, vm)
+	mon := monitorRoutes(t, c.Node)
+	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.StopFRR()
+	time.Sleep(time.Second)
+	if err := f.StartFRR(); err != nil {
+		t.Fatal(err)
+	}
+	waitFRR(t, f, 1, vm.Prefixes()...)
+	time.Sleep(2 * time.Second)
+	st := p.Stop()
+	if st.Lost != 0 {
+		t.Errorf("lost %d of %d pings while the route reflector restarted", st.Lost, st.Sent)
+	}
+	if ch := mon.changes(vm.Prefixes()[0]); len(ch) != 0 {
+		t.Fatalf("node-c's route changed:\n%s", strings.Join(ch, "\n"))
+	}
+}

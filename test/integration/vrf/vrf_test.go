@@ -21,7 +21,7 @@ import (
 const guestPkg = "./test/integration/vrf/guest"
 
 // modules the scenarios need when the kernel has them as modules.
-var modules = []string{"vrf", "tun", "veth"}
+var modules = []string{"vrf", "tun", "veth", "vxlan"}
 
 func TestVRFRoutingWorksOnARealKernelWithVRF(t *testing.T) {
 	harness.RequireRoot(t)

@@ -1,0 +1,151 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// GoBGPd is Debian's gobgpd in the fabric namespace: a second peer that,
+// unlike FRR 8.4, helps graceful restart for l2vpn-evpn.
+type GoBGPd struct {
+	// ns is its own namespace on the fabric bridge: FRR holds port 179 in
+	// the fabric's.
+	ns      *Netns
+	f       *Fabric
+	Addr    netip.Addr
+	apiPort int
+	cmd     *exec.Cmd
+}
+
+// RequireGoBGPd skips t without Debian's gobgpd and gobgp.
+func RequireGoBGPd(t testing.TB) {
+	t.Helper()
+	for _, b := range []string{"gobgpd", "gobgp"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skip("graceful-restart helper test: needs Debian's gobgpd (apt-get install gobgpd; .ci/run installs it)")
+		}
+	}
+}
+
+const gobgpdConf = `[global.config]
+  as = %d
+  router-id = "%s"
+  port = 179
+  local-address-list = ["%s"]
+%s`
+
+const gobgpdNeighbor = `[[neighbors]]
+  [neighbors.config]
+    neighbor-address = "%s"
+    peer-as = %d
+  [neighbors.timers.config]
+    connect-retry = 1
+    hold-time = 9
+    keepalive-interval = 3
+  [neighbors.transport.config]
+    passive-mode = true
+  [neighbors.graceful-restart.config]
+    enabled = true
+    restart-time = 120
+  [[neighbors.afi-safis]]
+    [neighbors.afi-safis.config]
+      afi-safi-name = "l2vpn-evpn"
+    [neighbors.afi-safis.mp-graceful-restart.config]
+      enabled = true
+`
+
+// StartGoBGPd runs gobgpd at 192.0.2.2 with the given nodes as passive
+// neighbours; t's cleanup stops it.
+func (f *Fabric) StartGoBGPd(t testing.TB, neighbors ...netip.Addr) *GoBGPd {
+	t.Helper()
+	RequireGoBGPd(t)
+	g := &GoBGPd{ns: NewNetns(t, "g"), f: f, Addr: netip.MustParseAddr("192.0.2.2"), apiPort: 50151}
+	host := fmt.Sprintf("fg%d", os.Getpid()%100000)
+	for _, s := range [][]string{
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", "ul0", "netns", g.ns.Name},
+		{"ip", "link", "set", host, "netns", f.Netns.Name},
+		{"ip", "-n", f.Netns.Name, "link", "set", host, "master", "br0", "up"},
+		{"ip", "-n", g.ns.Name, "addr", "add", "192.0.2.2/24", "dev", "ul0"},
+		{"ip", "-n", g.ns.Name, "link", "set", "ul0", "up"},
+	} {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", s, err, out)
+		}
+	}
+	var ns string
+	for _, n := range neighbors {
+		ns += fmt.Sprintf(gobgpdNeighbor, n, FabricASN)
+	}
+	conf := filepath.Join(f.dir, "gobgpd.toml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(gobgpdConf, FabricASN, g.Addr, g.Addr, ns)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Create(filepath.Join(f.dir, "gobgpd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cmd = exec.Command("ip", "netns", "exec", g.ns.Name, "gobgpd", "-f", conf, "--api-hosts", fmt.Sprintf("127.0.0.1:%d", g.apiPort))
+	g.cmd.Stdout, g.cmd.Stderr = log, log
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait(); log.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := g.CLI("global"); err == nil {
+			return g
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gobgpd did not come up: %s", readFileOr(filepath.Join(f.dir, "gobgpd.log")))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readFileOr(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+// CLI runs the gobgp command against this gobgpd.
+func (g *GoBGPd) CLI(args ...string) (string, error) {
+	out, err := g.ns.Run("gobgp", append([]string{"-p", fmt.Sprint(g.apiPort)}, args...)...)
+	if err != nil {
+		return out, fmt.Errorf("gobgp %v: %v: %s", args, err, out)
+	}
+	return out, nil
+}
+
+// GoBGPPath is one EVPN path in gobgpd's RIB.
+type GoBGPPath struct {
+	NLRI  string
+	Stale bool
+}
+
+// EVPNPaths lists gobgpd's l2vpn-evpn paths.
+func (g *GoBGPd) EVPNPaths() ([]GoBGPPath, error) {
+	out, err := g.CLI("global", "rib", "-a", "evpn", "-j")
+	if err != nil {
+		return nil, err
+	}
+	var dests map[string][]struct {
+		NLRI  json.RawMessage `json:"nlri"`
+		Stale bool            `json:"stale"`
+	}
+	if err := json.Unmarshal([]byte(out), &dests); err != nil {
+		return nil, fmt.Errorf("gobgp's JSON: %w: %s", err, out)
+	}
+	var paths []GoBGPPath
+	for key, ps := range dests {
+		for _, p := range ps {
+			paths = append(paths, GoBGPPath{NLRI: key, Stale: p.Stale})
+		}
+	}
+	return paths, nil
+}

@@ -1,0 +1,209 @@
+package harness
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Kubelet is a standalone kubelet (no API server of its own: it runs the
+// static pods of its manifest dir) using a harness containerd as its
+// runtime, inside the same node network namespace.
+type Kubelet struct {
+	Ctd *Containerd
+	// Dir is its root dir; ManifestDir holds the static pods.
+	Dir, ManifestDir string
+	LogPath          string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	created []string
+}
+
+// kubeletFixedPaths are where the kubelet writes outside its root dir:
+// the device plugin socket dir and the container log links.
+var kubeletFixedPaths = []string{"/var/lib/kubelet", "/var/log/containers"}
+
+// StartKubelet builds the kubelet (first run only) and starts it against
+// ctd; t's cleanup stops it before ctd's cleanup runs.
+func StartKubelet(t testing.TB, ctd *Containerd) *Kubelet {
+	t.Helper()
+	k, err := NewKubelet(ctd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	return k
+}
+
+// NewKubelet is StartKubelet outside tests; Close undoes it.
+func NewKubelet(ctd *Containerd) (*Kubelet, error) {
+	bin, err := EnsureKubelet(os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kubelet{Ctd: ctd, Dir: filepath.Join(ctd.Dir, "kubelet"), LogPath: filepath.Join(ctd.Dir, "kubelet.log")}
+	k.ManifestDir = filepath.Join(k.Dir, "manifests")
+	for _, d := range []string{k.ManifestDir, filepath.Join(k.Dir, "pods-logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(k.Dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(k.config(port)), 0o644); err != nil {
+		return nil, err
+	}
+	// The kubelet wants its cgroup root to exist in every hierarchy.
+	for _, h := range cgroupHierarchies() {
+		if err := os.MkdirAll(filepath.Join(h, ctd.cgroupParent()), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// Paths the kubelet uses whatever its root dir: what did not exist
+	// before it is removed after it.
+	for _, p := range kubeletFixedPaths {
+		if _, err := os.Lstat(p); os.IsNotExist(err) {
+			k.created = append(k.created, p)
+		}
+	}
+	logf, err := os.OpenFile(k.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("nsenter", "--net="+ctd.Node.Path, "--", bin,
+		"--config", cfg, "--root-dir", filepath.Join(k.Dir, "root"), "--cert-dir", filepath.Join(k.Dir, "pki"),
+		"--hostname-override", ctd.Node.Name, "--v", "2")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	k.cmd, k.done = cmd, done
+	return k, nil
+}
+
+// config is the kubelet's configuration: standalone, cgroupfs on this
+// cgroup v1 host (failCgroupV1 off) with its pod cgroups under the
+// containerd's own cgroup parent, no node allocatable enforcement, no swap
+// check, and evictions off so a busy test machine evicts nothing.
+func (k *Kubelet) config(port int) string {
+	q := strconv.Quote
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: ` + q(k.ManifestDir) + `
+fileCheckFrequency: 1s
+syncFrequency: 5s
+containerRuntimeEndpoint: ` + q("unix://"+k.Ctd.Socket) + `
+cgroupDriver: cgroupfs
+failCgroupV1: false
+cgroupRoot: ` + q(k.Ctd.cgroupParent()) + `
+enforceNodeAllocatable: []
+failSwapOn: false
+address: 127.0.0.1
+port: ` + strconv.Itoa(port) + `
+readOnlyPort: 0
+healthzPort: 0
+podLogsDir: ` + q(filepath.Join(k.Dir, "pods-logs")) + `
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+evictionHard:
+  memory.available: "0%"
+  nodefs.available: "0%"
+  imagefs.available: "0%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+localStorageCapacityIsolation: false
+`
+}
+
+// WriteStaticPod puts a static pod manifest (YAML or JSON) in place.
+func (k *Kubelet) WriteStaticPod(name, manifest string) error {
+	return os.WriteFile(filepath.Join(k.ManifestDir, name+".yaml"), []byte(manifest), 0o644)
+}
+
+// RemoveStaticPod deletes a static pod's manifest: the kubelet then stops
+// and removes the pod.
+func (k *Kubelet) RemoveStaticPod(name string) error {
+	return os.Remove(filepath.Join(k.ManifestDir, name+".yaml"))
+}
+
+// Running reports whether the kubelet process is still running.
+func (k *Kubelet) Running() bool {
+	select {
+	case <-k.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// LogTail is the last n lines of the kubelet's log.
+func (k *Kubelet) LogTail(n int) string {
+	data, _ := os.ReadFile(k.LogPath)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Close stops the kubelet; the pods it started stay for containerd's
+// cleanup, which removes them.
+func (k *Kubelet) Close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cmd == nil {
+		return
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.done:
+	case <-time.After(20 * time.Second):
+		_ = k.cmd.Process.Kill()
+		<-k.done
+	}
+	k.cmd = nil
+	for _, m := range mountsUnder(k.Dir) {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	// Log links to this kubelet's pods, then what it created.
+	links, _ := filepath.Glob("/var/log/containers/*.log")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && strings.HasPrefix(target, k.Dir+"/") {
+			_ = os.Remove(l)
+		}
+	}
+	for _, p := range k.created {
+		_ = os.RemoveAll(p)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
