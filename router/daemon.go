@@ -132,6 +132,7 @@ type Daemon struct {
 
 	kick     chan struct{}
 	drainReq chan chan error
+	status   statusQueue
 
 	mu          sync.Mutex
 	rib         RIB
@@ -160,6 +161,7 @@ func New(o Options) (*Daemon, error) {
 		store:       NewStore(o.StateDir),
 		kick:        make(chan struct{}, 1),
 		drainReq:    make(chan chan error),
+		status:      statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)},
 		rib:         RIB{},
 		established: map[string]bool{},
 		eor:         map[string]bool{},
@@ -259,6 +261,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	go d.advInf.RunWithContext(ctx)
+	go d.writeStatus(ctx)
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
 			&coordinationv1.Lease{}, 0, cache.Indexers{})
@@ -517,19 +520,67 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 		d.metrics.updates.WithLabelValues("withdraw").Inc()
 		d.log.Info("withdrew", "route", k.String())
 	}
-	now := metav1.Now()
+	d.status.mu.Lock()
 	for _, adv := range adverts {
-		v, ok := verdicts[adv.Name]
-		if !ok {
-			continue
+		if v, ok := verdicts[adv.Name]; ok {
+			d.status.pending[adv.Name] = statusItem{adv: adv, want: Conditions(v, anyPeer)}
 		}
-		wrote, err := WriteStatus(ctx, d.o.Adverts, adv, Conditions(v, anyPeer), now)
-		if err != nil {
-			d.log.Warn("status", "advertisement", adv.Name, "error", err)
-			continue
+	}
+	d.status.mu.Unlock()
+	select {
+	case d.status.kick <- struct{}{}:
+	default:
+	}
+}
+
+// statusItem is the conditions one advertisement should have, with the
+// cached object whose resourceVersion guards the write.
+type statusItem struct {
+	adv  *v1alpha1.BGPAdvertisement
+	want []metav1.Condition
+}
+
+// statusQueue hands the loop's verdicts to the status writer, latest
+// first: status writes are rate-limited by the API client and must never
+// hold up routing.
+type statusQueue struct {
+	mu      sync.Mutex
+	pending map[string]statusItem
+	kick    chan struct{}
+}
+
+// writeStatus writes the conditions that changed until ctx ends. A write
+// that fails (a conflict, an outage) is not retried here: the next pass
+// queues the advertisement again from a newer cached object.
+func (d *Daemon) writeStatus(ctx context.Context) {
+	superseded := map[string]string{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.status.kick:
 		}
-		if wrote {
-			d.metrics.statusWrites.Inc()
+		d.status.mu.Lock()
+		batch := d.status.pending
+		d.status.pending = map[string]statusItem{}
+		d.status.mu.Unlock()
+		now := metav1.Now()
+		for name, it := range batch {
+			// An object this writer already wrote over: its own write has
+			// not reached the watch yet, and the next pass brings it.
+			if superseded[name] == it.adv.ResourceVersion {
+				continue
+			}
+			delete(superseded, name)
+			wrote, err := WriteStatus(ctx, d.o.Adverts, it.adv, it.want, now)
+			if err != nil {
+				d.log.Warn("status", "advertisement", name, "error", err)
+				continue
+			}
+			if wrote {
+				d.metrics.statusWrites.Inc()
+				superseded[name] = it.adv.ResourceVersion
+			}
 		}
 	}
 }

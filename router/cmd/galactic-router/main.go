@@ -95,6 +95,10 @@ func serve(cfg *config.Config, node settings.Node, resync time.Duration) error {
 		return err
 	}
 	kc.UserAgent = "galactic-router"
+	// Status writes come in bursts (a start, a peer going down); they are
+	// written apart from routing, so a higher limit only shortens how
+	// long conditions lag.
+	kc.QPS, kc.Burst = 20, 40
 	cs, err := client.New(kc)
 	if err != nil {
 		return err
