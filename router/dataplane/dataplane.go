@@ -20,7 +20,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -236,6 +235,10 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 	// is set once, before the first route through it.
 	neighErr := map[netip.Addr]error{}
 	var errs []error
+	// IPv6 routes via a mapped gateway go to iproute2 in one batch: one
+	// process per sync, not per route.
+	var mapped []string
+	mappedReplaced := 0
 	for _, rm := range remotes {
 		if foreign[rm.Prefix] || want[rm.Prefix] {
 			continue
@@ -266,14 +269,14 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 		if nerr != nil {
 			continue
 		}
-		var err error
 		if gw.Is4In6() {
-			err = ip("-6", "route", "replace", rm.Prefix.String(), "via", gw.String(), "dev", dev.Name, "onlink",
-				"table", strconv.Itoa(d.Table), "proto", strconv.Itoa(Protocol))
-		} else {
-			err = netlink.RouteReplace(r)
+			mapped = append(mapped, fmt.Sprintf("route replace %s via %s dev %s onlink table %d proto %d", rm.Prefix, gw, dev.Name, d.Table, Protocol))
+			if have {
+				mappedReplaced++
+			}
+			continue
 		}
-		if err != nil {
+		if err := netlink.RouteReplace(r); err != nil {
 			errs = append(errs, fmt.Errorf("installing %s via %s dev %s table %d: %w", rm.Prefix, gw, dev.Name, d.Table, err))
 			continue
 		}
@@ -281,6 +284,14 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 			ch.Replaced++
 		} else {
 			ch.Added++
+		}
+	}
+	if len(mapped) > 0 {
+		if err := ipBatch("-6", mapped); err != nil {
+			errs = append(errs, fmt.Errorf("installing IPv6 routes dev %s table %d: %w", dev.Name, d.Table, err))
+		} else {
+			ch.Replaced += mappedReplaced
+			ch.Added += len(mapped) - mappedReplaced
 		}
 	}
 	for pfx, r := range ours {
@@ -310,6 +321,17 @@ func ipEqual(a net.IP, b netip.Addr) bool {
 func ip(args ...string) error {
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ipBatch runs lines through one `ip -batch`, going on past a failed line
+// and reporting the failures.
+func ipBatch(family string, lines []string) error {
+	cmd := exec.Command("ip", family, "-force", "-batch", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ip -batch: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
