@@ -2,14 +2,10 @@ package router
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -56,65 +52,6 @@ type Options struct {
 
 // MetricsHandler serves /metrics and /healthz.
 func (d *Daemon) MetricsHandler() http.Handler { return d.metrics.Handler(3 * d.o.Resync) }
-
-// ControlSocket is the unix socket `galactic-router drain` talks to: in the
-// state dir, so only the node's root reaches it.
-func ControlSocket(stateDir string) string { return filepath.Join(stateDir, "router", "control.sock") }
-
-// ListenControl listens on the control socket. The socket is bound by its
-// name from within its directory: a state dir path can be longer than a
-// socket address may be.
-func ListenControl(stateDir string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(ControlSocket(stateDir)), 0o700); err != nil {
-		return nil, err
-	}
-	return inDir(filepath.Dir(ControlSocket(stateDir)), func() (net.Listener, error) {
-		_ = os.Remove(filepath.Base(ControlSocket(stateDir)))
-		return net.Listen("unix", filepath.Base(ControlSocket(stateDir)))
-	})
-}
-
-// DialControl connects to the control socket, as ListenControl binds it.
-func DialControl(stateDir string) (net.Conn, error) {
-	c, err := inDir(filepath.Dir(ControlSocket(stateDir)), func() (net.Conn, error) {
-		return net.Dial("unix", filepath.Base(ControlSocket(stateDir)))
-	})
-	if err != nil {
-		// The caller tells "no router runs" by a dial error.
-		return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
-	}
-	return c, nil
-}
-
-func inDir[T any](dir string, f func() (T, error)) (T, error) {
-	var zero T
-	prev, err := os.Getwd()
-	if err != nil {
-		return zero, err
-	}
-	if err := os.Chdir(dir); err != nil {
-		return zero, err
-	}
-	defer os.Chdir(prev)
-	return f()
-}
-
-// ControlHandler serves POST /drain on the control socket.
-func (d *Daemon) ControlHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/drain", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			http.Error(w, "use POST", http.StatusMethodNotAllowed)
-			return
-		}
-		if err := d.Drain(r.Context()); err != nil {
-			http.Error(w, "drain: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		_, _ = w.Write([]byte("drained\n"))
-	})
-	return mux
-}
 
 // Daemon is one node's galactic-router.
 type Daemon struct {
@@ -533,58 +470,6 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 	}
 }
 
-// statusItem is the conditions one advertisement should have, with the
-// cached object whose resourceVersion guards the write.
-type statusItem struct {
-	adv  *v1alpha1.BGPAdvertisement
-	want []metav1.Condition
-}
-
-// statusQueue hands the loop's verdicts to the status writer, latest
-// first: status writes are rate-limited by the API client and must never
-// hold up routing.
-type statusQueue struct {
-	mu      sync.Mutex
-	pending map[string]statusItem
-	kick    chan struct{}
-}
-
-// writeStatus writes the conditions that changed until ctx ends. A write
-// that fails (a conflict, an outage) is not retried here: the next pass
-// queues the advertisement again from a newer cached object.
-func (d *Daemon) writeStatus(ctx context.Context) {
-	superseded := map[string]string{}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.status.kick:
-		}
-		d.status.mu.Lock()
-		batch := d.status.pending
-		d.status.pending = map[string]statusItem{}
-		d.status.mu.Unlock()
-		now := metav1.Now()
-		for name, it := range batch {
-			// An object this writer already wrote over: its own write has
-			// not reached the watch yet, and the next pass brings it.
-			if superseded[name] == it.adv.ResourceVersion {
-				continue
-			}
-			delete(superseded, name)
-			wrote, err := WriteStatus(ctx, d.o.Adverts, it.adv, it.want, now)
-			if err != nil {
-				d.log.Warn("status", "advertisement", name, "error", err)
-				continue
-			}
-			if wrote {
-				d.metrics.statusWrites.Inc()
-				superseded[name] = it.adv.ResourceVersion
-			}
-		}
-	}
-}
-
 func (d *Daemon) save(vnis map[string]uint32, devices map[string]*dataplane.Device) {
 	next := Saved{RDs: d.saved.RDs, VNIs: map[string]uint32{}}
 	for vpc, v := range vnis {
@@ -603,103 +488,4 @@ func (d *Daemon) save(vnis map[string]uint32, devices map[string]*dataplane.Devi
 		return
 	}
 	d.saved, d.rdsDirty = next, false
-}
-
-// Drain asks the running loop to drain and waits for it; Run returns
-// after it.
-func (d *Daemon) Drain(ctx context.Context) error {
-	done := make(chan error, 1)
-	select {
-	case d.drainReq <- done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// drain withdraws every route this node announces, removes everything the
-// router installed in the kernel and forgets the saved paths, then ends
-// every session with a Cease.
-func (d *Daemon) drain(ctx context.Context) error {
-	var errs []error
-	for k := range d.announced {
-		if err := d.spk.Withdraw(ctx, k); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		delete(d.announced, k)
-	}
-	errs = append(errs, RemoveKernelState(), d.store.Forget())
-	// Give the withdrawals a moment on the wire before the Cease.
-	time.Sleep(500 * time.Millisecond)
-	errs = append(errs, d.spk.Stop(ctx))
-	d.log.Info("drained")
-	return errors.Join(errs...)
-}
-
-// RemoveKernelState deletes every VXLAN device galactic-router made, with
-// its routes, neighbours, FDB entries and rules.
-func RemoveKernelState() error {
-	devs, err := dataplane.Devices()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for vpc := range devs {
-		errs = append(errs, dataplane.Plane{}.RemoveVPC(vpc))
-	}
-	return errors.Join(errs...)
-}
-
-func savedPath(r speaker.Route) SavedPath {
-	return SavedPath{RD: r.RD, Prefix: r.Prefix.String(), VNI: r.VNI, RTASN: r.RTASN, NextHop: r.NextHop.String(),
-		RouterMAC: r.RouterMAC.String(), Generation: r.Generation, Drained: r.Drained}
-}
-
-func (p SavedPath) route() (speaker.Route, error) {
-	pfx, err := netip.ParsePrefix(p.Prefix)
-	if err != nil {
-		return speaker.Route{}, err
-	}
-	nh, err := netip.ParseAddr(p.NextHop)
-	if err != nil {
-		return speaker.Route{}, err
-	}
-	mac, err := net.ParseMAC(p.RouterMAC)
-	if err != nil {
-		return speaker.Route{}, err
-	}
-	return speaker.Route{RD: p.RD, Prefix: pfx, VNI: p.VNI, RTASN: p.RTASN, NextHop: nh, RouterMAC: mac,
-		Generation: p.Generation, Drained: p.Drained}, nil
-}
-
-func equalSaved(a, b Saved) bool {
-	if len(a.Paths) != len(b.Paths) || len(a.VNIs) != len(b.VNIs) || len(a.RDs) != len(b.RDs) {
-		return false
-	}
-	for k, v := range a.VNIs {
-		if b.VNIs[k] != v {
-			return false
-		}
-	}
-	for k, v := range a.RDs {
-		if b.RDs[k] != v {
-			return false
-		}
-	}
-	seen := map[SavedPath]bool{}
-	for _, p := range b.Paths {
-		seen[p] = true
-	}
-	for _, p := range a.Paths {
-		if !seen[p] {
-			return false
-		}
-	}
-	return true
 }

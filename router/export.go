@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -209,9 +210,9 @@ func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict)
 func conflictMessage(adv *v1alpha1.BGPAdvertisement, vnis map[string]uint32) string {
 	var b strings.Builder
 	b.WriteString("spec.vni ")
-	b.WriteString(itoa(int64(adv.Spec.VNI)))
+	b.WriteString(strconv.Itoa(int(adv.Spec.VNI)))
 	if v, ok := vnis[adv.Spec.VPC]; ok {
-		b.WriteString(" differs from VPC " + adv.Spec.VPC + "'s VNI " + itoa(int64(v)) + " on this node")
+		b.WriteString(" differs from VPC " + adv.Spec.VPC + "'s VNI " + strconv.FormatUint(uint64(v), 10) + " on this node")
 	} else {
 		for vpc, v := range vnis {
 			if v == uint32(adv.Spec.VNI) {

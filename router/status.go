@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,4 +73,56 @@ func WriteStatus(ctx context.Context, w StatusWriter, adv *v1alpha1.BGPAdvertise
 		return false, fmt.Errorf("writing status of %s: %w", adv.Name, err)
 	}
 	return true, nil
+}
+
+// statusItem is the conditions one advertisement should have, with the
+// cached object whose resourceVersion guards the write.
+type statusItem struct {
+	adv  *v1alpha1.BGPAdvertisement
+	want []metav1.Condition
+}
+
+// statusQueue hands the loop's verdicts to the status writer, latest
+// first: status writes are rate-limited by the API client and must never
+// hold up routing.
+type statusQueue struct {
+	mu      sync.Mutex
+	pending map[string]statusItem
+	kick    chan struct{}
+}
+
+// writeStatus writes the conditions that changed until ctx ends. A write
+// that fails (a conflict, an outage) is not retried here: the next pass
+// queues the advertisement again from a newer cached object.
+func (d *Daemon) writeStatus(ctx context.Context) {
+	superseded := map[string]string{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.status.kick:
+		}
+		d.status.mu.Lock()
+		batch := d.status.pending
+		d.status.pending = map[string]statusItem{}
+		d.status.mu.Unlock()
+		now := metav1.Now()
+		for name, it := range batch {
+			// An object this writer already wrote over: its own write has
+			// not reached the watch yet, and the next pass brings it.
+			if superseded[name] == it.adv.ResourceVersion {
+				continue
+			}
+			delete(superseded, name)
+			wrote, err := WriteStatus(ctx, d.o.Adverts, it.adv, it.want, now)
+			if err != nil {
+				d.log.Warn("status", "advertisement", name, "error", err)
+				continue
+			}
+			if wrote {
+				d.metrics.statusWrites.Inc()
+				superseded[name] = it.adv.ResourceVersion
+			}
+		}
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -111,4 +113,52 @@ func AllocateRD(rds map[string]uint16, vpc string) (uint16, error) {
 		}
 	}
 	return 0, errors.New("no free route distinguisher number")
+}
+
+func savedPath(r speaker.Route) SavedPath {
+	return SavedPath{RD: r.RD, Prefix: r.Prefix.String(), VNI: r.VNI, RTASN: r.RTASN, NextHop: r.NextHop.String(),
+		RouterMAC: r.RouterMAC.String(), Generation: r.Generation, Drained: r.Drained}
+}
+
+func (p SavedPath) route() (speaker.Route, error) {
+	pfx, err := netip.ParsePrefix(p.Prefix)
+	if err != nil {
+		return speaker.Route{}, err
+	}
+	nh, err := netip.ParseAddr(p.NextHop)
+	if err != nil {
+		return speaker.Route{}, err
+	}
+	mac, err := net.ParseMAC(p.RouterMAC)
+	if err != nil {
+		return speaker.Route{}, err
+	}
+	return speaker.Route{RD: p.RD, Prefix: pfx, VNI: p.VNI, RTASN: p.RTASN, NextHop: nh, RouterMAC: mac,
+		Generation: p.Generation, Drained: p.Drained}, nil
+}
+
+func equalSaved(a, b Saved) bool {
+	if len(a.Paths) != len(b.Paths) || len(a.VNIs) != len(b.VNIs) || len(a.RDs) != len(b.RDs) {
+		return false
+	}
+	for k, v := range a.VNIs {
+		if b.VNIs[k] != v {
+			return false
+		}
+	}
+	for k, v := range a.RDs {
+		if b.RDs[k] != v {
+			return false
+		}
+	}
+	seen := map[SavedPath]bool{}
+	for _, p := range b.Paths {
+		seen[p] = true
+	}
+	for _, p := range a.Paths {
+		if !seen[p] {
+			return false
+		}
+	}
+	return true
 }

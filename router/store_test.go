@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -145,7 +146,7 @@ func TestAllocateRDKeepsNumbersAndHandsOutTheLowestFree(t *testing.T) {
 func TestAllocateRDFailsWhenEveryNumberIsTaken(t *testing.T) {
 	rds := map[string]uint16{}
 	for n := 1; n <= 65535; n++ {
-		rds["vpc-"+itoa(int64(n))] = uint16(n)
+		rds["vpc-"+strconv.Itoa(n)] = uint16(n)
 	}
 	if n, err := AllocateRD(rds, "one-too-many"); err == nil {
 		t.Fatalf("got %d", n)
