@@ -3,7 +3,6 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -90,13 +89,9 @@ func (b *bench) bootOnce(n *node, network string, assets *vm.GuestAssets, r *VMB
 	if err := json.Unmarshal(add.Stdout, res); err != nil || len(res.Interfaces) == 0 || len(res.IPs) == 0 {
 		return fmt.Errorf("the ADD result names no tap or address (%v): %s", err, add.Stdout)
 	}
-	o := vm.GuestOptions{Netns: n.Netns.Name, Tap: res.Interfaces[0].Name, MTU: benchMTU, Accel: r.Accel}
-	for _, ip := range res.IPs {
-		a, _ := netip.AddrFromSlice(ip.Address.IP)
-		bits, _ := ip.Address.Mask.Size()
-		gw, _ := netip.AddrFromSlice(ip.Gateway)
-		o.Addresses = append(o.Addresses, netip.PrefixFrom(a.Unmap(), bits))
-		o.Gateways = append(o.Gateways, gw.Unmap())
+	o := vm.GuestOptions{Netns: n.Netns.Name, MTU: benchMTU, Accel: r.Accel}
+	if err := o.FromResult(res); err != nil {
+		return err
 	}
 	g, err := vm.StartGuest(assets, o)
 	if err != nil {

@@ -277,7 +277,7 @@ func (d *demo) status(m mark) {
 	} else if l == nil {
 		d.show("lease:  none")
 	} else {
-		d.show(fmt.Sprintf("lease:  holder %q token %d available %q (token %q)", holder(l), token(l),
+		d.show(fmt.Sprintf("lease:  holder %q token %d available %q (token %q)", harness.LeaseHolder(l), harness.LeaseToken(l),
 			l.Annotations[handoff.AnnotationAvailable], l.Annotations[handoff.AnnotationAvailableToken]))
 	}
 	st := d.pinger.StatsBetween(m.at, time.Now())
@@ -291,20 +291,6 @@ func (d *demo) lease() (*coordinationv1.Lease, error) {
 		return nil, nil
 	}
 	return l, err
-}
-
-func holder(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-func token(l *coordinationv1.Lease) int32 {
-	if l == nil || l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return *l.Spec.LeaseTransitions
 }
 
 // advertisements are the VM's advertisements by node.
@@ -428,9 +414,9 @@ func (d *demo) watch(existing ...string) (*watcher, error) {
 				continue
 			}
 			w.mu.Lock()
-			if h := holder(l); len(w.holders) == 0 || w.holders[len(w.holders)-1] != h {
+			if h := harness.LeaseHolder(l); len(w.holders) == 0 || w.holders[len(w.holders)-1] != h {
 				w.holders = append(w.holders, h)
-				note(fmt.Sprintf("lease holder %q token %d", h, token(l)))
+				note(fmt.Sprintf("lease holder %q token %d", h, harness.LeaseToken(l)))
 			}
 			w.mu.Unlock()
 		}

@@ -59,17 +59,7 @@ func (d *demo) attach() error {
 		expect(via == "", "node-c to have no route before the report, got one via %s", via),
 	}
 
-	if err := d.availability(r, "available"); err != nil {
-		return err
-	}
-	reported := time.Now()
-	if err := d.waitFRR(routeLimit, false, "node-a"); err != nil {
-		return err
-	}
-	if err := d.waitVia("node-a", routeLimit); err != nil {
-		return err
-	}
-	first, err := d.waitReply(reported, routeLimit)
+	reported, first, err := d.servesFrom(r, "node-a")
 	if err != nil {
 		return err
 	}
@@ -102,7 +92,7 @@ func (d *demo) upgrade() error {
 	if err != nil {
 		return err
 	}
-	before := token(l)
+	before := harness.LeaseToken(l)
 	m := d.mark()
 	old := d.vm
 	if err := d.stopVM(old); err != nil {
@@ -133,7 +123,7 @@ func (d *demo) upgrade() error {
 	}
 	via, _, _ := d.routeVia()
 	return errors.Join(
-		expect(token(l) == before+1, "the lease token to rise by one, %d -> %d", before, token(l)),
+		expect(harness.LeaseToken(l) == before+1, "the lease token to rise by one, %d -> %d", before, harness.LeaseToken(l)),
 		expect(via == "node-a", "node-c's route via node-a, got %q", via),
 		expect(f.Lost > 0 && f.Lost < f.Sent, "an upgrade to lose some replies (the replacement boots) and not all"),
 		expect(len(f.RouteChanges) == 0, "node-c's route unchanged by an upgrade on one node, got %q", f.RouteChanges),
@@ -193,16 +183,7 @@ func (d *demo) move() error {
 	if d.vm, err = d.boot("node-b", c, res.out); err != nil {
 		return err
 	}
-	if err := d.availability(d.vm, "available"); err != nil {
-		return err
-	}
-	if err := d.waitVia("node-b", routeLimit); err != nil {
-		return err
-	}
-	if _, err := d.waitReply(time.Now(), routeLimit); err != nil {
-		return err
-	}
-	if err := d.waitFRR(routeLimit, false, "node-b"); err != nil {
+	if _, _, err := d.servesFrom(d.vm, "node-b"); err != nil {
 		return err
 	}
 	// FRR's log and the watches deliver their last lines.
@@ -253,7 +234,7 @@ func (d *demo) crash() error {
 	if err != nil {
 		return err
 	}
-	before := token(l)
+	before := harness.LeaseToken(l)
 	m := d.mark()
 	if out, err := b.Run("ip", "link", "set", "ul0", "down"); err != nil {
 		return fmt.Errorf("taking node-b off the fabric: %v %s", err, out)
@@ -293,16 +274,7 @@ func (d *demo) crash() error {
 		via, _, _ := d.routeVia()
 		d.say("FRR has dropped node-b's session (its hold time passed) and with it node-b's path; node-c's route still leads to %s: it holds a withdrawn route for %ds", via, withdrawHold)
 	}
-	if err := d.availability(r, "available"); err != nil {
-		return err
-	}
-	if err := d.waitVia("node-a", routeLimit); err != nil {
-		return err
-	}
-	if _, err := d.waitReply(time.Now(), routeLimit); err != nil {
-		return err
-	}
-	if err := d.waitFRR(routeLimit, false, "node-a"); err != nil {
+	if _, _, err := d.servesFrom(r, "node-a"); err != nil {
 		return err
 	}
 	settle()
@@ -323,7 +295,7 @@ func (d *demo) crash() error {
 	}
 	errs := []error{
 		expect(waited >= leaseSeconds*time.Second, "node-a's ADD to wait at least the lease duration, it took %s", waited),
-		expect(token(l) == before+1, "the lease token to rise by one"),
+		expect(harness.LeaseToken(l) == before+1, "the lease token to rise by one"),
 		expect(keys(advs)[0] == "node-a" && len(advs) == 1, "node-b's leftover advertisement deleted by node-a's ADD, got %v", keys(advs)),
 		expect(viaAtExpiry == "node-b", "node-c's route kept to node-b until the lease expired, got %q", viaAtExpiry),
 		expect(len(f.RouteChanges) == 1, "node-c's route to change once (to node-a), got %d: %q", len(f.RouteChanges), f.RouteChanges),
@@ -525,7 +497,7 @@ func (d *demo) drain() error {
 		expect(redAnswers, "red's workload to answer node-c on the VM's address"),
 		expect(!d.report.IPv6AfterDrain, "no answer on %s after the drain", vmAddr6),
 		expect(len(advs) == 0, "no advertisement of the VM left, got %v", keys(advs)),
-		expect(holder(l) == "", "the lease released"),
+		expect(harness.LeaseHolder(l) == "", "the lease released"),
 	)
 }
 
@@ -556,4 +528,23 @@ func (d *demo) leftovers(name string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// servesFrom reports the VM available, as its runtime does once it is
+// ready, and waits until FRR holds node's path, node-c routes to node and
+// the client gets a reply. It returns when the report was made and when
+// the first reply came.
+func (d *demo) servesFrom(vm *running, node string) (reported, first time.Time, err error) {
+	if err := d.availability(vm, "available"); err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	reported = time.Now()
+	if err := d.waitFRR(routeLimit, false, node); err != nil {
+		return reported, time.Time{}, err
+	}
+	if err := d.waitVia(node, routeLimit); err != nil {
+		return reported, time.Time{}, err
+	}
+	first, err = d.waitReply(reported, routeLimit)
+	return reported, first, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -44,19 +43,12 @@ func (q *qemu) describe() string {
 // start boots a guest on the tap the ADD result names and returns once it
 // is ready and answers the node.
 func (q *qemu) start(ctx context.Context, n *harness.Node, res *current.Result) (*guest, error) {
-	if len(res.Interfaces) == 0 {
-		return nil, fmt.Errorf("the ADD result names no tap")
+	o := vm.GuestOptions{Netns: n.Netns.Name, Accel: q.accel}
+	if err := o.FromResult(res); err != nil {
+		return nil, err
 	}
-	o := vm.GuestOptions{Netns: n.Netns.Name, Tap: res.Interfaces[0].Name, Accel: q.accel}
 	if mtu, err := n.Run("cat", filepath.Join("/sys/class/net", o.Tap, "mtu")); err == nil {
 		fmt.Sscan(mtu, &o.MTU)
-	}
-	for _, ip := range res.IPs {
-		a, _ := netip.AddrFromSlice(ip.Address.IP)
-		bits, _ := ip.Address.Mask.Size()
-		gw, _ := netip.AddrFromSlice(ip.Gateway)
-		o.Addresses = append(o.Addresses, netip.PrefixFrom(a.Unmap(), bits))
-		o.Gateways = append(o.Gateways, gw.Unmap())
 	}
 	g, took, err := q.assets.Boot(ctx, o, 3*time.Minute)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"io"
 	"net/netip"
 	"os"
@@ -139,6 +140,23 @@ type GuestOptions struct {
 	MemoryMB int
 	// Console, when set, also gets the serial console as it arrives.
 	Console io.Writer
+}
+
+// FromResult fills Tap, Addresses and Gateways from galactic-cni's ADD
+// result: the tap it made and the addresses with their gateways.
+func (o *GuestOptions) FromResult(res *current.Result) error {
+	if len(res.Interfaces) == 0 {
+		return fmt.Errorf("the ADD result names no tap: %+v", res)
+	}
+	o.Tap = res.Interfaces[0].Name
+	for _, ip := range res.IPs {
+		a, _ := netip.AddrFromSlice(ip.Address.IP)
+		bits, _ := ip.Address.Mask.Size()
+		gw, _ := netip.AddrFromSlice(ip.Gateway)
+		o.Addresses = append(o.Addresses, netip.PrefixFrom(a.Unmap(), bits))
+		o.Gateways = append(o.Gateways, gw.Unmap())
+	}
+	return nil
 }
 
 // QEMUArgs is the qemu command line of a guest on a galactic tap: the tap

@@ -26,8 +26,8 @@ func TestAfterADDTheHolderIsUnavailableUntilItReportsAndRenewalsKeepItsReport(t 
 
 	l := a.checkAvailability(t, h, 1, metav1.ConditionFalse, handoff.ReasonAcquired)
 	checkReset(t, l, 1, handoff.ReasonAcquired)
-	if holder(l) != h || token(l) != 1 {
-		t.Fatalf("lease held by %q with token %d, want %s with token 1", holder(l), token(l), h)
+	if harness.LeaseHolder(l) != h || harness.LeaseToken(l) != 1 {
+		t.Fatalf("lease held by %q with token %d, want %s with token 1", harness.LeaseHolder(l), harness.LeaseToken(l), h)
 	}
 
 	a.mustReport(t, node, "available", c1, exitOK)

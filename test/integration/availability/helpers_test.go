@@ -14,7 +14,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/handoff"
@@ -108,19 +107,6 @@ func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
 	}
 }
 
-// lease returns the attachment's lease, nil when there is none.
-func (a attachment) lease(t *testing.T) *coordinationv1.Lease {
-	t.Helper()
-	l, err := a.env.API.Leases(harness.Namespace).Get(context.Background(), a.leaseName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // checkAvailability checks what handoff.Availability says of holder and
 // token on the lease as it is now, and returns the lease.
 func (a attachment) checkAvailability(t *testing.T, holder string, token int64, status metav1.ConditionStatus, reason string) *coordinationv1.Lease {
@@ -151,20 +137,6 @@ func checkReset(t *testing.T, l *coordinationv1.Lease, token int64, reason strin
 
 func holderOf(node *harness.Node, c *harness.Netns) string {
 	return names.Holder(node.Name, harness.ContainerID(c.Path))
-}
-
-func token(l *coordinationv1.Lease) int64 {
-	if l == nil || l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return int64(*l.Spec.LeaseTransitions)
-}
-
-func holder(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }
 
 // reported is one run of the availability command.
@@ -247,4 +219,10 @@ func waitDone(t *testing.T, what string, done <-chan error) {
 	case <-time.After(hangGuard):
 		t.Fatalf("%s did not finish", what)
 	}
+}
+
+// lease returns the attachment's lease, nil when there is none.
+func (a attachment) lease(t *testing.T) *coordinationv1.Lease {
+	t.Helper()
+	return a.env.Lease(t, a.leaseName())
 }

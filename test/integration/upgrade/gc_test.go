@@ -23,8 +23,8 @@ func TestGalacticGCRenewsTheLeaseOfALiveLocalHolder(t *testing.T) {
 		t.Errorf("lease not renewed: resourceVersion %s -> %s, renewTime %v -> %v\n%s",
 			before.ResourceVersion, after.ResourceVersion, before.Spec.RenewTime, after.Spec.RenewTime, out)
 	}
-	if holder(after) != holder(before) || token(after) != token(before) {
-		t.Errorf("renewal changed the grant: holder %q -> %q, token %d -> %d", holder(before), holder(after), token(before), token(after))
+	if harness.LeaseHolder(after) != harness.LeaseHolder(before) || harness.LeaseToken(after) != harness.LeaseToken(before) {
+		t.Errorf("renewal changed the grant: holder %q -> %q, token %d -> %d", harness.LeaseHolder(before), harness.LeaseHolder(after), harness.LeaseToken(before), harness.LeaseToken(after))
 	}
 	if !strings.Contains(out, `"leasesRenewed":1`) {
 		t.Errorf("the pass does not report one renewal:\n%s", out)
@@ -46,8 +46,8 @@ func TestGalacticGCReleasesTheLeaseOfADeadLocalHolderAndTheNextAddElsewhereGetsI
 	// The container dies without a DEL; node-a's GC notices.
 	c1.Delete()
 	gcOnce(t, env, nodeA)
-	if l := a.getLease(t); holder(l) != "" || token(l) != before {
-		t.Fatalf("lease after the GC pass: holder %q token %d, want free with token %d", holder(l), token(l), before)
+	if l := a.getLease(t); harness.LeaseHolder(l) != "" || harness.LeaseToken(l) != before {
+		t.Fatalf("lease after the GC pass: holder %q token %d, want free with token %d", harness.LeaseHolder(l), harness.LeaseToken(l), before)
 	}
 
 	c2 := harness.NewContainer(t)
@@ -61,7 +61,7 @@ func TestGalacticGCReleasesTheLeaseOfADeadLocalHolderAndTheNextAddElsewhereGetsI
 	held := a.getLease(t)
 	out := gcOnce(t, env, nodeA)
 	if l := a.getLease(t); l.ResourceVersion != held.ResourceVersion {
-		t.Errorf("node-a's second pass wrote node-b's lease: holder %q token %d", holder(l), token(l))
+		t.Errorf("node-a's second pass wrote node-b's lease: holder %q token %d", harness.LeaseHolder(l), harness.LeaseToken(l))
 	}
 	if !strings.Contains(out, `"leasesReleased":0`) || strings.Contains(out, "released lease of dead holder") {
 		t.Errorf("node-a's second pass reports releasing a lease it no longer had:\n%s", out)

@@ -96,33 +96,6 @@ func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
 	}
 }
 
-// getLease returns the attachment's lease, nil when there is none.
-func (a attachment) getLease(t *testing.T) *coordinationv1.Lease {
-	t.Helper()
-	l, err := a.env.API.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-func holder(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-func token(l *coordinationv1.Lease) int64 {
-	if l == nil || l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return int64(*l.Spec.LeaseTransitions)
-}
-
 func holderOf(node *harness.Node, c *harness.Netns) string {
 	return names.Holder(node.Name, harness.ContainerID(c.Path))
 }
@@ -172,14 +145,14 @@ func nodesOf(advs map[string]v1alpha1.BGPAdvertisement) []string {
 func (a attachment) checkCurrentHolder(t *testing.T, node *harness.Node, c *harness.Netns) int64 {
 	t.Helper()
 	l := a.getLease(t)
-	if got, want := holder(l), holderOf(node, c); got != want {
+	if got, want := harness.LeaseHolder(l), holderOf(node, c); got != want {
 		t.Fatalf("lease holder %q, want %q", got, want)
 	}
 	adv := a.onlyAdvertisement(t, node, c)
-	if got := adv.Spec.Containers[0].HolderGeneration; got != token(l) {
-		t.Fatalf("advertisement entry holderGeneration %d, the lease's leaseTransitions %d", got, token(l))
+	if got := adv.Spec.Containers[0].HolderGeneration; got != harness.LeaseToken(l) {
+		t.Fatalf("advertisement entry holderGeneration %d, the lease's leaseTransitions %d", got, harness.LeaseToken(l))
 	}
-	return token(l)
+	return harness.LeaseToken(l)
 }
 
 // records lists the node's galactic-cni records.
@@ -317,10 +290,10 @@ func (a attachment) watchLease(t *testing.T, nodes ...*harness.Node) *leaseWatch
 			case ev.Type == watch.Deleted:
 				lw.problem = errors.Join(lw.problem, errors.New("the lease was deleted"))
 			default:
-				lw.versions = append(lw.versions, leaseVersion{l.ResourceVersion, holder(l), token(l)})
+				lw.versions = append(lw.versions, leaseVersion{l.ResourceVersion, harness.LeaseHolder(l), harness.LeaseToken(l)})
 			}
 			lw.mu.Unlock()
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Deleted && holder(l) == "" && len(nodes) > 0 {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Deleted && harness.LeaseHolder(l) == "" && len(nodes) > 0 {
 				lw.checkFree(a, l.ResourceVersion, nodes)
 			}
 		}
@@ -485,4 +458,10 @@ func (s *tapSampler) check(t *testing.T) {
 		t.Errorf("in %d of %d samples the tap existed on both nodes", s.bothPresent, s.samples)
 	}
 	t.Logf("tap samples on both nodes: %d", s.samples)
+}
+
+// getLease returns the attachment's lease, nil when there is none.
+func (a attachment) getLease(t *testing.T) *coordinationv1.Lease {
+	t.Helper()
+	return a.env.Lease(t, a.lease())
 }

@@ -53,7 +53,7 @@ func TestAMoveWaitsForTheOldNodesReleaseAndTheLeaseIsFreeBetweenTheTwoHolders(t 
 	if _, ok := a.inspectTap(t, nodeB); ok {
 		t.Fatal("node-b created its tap while node-a held the lease")
 	}
-	if h := holder(a.getLease(t)); h != holderOf(nodeA, c1) {
+	if h := harness.LeaseHolder(a.getLease(t)); h != holderOf(nodeA, c1) {
 		t.Fatalf("lease holder %q while node-b waits, want node-a's %q", h, holderOf(nodeA, c1))
 	}
 
@@ -125,7 +125,7 @@ func TestAnAddThatCannotGetTheLeaseWithinWaitSecondsFailsWithTryAgainLaterNaming
 		t.Errorf("node-b's links, rules or routes changed:\nbefore:\n%s\nafter:\n%s", kernelBefore, got)
 	}
 	if l := a.getLease(t); l.ResourceVersion != before.ResourceVersion {
-		t.Errorf("node-b wrote the lease: holder %q token %d", holder(l), token(l))
+		t.Errorf("node-b wrote the lease: holder %q token %d", harness.LeaseHolder(l), harness.LeaseToken(l))
 	}
 	// Only node-a's advertisement, untouched.
 	a.checkCurrentHolder(t, nodeA, c1)
@@ -221,8 +221,8 @@ func TestADelThatCannotReachTheAPIServerStillDetachesAndTheLeaseExpiresByItself(
 	t.Cleanup(func() { _ = nodeA.SetAPIReachable(true) })
 	a.del(t, nodeA, c1)
 	a.checkNothingOn(t, nodeA)
-	if l := a.getLease(t); holder(l) != holderOf(nodeA, c1) {
-		t.Fatalf("lease holder %q after a DEL that could not reach the API server, want still %q", holder(l), holderOf(nodeA, c1))
+	if l := a.getLease(t); harness.LeaseHolder(l) != holderOf(nodeA, c1) {
+		t.Fatalf("lease holder %q after a DEL that could not reach the API server, want still %q", harness.LeaseHolder(l), holderOf(nodeA, c1))
 	}
 
 	c2 := harness.NewContainer(t)
@@ -297,7 +297,7 @@ func TestTwentyUpgradesAlternatingBetweenTwoNodesRaiseTheTokenByOneEachAndLeaveN
 	for _, n := range nodes {
 		a.checkNothingOn(t, n)
 	}
-	if l := a.getLease(t); holder(l) != "" || token(l) != tok {
-		t.Errorf("lease after the last DEL: holder %q token %d, want free with token %d", holder(l), token(l), tok)
+	if l := a.getLease(t); harness.LeaseHolder(l) != "" || harness.LeaseToken(l) != tok {
+		t.Errorf("lease after the last DEL: holder %q token %d, want free with token %d", harness.LeaseHolder(l), harness.LeaseToken(l), tok)
 	}
 }

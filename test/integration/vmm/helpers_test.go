@@ -20,7 +20,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
@@ -176,16 +175,9 @@ func (a attachment) addrs() []netip.Addr {
 // returned, and waits until the guest is ready. t's cleanup kills qemu.
 func boot(t *testing.T, as *vm.GuestAssets, node *harness.Node, res *current.Result) *vm.Guest {
 	t.Helper()
-	if len(res.Interfaces) == 0 {
-		t.Fatalf("the ADD result names no interface: %+v", res)
-	}
-	o := vm.GuestOptions{Netns: node.Netns.Name, Tap: res.Interfaces[0].Name, MTU: mtu}
-	for _, ip := range res.IPs {
-		p, _ := netip.AddrFromSlice(ip.Address.IP)
-		bits, _ := ip.Address.Mask.Size()
-		gw, _ := netip.AddrFromSlice(ip.Gateway)
-		o.Addresses = append(o.Addresses, netip.PrefixFrom(p.Unmap(), bits))
-		o.Gateways = append(o.Gateways, gw.Unmap())
+	o := vm.GuestOptions{Netns: node.Netns.Name, MTU: mtu}
+	if err := o.FromResult(res); err != nil {
+		t.Fatal(err)
 	}
 	if os.Getenv("GALACTIC_VM_CONSOLE") != "" {
 		o.Console = os.Stderr
@@ -303,32 +295,6 @@ func (a attachment) advertisements(t *testing.T) map[string]v1alpha1.BGPAdvertis
 	return out
 }
 
-func (a attachment) lease(t *testing.T) *coordinationv1.Lease {
-	t.Helper()
-	l, err := a.env.API.Leases(harness.Namespace).Get(context.Background(), names.Lease(vpc, a.name), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-func holder(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-func token(l *coordinationv1.Lease) int64 {
-	if l == nil || l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return int64(*l.Spec.LeaseTransitions)
-}
-
 func records(t *testing.T, node *harness.Node) []state.Record {
 	t.Helper()
 	recs, err := state.NewStore(node.Settings.StateDir).List()
@@ -359,4 +325,10 @@ func cniError(t *testing.T, err error) *types.Error {
 		t.Fatalf("want a CNI error, got %v", err)
 	}
 	return e
+}
+
+// lease is the attachment's lease, nil when there is none.
+func (a attachment) lease(t *testing.T) *coordinationv1.Lease {
+	t.Helper()
+	return a.env.Lease(t, names.Lease(vpc, a.name))
 }

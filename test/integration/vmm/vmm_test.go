@@ -136,8 +136,8 @@ func TestAnUpgradeInPlaceWithRealVMsServesTheSameAddressesAndRaisesTheTokenByOne
 	g1 := boot(t, as, node, a.add(t, node, c1))
 	checkServes(t, peer, g1, a.addrs())
 	before := a.lease(t)
-	if holder(before) != names.Holder(node.Name, harness.ContainerID(c1.Path)) {
-		t.Fatalf("the old runtime should hold the lease, holder %q", holder(before))
+	if harness.LeaseHolder(before) != names.Holder(node.Name, harness.ContainerID(c1.Path)) {
+		t.Fatalf("the old runtime should hold the lease, holder %q", harness.LeaseHolder(before))
 	}
 	oldTap, _ := a.inspectTap(t, node)
 
@@ -152,15 +152,15 @@ func TestAnUpgradeInPlaceWithRealVMsServesTheSameAddressesAndRaisesTheTokenByOne
 	checkServes(t, peer, g2, a.addrs())
 
 	after := a.lease(t)
-	if holder(after) != names.Holder(node.Name, harness.ContainerID(c2.Path)) {
-		t.Errorf("the replacement should hold the lease, holder %q", holder(after))
+	if harness.LeaseHolder(after) != names.Holder(node.Name, harness.ContainerID(c2.Path)) {
+		t.Errorf("the replacement should hold the lease, holder %q", harness.LeaseHolder(after))
 	}
-	if token(after) != token(before)+1 {
-		t.Errorf("lease token %d -> %d, want a rise by one", token(before), token(after))
+	if harness.LeaseToken(after) != harness.LeaseToken(before)+1 {
+		t.Errorf("lease token %d -> %d, want a rise by one", harness.LeaseToken(before), harness.LeaseToken(after))
 	}
 	adv := a.advertisements(t)[node.Name]
-	if len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].ContainerID != harness.ContainerID(c2.Path) || adv.Spec.Containers[0].HolderGeneration != token(after) {
-		t.Errorf("the advertisement should hold only the replacement's entry with token %d: %+v", token(after), adv.Spec.Containers)
+	if len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].ContainerID != harness.ContainerID(c2.Path) || adv.Spec.Containers[0].HolderGeneration != harness.LeaseToken(after) {
+		t.Errorf("the advertisement should hold only the replacement's entry with token %d: %+v", harness.LeaseToken(after), adv.Spec.Containers)
 	}
 	poweroff(t, g2)
 	a.del(t, node, c2)
