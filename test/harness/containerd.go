@@ -201,13 +201,7 @@ func (c *Containerd) Stop() {
 	if c.cmd == nil {
 		return
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
+	stopProcess(c.cmd.Process, c.done, syscall.SIGTERM, 30*time.Second)
 	c.cmd = nil
 }
 
@@ -332,14 +326,7 @@ func mountsUnder(dir string) []string {
 }
 
 // LogTail is the last n lines of containerd's log.
-func (c *Containerd) LogTail(n int) string {
-	data, _ := os.ReadFile(c.LogPath)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (c *Containerd) LogTail(n int) string { return fileTail(c.LogPath, n) }
 
 // Crictl runs the real crictl against this containerd and returns its
 // combined output. Requests may take two minutes (an ADD waiting for a

@@ -159,14 +159,7 @@ func (k *Kubelet) Running() bool {
 }
 
 // LogTail is the last n lines of the kubelet's log.
-func (k *Kubelet) LogTail(n int) string {
-	data, _ := os.ReadFile(k.LogPath)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (k *Kubelet) LogTail(n int) string { return fileTail(k.LogPath, n) }
 
 // Close stops the kubelet; the pods it started stay for containerd's
 // cleanup, which removes them.
@@ -176,13 +169,7 @@ func (k *Kubelet) Close() {
 	if k.cmd == nil {
 		return
 	}
-	_ = k.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-k.done:
-	case <-time.After(20 * time.Second):
-		_ = k.cmd.Process.Kill()
-		<-k.done
-	}
+	stopProcess(k.cmd.Process, k.done, syscall.SIGTERM, 20*time.Second)
 	k.cmd = nil
 	for _, m := range mountsUnder(k.Dir) {
 		_ = syscall.Unmount(m, syscall.MNT_DETACH)

@@ -144,13 +144,7 @@ func (r *Router) signal(sig syscall.Signal) {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	stopProcess(cmd.Process, done, sig, 15*time.Second)
 }
 
 // Kill stops the router with SIGKILL, as a crash would.

@@ -1,0 +1,30 @@
+package harness
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// stopProcess sends sig and waits for done (closed when the process has
+// been waited for), killing it when grace passes first.
+func stopProcess(p *os.Process, done <-chan struct{}, sig syscall.Signal, grace time.Duration) {
+	_ = p.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-done
+	}
+}
+
+// fileTail is the last n lines of a log file, for failure messages.
+func fileTail(path string, n int) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
