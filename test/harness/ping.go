@@ -18,17 +18,11 @@ var errUnreachable = errors.New("destination unreachable")
 // no ping binary.
 func (n *Netns) Ping(addr netip.Addr) error {
 	return n.Do(func() error {
-		e := echo4
-		if addr.Is6() {
-			e = echo6
-		}
-		// Not connected: an unreachable comes from a router, not from addr.
-		conn, err := net.ListenPacket(e.network, "")
+		e, c, err := echoSocket(addr)
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
-		c := conn.(*net.IPConn)
+		defer c.Close()
 		id := uint16(os.Getpid())
 		var last error
 		for seq := uint16(1); seq <= 5; seq++ {
@@ -53,16 +47,11 @@ func (n *Netns) Ping(addr netip.Addr) error {
 // timing when a host starts to answer.
 func (n *Netns) PingUntil(addr netip.Addr, interval time.Duration, deadline time.Time) error {
 	return n.Do(func() error {
-		e := echo4
-		if addr.Is6() {
-			e = echo6
-		}
-		conn, err := net.ListenPacket(e.network, "")
+		e, c, err := echoSocket(addr)
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
-		c := conn.(*net.IPConn)
+		defer c.Close()
 		id := uint16(os.Getpid())
 		var last error
 		for seq := uint16(1); time.Now().Before(deadline); seq++ {
@@ -89,6 +78,21 @@ func (e echoKind) echoRequest(addr netip.Addr, id, seq uint16) []byte {
 		binary.BigEndian.PutUint16(msg[2:], checksum(msg))
 	}
 	return msg
+}
+
+// echoSocket opens an ICMP socket for addr's family in the current
+// namespace. It is not connected: an unreachable comes from a router, not
+// from addr.
+func echoSocket(addr netip.Addr) (echoKind, *net.IPConn, error) {
+	e := echo4
+	if addr.Is6() {
+		e = echo6
+	}
+	conn, err := net.ListenPacket(e.network, "")
+	if err != nil {
+		return e, nil, err
+	}
+	return e, conn.(*net.IPConn), nil
 }
 
 type echoKind struct {

@@ -45,20 +45,13 @@ type PingerStats struct {
 
 // StartPinger pings addr from n every interval until Stop.
 func (n *Netns) StartPinger(addr netip.Addr, interval time.Duration) (*Pinger, error) {
-	p := &Pinger{addr: addr, interval: interval, e: echo4, id: uint16(rand.N(65535) + 1), stop: make(chan struct{}),
+	p := &Pinger{addr: addr, interval: interval, id: uint16(rand.N(65535) + 1), stop: make(chan struct{}),
 		sent: map[uint16]time.Time{}, replied: map[uint16]time.Time{}}
-	if addr.Is6() {
-		p.e = echo6
-	}
 	// A socket belongs to the namespace it was made in, so it can be used
 	// from any goroutine afterwards.
-	err := n.Do(func() error {
-		c, err := net.ListenPacket(p.e.network, "")
-		if err != nil {
-			return err
-		}
-		p.conn = c.(*net.IPConn)
-		return nil
+	err := n.Do(func() (err error) {
+		p.e, p.conn, err = echoSocket(addr)
+		return err
 	})
 	if err != nil {
 		return nil, err
