@@ -78,7 +78,7 @@ func TestOverlappingVPCsReachOnlyTheirOwnWorkloads(t *testing.T) {
 	redA := attachment{VPC: "red", Name: "db-a", VNI: 10200, Addresses: []string{"10.20.0.9/24"}}
 	wBlueA := add(t, a.Node, blueA)
 	wBlueC := add(t, c.Node, blueC)
-	wRedB := add(t, b.Node, redB)
+	add(t, b.Node, redB)
 	wRedA := add(t, a.Node, redA)
 	waitPing(t, wBlueC, blueA.Addr(false))
 	waitPing(t, wRedA, redB.Addr(false))
@@ -94,7 +94,6 @@ func TestOverlappingVPCsReachOnlyTheirOwnWorkloads(t *testing.T) {
 	if r := kernelRoute(t, a.Node, "red", redB.Prefixes()[0]); r == nil || r.Gw.String() != b.Underlay.String() {
 		t.Errorf("red's route for 10.20.0.5 on node-a: %+v", r)
 	}
-	_ = wRedB
 }
 
 func TestAMoveWithHandoffChangesTheRemoteRouteOnceAndRepliesComeFromTheNewNode(t *testing.T) {
@@ -145,7 +144,7 @@ func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *t
 	b := newRouted(t, env, f, "node-b")
 	c := newRouted(t, env, f, "node-c")
 	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true}
-	wa := add(t, a.Node, vm)
+	add(t, a.Node, vm)
 	add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
 	waitKernelRoute(t, c.Node, "blue", vm.Prefixes()[0], a.Underlay)
 	// node-a crashes without DEL: its advertisement stays, held by a
@@ -173,7 +172,6 @@ func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *t
 	if ch := mon.changes(vm.Prefixes()[0]); len(ch) != 1 {
 		t.Fatalf("node-c's route changed %d times while both advertised, want once:\n%s", len(ch), strings.Join(ch, "\n"))
 	}
-	_ = wa
 }
 
 func TestRouterRestartsLoseNoPing(t *testing.T) {
