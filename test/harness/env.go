@@ -101,6 +101,9 @@ func NewEnv(progress io.Writer) (*Env, error) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
+	if err := e.applyIdentity(ctx); err != nil {
+		return nil, fmt.Errorf("node identity and admission: %w", err)
+	}
 	return e, nil
 }
 

@@ -145,7 +145,10 @@ func (e *Env) newNode(name, dir string, nn *Netns) (*Node, error) {
 	if err := os.WriteFile(n.ConfigPath, data, 0o644); err != nil {
 		return nil, err
 	}
-	if err := copyFile(e.CP.AdminKubeconfig, n.Settings.Kubeconfig, 0o600); err != nil {
+	// The node's own credential, as galactic-installer writes it on a
+	// cluster: a galactic-node token bound to this node, under the
+	// per-node admission policy.
+	if err := e.writeNodeKubeconfig(context.Background(), n.Settings.Kubeconfig, name); err != nil {
 		return nil, err
 	}
 	fwd, err := NewForwarder(nn.Path, e.CP.Port)

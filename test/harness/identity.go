@@ -1,0 +1,138 @@
+package harness
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// ServiceAccount is the identity every node's galactic components share
+// (installer/manifests/serviceaccount.yaml).
+const ServiceAccount = "galactic-node"
+
+// nodeTokenSeconds outlives any one test binary or demo; nothing refreshes
+// a harness node's kubeconfig.
+const nodeTokenSeconds = 12 * 3600
+
+// identityManifests are what every environment applies from
+// installer/manifests, so every node credential is judged as on a cluster.
+var identityManifests = []string{"serviceaccount.yaml", "rbac.yaml", "runtime-rbac.yaml", "admission.yaml"}
+
+func (e *Env) applyIdentity(ctx context.Context) error {
+	var paths []string
+	for _, m := range identityManifests {
+		paths = append(paths, filepath.Join(RepoRoot(), "installer", "manifests", m))
+	}
+	if err := ApplyManifests(ctx, e.CP.Admin, paths...); err != nil {
+		return err
+	}
+	return e.waitAdmissionPolicy(ctx)
+}
+
+// waitAdmissionPolicy returns once the API server enforces the per-node
+// policy, which it loads some time after the objects exist: until then a
+// lease write with a token bound to no node succeeds.
+func (e *Env) waitAdmissionPolicy(ctx context.Context) error {
+	token, err := e.UnboundToken(ctx)
+	if err != nil {
+		return err
+	}
+	leases, err := kubernetes.NewForConfig(e.TokenConfig(token))
+	if err != nil {
+		return err
+	}
+	const probe = "galactic-admission-probe"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := leases.CoordinationV1().Leases(Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: probe}}, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_ = e.Kube.CoordinationV1().Leases(Namespace).Delete(ctx, probe, metav1.DeleteOptions{})
+		} else if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "authentication.kubernetes.io/node-name") {
+			return nil
+		} else if !apierrors.IsForbidden(err) {
+			return fmt.Errorf("probing the admission policy: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the API server did not enforce installer/manifests/admission.yaml within 30s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// NodeToken returns a galactic-node token bound to a Pod on Node node, as
+// the kubelet projects one into the DaemonSet's pod there: the API server
+// puts the node in it. It creates the Node and the Pod when they are
+// missing; the token stays valid while the Pod exists.
+func (e *Env) NodeToken(ctx context.Context, node string) (string, error) {
+	_, err := e.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("node %s: %w", node, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName(node), Namespace: Namespace},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			ServiceAccountName:           ServiceAccount,
+			AutomountServiceAccountToken: new(false),
+			Containers:                   []corev1.Container{{Name: "galactic", Image: "galactic.invalid/galactic:harness"}},
+		},
+	}
+	if _, err := e.Kube.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("pod for node %s: %w", node, err)
+	}
+	return e.token(ctx, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name})
+}
+
+// UnboundToken returns a galactic-node token bound to no pod, so it carries
+// no node: what a hand-made kubeconfig would hold.
+func (e *Env) UnboundToken(ctx context.Context) (string, error) {
+	return e.token(ctx, nil)
+}
+
+func (e *Env) token(ctx context.Context, bound *authenticationv1.BoundObjectReference) (string, error) {
+	seconds := int64(nodeTokenSeconds)
+	tr, err := e.Kube.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, ServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds, BoundObjectRef: bound}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token request for %s: %w", ServiceAccount, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// TokenConfig is a client config for the API server authenticating with
+// token.
+func (e *Env) TokenConfig(token string) *rest.Config {
+	return &rest.Config{Host: e.CP.Server, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: e.CP.CAFile}, QPS: -1}
+}
+
+// writeNodeKubeconfig gives node's components their own credential.
+func (e *Env) writeNodeKubeconfig(ctx context.Context, path, node string) error {
+	token, err := e.NodeToken(ctx, node)
+	if err != nil {
+		return err
+	}
+	return WriteKubeconfig(path, e.CP.Server, e.CP.CAFile, &clientcmdapi.AuthInfo{Token: token})
+}
+
+func podName(node string) string {
+	name := ServiceAccount + "-" + node
+	if len(name) <= 253 {
+		return name
+	}
+	h := sha256.Sum256([]byte(node))
+	return ServiceAccount + "-" + hex.EncodeToString(h[:16])
+}
