@@ -44,10 +44,13 @@ func newFixture(t *testing.T) *fixture {
 	for _, b := range Binaries() {
 		must(t, os.WriteFile(filepath.Join(f.src, b), []byte("#!/bin/sh\necho "+b+"\n"), 0o700))
 	}
-	must(t, os.WriteFile(f.token, []byte("token-1\n"), 0o600))
+	must(t, os.WriteFile(f.token, []byte(token1+"\n"), 0o600))
 	must(t, os.WriteFile(f.ca, []byte("-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"), 0o644))
 	return f
 }
+
+// token1 is the fixture's service account token.
+var token1 = podToken("node-a", 1)
 
 func (f *fixture) options() Options {
 	return Options{
@@ -115,10 +118,10 @@ func TestInstallWritesThePluginsNodeSettingsAndKubeconfigWithTheirModes(t *testi
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", f.path("/etc/galactic/kubeconfig"))
 	must(t, err)
-	if cfg.Host != "https://10.96.0.1:443" || cfg.BearerToken != "token-1" || cfg.BearerTokenFile != f.path("/etc/galactic/token") || !bytes.Contains(cfg.CAData, []byte("fake")) {
+	if cfg.Host != "https://10.96.0.1:443" || cfg.BearerToken != token1 || cfg.BearerTokenFile != f.path("/etc/galactic/token") || !bytes.Contains(cfg.CAData, []byte("fake")) {
 		t.Errorf("kubeconfig: host %q token %q tokenFile %q CA %q", cfg.Host, cfg.BearerToken, cfg.BearerTokenFile, cfg.CAData)
 	}
-	if tok, _ := os.ReadFile(f.path("/etc/galactic/token")); string(tok) != "token-1" {
+	if tok, _ := os.ReadFile(f.path("/etc/galactic/token")); string(tok) != token1 {
 		t.Errorf("token copy %q, want the service account token without its newline", tok)
 	}
 }
@@ -352,12 +355,13 @@ func TestRunRewritesTheKubeconfigWhenTheTokenRotates(t *testing.T) {
 	o.Out = io.Discard // Run writes from its own goroutine
 	go func() { done <- Run(ctx, o, 5*time.Millisecond, time.Minute) }()
 
-	must(t, os.WriteFile(f.token, []byte("token-2"), 0o600))
+	token2 := podToken("node-a", 2)
+	must(t, os.WriteFile(f.token, []byte(token2), 0o600))
 	waitFor(t, "the kubeconfig to carry token-2", func() bool {
 		cfg, err := clientcmd.BuildConfigFromFlags("", f.path("/etc/galactic/kubeconfig"))
-		return err == nil && cfg.BearerToken == "token-2"
+		return err == nil && cfg.BearerToken == token2
 	})
-	if tok, _ := os.ReadFile(f.path("/etc/galactic/token")); string(tok) != "token-2" {
+	if tok, _ := os.ReadFile(f.path("/etc/galactic/token")); string(tok) != token2 {
 		t.Errorf("token copy %q", tok)
 	}
 	if st, _ := os.Stat(f.path("/etc/galactic/kubeconfig")); st.Mode().Perm() != 0o600 {

@@ -2,6 +2,8 @@ package install
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -31,6 +33,9 @@ func (o Options) buildCredentials(p paths) (credentials, error) {
 	token = bytes.TrimSpace(token)
 	if len(token) == 0 {
 		return credentials{}, fmt.Errorf("the service account token %s is empty: check the pod's projected token volume", o.TokenFile)
+	}
+	if err := checkNodeBound(token, o.NodeName); err != nil {
+		return credentials{}, fmt.Errorf("the service account token %s %w", o.TokenFile, err)
 	}
 	ca, err := os.ReadFile(o.CAFile)
 	if err != nil {
@@ -76,4 +81,48 @@ func flattenKubeconfig(path string) ([]byte, error) {
 		return nil, fmt.Errorf("--kubeconfig %s is not usable: %w", path, err)
 	}
 	return clientcmd.Write(*cfg)
+}
+
+// nodeBoundFix is what makes a token node-bound, for the errors below.
+const nodeBoundFix = "mount the pod's projected serviceAccountToken volume at --token-file (installer/manifests/daemonset.yaml does), or pass a token requested for a pod on this node"
+
+// checkNodeBound reads the token's claims, without verifying them (the API
+// server does), to refuse what the admission policy would refuse on every
+// write: a long-lived Secret token, a token bound to no pod, or one bound to
+// a pod on another node. node is this node's name; empty skips the match.
+// The error completes a sentence that starts with the token's path.
+func checkNodeBound(token []byte, node string) error {
+	parts := bytes.Split(token, []byte("."))
+	if len(parts) != 3 {
+		return fmt.Errorf("is not a JSON web token: %s", nodeBoundFix)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(string(parts[1]))
+	if err != nil {
+		return fmt.Errorf("is not a JSON web token (%v): %s", err, nodeBoundFix)
+	}
+	var claims struct {
+		Kubernetes *struct {
+			Pod *struct {
+				Name string `json:"name"`
+			} `json:"pod"`
+			Node *struct {
+				Name string `json:"name"`
+			} `json:"node"`
+		} `json:"kubernetes.io"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return fmt.Errorf("has unreadable claims (%v): %s", err, nodeBoundFix)
+	}
+	k := claims.Kubernetes
+	switch {
+	case k == nil:
+		return fmt.Errorf("has no kubernetes.io claim, so it is a long-lived Secret token or not a service account token; the admission policy refuses its writes: %s", nodeBoundFix)
+	case k.Pod == nil:
+		return fmt.Errorf("is bound to no pod; the admission policy refuses its writes: %s", nodeBoundFix)
+	case k.Node == nil || k.Node.Name == "":
+		return fmt.Errorf("is bound to pod %s but names no node, which the API server adds from Kubernetes 1.30 (feature gate ServiceAccountTokenPodNodeInfo); the admission policy refuses its writes: upgrade the API server or enable the gate", k.Pod.Name)
+	case node != "" && k.Node.Name != node:
+		return fmt.Errorf("is bound to node %s, not to this node %s (--node-name): %s", k.Node.Name, node, nodeBoundFix)
+	}
+	return nil
 }

@@ -317,7 +317,22 @@ func (d *demo) addNode(name string) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
-	args := []string{"install", "--root", root, "--node-name", name, "--kubeconfig", d.env.CP.AdminKubeconfig, "--source-dir", d.env.BinDir,
+	// What the kubelet would project into the DaemonSet's pod on this node:
+	// a service account token bound to it, so the admission policy keeps
+	// the node to its own objects.
+	token, err := d.env.NodeToken(d.ctx, name)
+	if err != nil {
+		return err
+	}
+	tokenFile := filepath.Join(dir, "serviceaccount", "token")
+	if err := os.MkdirAll(filepath.Dir(tokenFile), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		return err
+	}
+	args := []string{"install", "--root", root, "--node-name", name, "--token-file", tokenFile, "--ca-file", d.env.CP.CAFile,
+		"--api-server", d.env.CP.Server, "--source-dir", d.env.BinDir,
 		"--router-asn", fmt.Sprint(harness.FabricASN), "--router-underlay", n.underlay.String(),
 		"--router-peer", fmt.Sprintf("%s:%d", d.fabric.RR, harness.FabricASN), "--router-listen-port", "-1",
 		"--router-withdraw-hold-seconds", fmt.Sprint(withdrawHold)}

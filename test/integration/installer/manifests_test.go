@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,9 +27,6 @@ import (
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
-
-// serviceAccount is the DaemonSet's identity, shared by the plugins.
-const serviceAccount = "galactic-node"
 
 var manifestsDir = filepath.Join(harness.RepoRoot(), "installer", "manifests")
 
@@ -63,8 +59,8 @@ func applyManifests(t *testing.T, env *harness.Env) {
 }
 
 // serviceAccountConfig is a client config that authenticates as the
-// DaemonSet's service account with a token from the TokenRequest API, as
-// the kubelet gets one for the pod.
+// DaemonSet's service account on node-a with a token from the TokenRequest
+// API bound to a pod there, as the kubelet gets one for the pod.
 func serviceAccountConfig(t *testing.T, env *harness.Env) *rest.Config {
 	t.Helper()
 	return &rest.Config{
@@ -77,13 +73,11 @@ func serviceAccountConfig(t *testing.T, env *harness.Env) *rest.Config {
 
 func serviceAccountToken(t *testing.T, env *harness.Env) string {
 	t.Helper()
-	seconds := int64(600)
-	tr, err := env.Kube.CoreV1().ServiceAccounts(harness.Namespace).CreateToken(context.Background(), serviceAccount,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+	token, err := env.NodeToken(context.Background(), "node-a")
 	if err != nil {
-		t.Fatalf("token request for %s: %v", serviceAccount, err)
+		t.Fatal(err)
 	}
-	return tr.Status.Token
+	return token
 }
 
 func TestTheKustomizationListsEveryManifestAndNothingElse(t *testing.T) {
@@ -134,7 +128,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	if !spec.HostNetwork || !spec.HostPID {
 		t.Errorf("hostNetwork %v hostPID %v: the GC needs both", spec.HostNetwork, spec.HostPID)
 	}
-	if spec.ServiceAccountName != serviceAccount {
+	if spec.ServiceAccountName != harness.ServiceAccount {
 		t.Errorf("service account %q", spec.ServiceAccountName)
 	}
 	if len(spec.InitContainers) != 1 || !slices.Equal(spec.InitContainers[0].Command, []string{"galactic-installer", "install"}) {
