@@ -87,7 +87,9 @@ func refused(t *testing.T, what string, err error, want string) {
 }
 
 func cleanupAdvertisement(t *testing.T, env *harness.Env, name string) {
-	t.Cleanup(func() { _ = env.API.BGPAdvertisements(harness.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.API.BGPAdvertisements(harness.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 func TestANodeWritesItsOwnAdvertisementAndStatusButNoOtherNodes(t *testing.T) {
@@ -177,7 +179,9 @@ func TestANodeHoldsLeasesOnlyAsItselfAndReleasesOnlyItsOwnHold(t *testing.T) {
 	a := asNode(t, env, "node-a")
 	leases := a.api.Leases(harness.Namespace)
 	lock := func(name string) *handoff.Lock {
-		t.Cleanup(func() { _ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		})
 		l, err := handoff.New(leases, harness.Namespace, name, handoff.Options{LeaseDuration: time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -233,7 +237,9 @@ func TestANodeHoldsLeasesOnlyAsItselfAndReleasesOnlyItsOwnHold(t *testing.T) {
 	refused(t, "node-a creating a lease held by node-b", err, "not as node-b/c9")
 	mislabelled := handoff.LeaseFromRecord(harness.Namespace, names.Lease("blue", "claimed-1"), "", handoff.Record{HolderIdentity: names.Holder("node-a", "c2"), LeaseDurationSeconds: 5})
 	mislabelled.Labels[names.LabelHolderNode] = "node-b"
-	t.Cleanup(func() { _ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, mislabelled.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, mislabelled.Name, metav1.DeleteOptions{})
+	})
 	_, err = leases.Create(ctx, mislabelled, metav1.CreateOptions{})
 	refused(t, "node-a holding a lease labelled node-b", err, "must carry the label network.galactic.dev/holder-node=node-a")
 
@@ -317,7 +323,9 @@ func TestAnAdministratorAndOtherIdentitiesAreNotRestricted(t *testing.T) {
 	}
 	leases := env.API.Leases(harness.Namespace)
 	name := names.Lease("blue", "admin-0")
-	t.Cleanup(func() { _ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	})
 	lease, err := leases.Create(ctx, handoff.LeaseFromRecord(harness.Namespace, name, "", handoff.Record{HolderIdentity: names.Holder("node-b", "c1"), LeaseDurationSeconds: 5}), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the administrator writing node-b as holder: %v", err)
