@@ -11,7 +11,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/client"
+	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -306,7 +306,7 @@ func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *te
 	// Everything the handoff does to its lease.
 	leases := api.Leases(harness.Namespace)
 	holder := "node-a/c1"
-	lease, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: names.Lease("blue", "rbac-0")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{})
+	lease, err := leases.Create(ctx, handoff.LeaseFromRecord(harness.Namespace, names.Lease("blue", "rbac-0"), "", handoff.Record{HolderIdentity: holder, LeaseDurationSeconds: 5}), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create lease: %v", err)
 	}
@@ -317,6 +317,7 @@ func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *te
 		t.Fatalf("get lease: %v", err)
 	}
 	lease.Spec.HolderIdentity = nil
+	lease.Labels = nil
 	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("update lease: %v", err)
 	}

@@ -1,0 +1,86 @@
+package routing
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+// policyName is installer/manifests/admission.yaml's policy.
+const policyName = "galactic-node-writes-its-own"
+
+// Every harness node runs with its own node-bound token under the policy;
+// this test walks the whole chain on purpose and checks that no component
+// was refused along the way.
+func TestTheWholeChainRunsUnderThePerNodePolicyWithNodeBoundTokens(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	b := newRouted(t, env, f, "node-b")
+	web := attachment{VPC: "blue", Name: "chain-0", VNI: 10100, Addresses: []string{"10.20.0.40/24"}, Handoff: true}
+
+	// ADD on node-a; node-a's router announces and writes the status.
+	ca := add(t, a.Node, web)
+	waitFRR(t, f, 1, web.Prefixes()...)
+	waitCondition(t, env, web, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+
+	// The move with handoff: node-b's ADD waits for the lease until
+	// node-a's DEL releases it.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(time.Second)
+		del(t, a.Node, web, ca)
+	}()
+	cb := add(t, b.Node, web)
+	<-done
+	waitCondition(t, env, web, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	if adv := advertisement(t, env, web, "node-a"); adv != nil {
+		t.Errorf("node-a's advertisement is still there after its DEL: %+v", adv.Spec)
+	}
+	if h := harness.LeaseHolder(env.Lease(t, names.Lease(web.VPC, web.Name))); !strings.HasPrefix(h, "node-b/") {
+		t.Errorf("lease holder %q after the move, want node-b's", h)
+	}
+
+	// What DEL missed, the GC releases: a container on node-a gone without
+	// a DEL leaves an advertisement and a lease held from node-a.
+	job := attachment{VPC: "blue", Name: "chain-1", VNI: 10100, Addresses: []string{"10.20.0.41/24"}, Handoff: true}
+	cj := add(t, a.Node, job)
+	cj.Delete()
+	gcOut, err := exec.Command("ip", "netns", "exec", a.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"), "--once", "--config", a.ConfigPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("galactic-gc --once on node-a: %v\n%s", err, gcOut)
+	}
+	if strings.Contains(string(gcOut), policyName) {
+		t.Errorf("galactic-gc was refused by the admission policy:\n%s", gcOut)
+	}
+	if adv := advertisement(t, env, job, "node-a"); adv != nil {
+		t.Errorf("the GC left the dead container's advertisement: %+v", adv.Spec)
+	}
+	if h := harness.LeaseHolder(env.Lease(t, names.Lease(job.VPC, job.Name))); h != "" {
+		t.Errorf("the GC left the dead container's lease held by %q", h)
+	}
+
+	// DEL on node-b releases the last of it.
+	del(t, b.Node, web, cb)
+	waitFRR(t, f, 0, web.Prefixes()...)
+
+	for _, n := range []*routed{a, b} {
+		logs := n.Router.Log()
+		if data, err := os.ReadFile(n.Settings.LogFile); err == nil {
+			logs += string(data)
+		}
+		if strings.Contains(logs, policyName) {
+			t.Errorf("%s: a component was refused by the admission policy:\n%s", n.Name, logs)
+		}
+	}
+}
