@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -128,11 +129,12 @@ func (e *Env) writeNodeKubeconfig(ctx context.Context, path, node string) error 
 	return WriteKubeconfig(path, e.CP.Server, e.CP.CAFile, &clientcmdapi.AuthInfo{Token: token})
 }
 
+// podName is a DNS label, as a pod's hostname should be.
 func podName(node string) string {
 	name := ServiceAccount + "-" + node
-	if len(name) <= 253 {
+	if len(validation.IsDNS1123Label(name)) == 0 {
 		return name
 	}
 	h := sha256.Sum256([]byte(node))
-	return ServiceAccount + "-" + hex.EncodeToString(h[:16])
+	return ServiceAccount + "-" + hex.EncodeToString(h[:8])
 }

@@ -361,3 +361,42 @@ func TestEveryHarnessNodeAuthenticatesAsItsOwnNode(t *testing.T) {
 		t.Errorf("node kubeconfig's node claim %v, want [node-whoami]", got)
 	}
 }
+
+// A node name that is no label value is labelled by its hash, and one that
+// makes the advertisement's name too long is named by its hash; CEL cannot
+// hash, so the policy takes the hash's shape, and consumers check spec.node.
+func TestALongNodeNameWritesItsOwnAdvertisementAndLeaseUnderItsHashedNames(t *testing.T) {
+	env := harness.Setup(t)
+	ctx := context.Background()
+	label := strings.Repeat("x", 60)
+	for _, node := range []string{
+		"node-" + label + ".example", // label hashed
+		strings.Join([]string{label, label, label, strings.Repeat("y", 56)}, "."), // label and name hashed
+	} {
+		n := asNode(t, env, node)
+		adv := advertisement("long-0", node)
+		cleanupAdvertisement(t, env, adv.Name)
+		if adv.Labels[v1alpha1.LabelNode] == node {
+			t.Fatalf("%d-character node name labelled as itself", len(node))
+		}
+		if _, err := n.api.BGPAdvertisements(harness.Namespace).Create(ctx, adv, metav1.CreateOptions{}); err != nil {
+			t.Errorf("a node called %d characters creating its own advertisement %s: %v", len(node), adv.Name, err)
+		}
+		name := names.Lease("blue", "long-0")
+		t.Cleanup(func() {
+			_ = env.Kube.CoordinationV1().Leases(harness.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		})
+		l, err := handoff.New(n.api.Leases(harness.Namespace), harness.Namespace, name, handoff.Options{LeaseDuration: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := l.Acquire(ctx, names.Holder(node, "c1"))
+		if err != nil {
+			t.Errorf("a node called %d characters taking a free lease: %v", len(node), err)
+			continue
+		}
+		if err := l.Release(ctx, g); err != nil {
+			t.Errorf("a node called %d characters releasing its lease: %v", len(node), err)
+		}
+	}
+}
