@@ -248,6 +248,22 @@ func TestInstallErrorsSayWhatToFixAndChangeNothing(t *testing.T) {
 			os.Remove(n.tokenFile)
 			return n.command(n.args("install"), n.environ)
 		}, []string{"cannot read the service account token", "--token-file", "--kubeconfig"}},
+		{"a token bound to no pod", func(t *testing.T, n *node) *exec.Cmd {
+			token, err := env.UnboundToken(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, n.tokenFile, token, 0o600)
+			return n.command(n.args("install"), n.environ)
+		}, []string{"is bound to no pod", "the admission policy refuses its writes", "--token-file"}},
+		{"a token bound to another node", func(t *testing.T, n *node) *exec.Cmd {
+			token, err := env.NodeToken(context.Background(), "node-b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, n.tokenFile, token, 0o600)
+			return n.command(n.args("install"), n.environ)
+		}, []string{"is bound to node node-b, not to this node node-a", "--token-file"}},
 		{"outside a pod without --api-server", func(t *testing.T, n *node) *exec.Cmd {
 			return n.command(n.args("install"), without(n.environ, "KUBERNETES_SERVICE_HOST="))
 		}, []string{"KUBERNETES_SERVICE_HOST", "--api-server"}},
