@@ -25,9 +25,9 @@ import (
 // (installer/manifests/serviceaccount.yaml).
 const ServiceAccount = "galactic-node"
 
-// nodeTokenSeconds outlives any one test binary or demo; nothing refreshes
-// a harness node's kubeconfig.
-const nodeTokenSeconds = 12 * 3600
+// tokenSeconds outlives any one test binary or demo; nothing refreshes a
+// harness node's kubeconfig.
+const tokenSeconds = 12 * 3600
 
 // identityManifests are what every environment applies from
 // installer/manifests, so every node credential is judged as on a cluster.
@@ -95,21 +95,23 @@ func (e *Env) NodeToken(ctx context.Context, node string) (string, error) {
 	if _, err := e.Kube.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("pod for node %s: %w", node, err)
 	}
-	return e.token(ctx, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name})
+	return e.Token(ctx, ServiceAccount, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name})
 }
 
 // UnboundToken returns a galactic-node token bound to no pod, so it carries
 // no node: what a hand-made kubeconfig would hold.
 func (e *Env) UnboundToken(ctx context.Context) (string, error) {
-	return e.token(ctx, nil)
+	return e.Token(ctx, ServiceAccount, nil)
 }
 
-func (e *Env) token(ctx context.Context, bound *authenticationv1.BoundObjectReference) (string, error) {
-	seconds := int64(nodeTokenSeconds)
-	tr, err := e.Kube.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, ServiceAccount,
+// Token requests a token of the service account called account in
+// Namespace through the TokenRequest API, bound to bound when it is not nil.
+func (e *Env) Token(ctx context.Context, account string, bound *authenticationv1.BoundObjectReference) (string, error) {
+	seconds := int64(tokenSeconds)
+	tr, err := e.Kube.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, account,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds, BoundObjectRef: bound}}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("token request for %s: %w", ServiceAccount, err)
+		return "", fmt.Errorf("token request for %s: %w", account, err)
 	}
 	return tr.Status.Token, nil
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
@@ -52,20 +50,18 @@ func runtimeToken(t *testing.T, env *harness.Env) string {
 	if _, err := env.Kube.RbacV1().RoleBindings(harness.Namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	seconds := int64(600)
-	tr, err := env.Kube.CoreV1().ServiceAccounts(harness.Namespace).CreateToken(ctx, runtimeAccount,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+	token, err := env.Token(ctx, runtimeAccount, nil)
 	if err != nil {
-		t.Fatalf("token request for %s: %v", runtimeAccount, err)
+		t.Fatal(err)
 	}
-	return tr.Status.Token
+	return token
 }
 
 func TestARuntimeBoundToTheRuntimeRoleCanReportButCannotWriteAdvertisements(t *testing.T) {
 	env := harness.Setup(t)
 	ctx := context.Background()
 	tok := runtimeToken(t, env)
-	cfg := &rest.Config{Host: env.CP.Server, BearerToken: tok, TLSClientConfig: rest.TLSClientConfig{CAFile: env.CP.CAFile}, QPS: -1}
+	cfg := env.TokenConfig(tok)
 	api, err := client.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/client"
@@ -58,19 +57,9 @@ func applyManifests(t *testing.T, env *harness.Env) {
 	}
 }
 
-// serviceAccountConfig is a client config that authenticates as the
-// DaemonSet's service account on node-a with a token from the TokenRequest
-// API bound to a pod there, as the kubelet gets one for the pod.
-func serviceAccountConfig(t *testing.T, env *harness.Env) *rest.Config {
-	t.Helper()
-	return &rest.Config{
-		Host:            env.CP.Server,
-		BearerToken:     serviceAccountToken(t, env),
-		TLSClientConfig: rest.TLSClientConfig{CAFile: env.CP.CAFile},
-		QPS:             -1,
-	}
-}
-
+// serviceAccountToken is a token of the DaemonSet's service account on
+// node-a from the TokenRequest API, bound to a pod there, as the kubelet
+// gets one for the pod.
 func serviceAccountToken(t *testing.T, env *harness.Env) string {
 	t.Helper()
 	token, err := env.NodeToken(context.Background(), "node-a")
@@ -242,7 +231,7 @@ func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *te
 	env := harness.Setup(t)
 	ctx := context.Background()
 	applyManifests(t, env)
-	cfg := serviceAccountConfig(t, env)
+	cfg := env.TokenConfig(serviceAccountToken(t, env))
 	api, err := client.New(cfg)
 	if err != nil {
 		t.Fatal(err)
