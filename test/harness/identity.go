@@ -25,6 +25,10 @@ import (
 // (installer/manifests/serviceaccount.yaml).
 const ServiceAccount = "galactic-node"
 
+// AdmissionPolicy is the per-node policy of
+// installer/manifests/admission.yaml; its refusals name it.
+const AdmissionPolicy = "galactic-node-writes-its-own"
+
 // tokenSeconds outlives any one test binary or demo; nothing refreshes a
 // harness node's kubeconfig.
 const tokenSeconds = 12 * 3600

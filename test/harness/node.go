@@ -407,3 +407,21 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	}
 	return os.WriteFile(dst, data, mode)
 }
+
+// GC runs one `galactic-gc --once` pass inside the node and returns its
+// output.
+func (n *Node) GC() (string, error) {
+	out, err := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(n.env.BinDir, "galactic-gc"),
+		"--once", "--config", n.ConfigPath).CombinedOutput()
+	return string(out), err
+}
+
+// MustGC is GC, failing t when the pass fails.
+func (n *Node) MustGC(t testing.TB) string {
+	t.Helper()
+	out, err := n.GC()
+	if err != nil {
+		t.Fatalf("galactic-gc --once on %s: %v\n%s", n.Name, err, out)
+	}
+	return out
+}

@@ -79,8 +79,8 @@ func refused(t *testing.T, what string, err error, want string) {
 		t.Errorf("%s: %v, want the admission policy's refusal", what, err)
 		return
 	}
-	if !strings.Contains(err.Error(), "galactic-node-writes-its-own") || !strings.Contains(err.Error(), want) {
-		t.Errorf("%s: refused with %q, want the policy galactic-node-writes-its-own saying %q", what, err, want)
+	if !strings.Contains(err.Error(), harness.AdmissionPolicy) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: refused with %q, want the policy %s saying %q", what, err, harness.AdmissionPolicy, want)
 		return
 	}
 	t.Logf("%s: %v", what, err)
@@ -230,7 +230,7 @@ func TestANodeHoldsLeasesOnlyAsItselfAndReleasesOnlyItsOwnHold(t *testing.T) {
 	cleared.Labels = nil
 	_, err = leases.Update(ctx, cleared, metav1.UpdateOptions{})
 	refused(t, "node-a clearing node-b's hold", err, "may release only its own hold: lease "+heldName+" is held by node-b/c9")
-	if err := held.SetAvailable(ctx, bHolder, 3, false, "Drained"); err == nil || !strings.Contains(err.Error(), "galactic-node-writes-its-own") {
+	if err := held.SetAvailable(ctx, bHolder, 3, false, "Drained"); err == nil || !strings.Contains(err.Error(), harness.AdmissionPolicy) {
 		t.Errorf("node-a reporting node-b's hold unavailable: %v, want the policy's refusal", err)
 	}
 	_, err = leases.Create(ctx, handoff.LeaseFromRecord(harness.Namespace, names.Lease("blue", "claimed-0"), "", handoff.Record{HolderIdentity: bHolder, LeaseDurationSeconds: 5}), metav1.CreateOptions{})

@@ -198,16 +198,6 @@ func heldOn(t *testing.T, env *harness.Env, node string) []string {
 	return out
 }
 
-// gcOnce runs one `galactic-gc --once` pass inside the node.
-func gcOnce(t *testing.T, env *harness.Env, node *harness.Node) {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"),
-		"--once", "--config", node.ConfigPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("galactic-gc --once on %s: %v\n%s", node.Name, err, out)
-	}
-}
-
 // waitDone waits for a background ADD.
 func waitDone(t *testing.T, what string, done <-chan error) {
 	t.Helper()

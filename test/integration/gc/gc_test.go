@@ -50,22 +50,6 @@ func add(t *testing.T, node *harness.Node, network string, c *harness.Netns) {
 	}
 }
 
-// gcOnce runs one `galactic-gc --once` pass inside the node.
-func gcOnce(env *harness.Env, node *harness.Node) (string, error) {
-	cmd := exec.Command("ip", "netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"), "--once", "--config", node.ConfigPath)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-func mustGC(t *testing.T, env *harness.Env, node *harness.Node) string {
-	t.Helper()
-	out, err := gcOnce(env, node)
-	if err != nil {
-		t.Fatalf("galactic-gc --once: %v\n%s", err, out)
-	}
-	return out
-}
-
 // tapIndex is the ifindex of the attachment's tap on node, 0 when absent.
 func tapIndex(t *testing.T, node *harness.Node, attachment string) int {
 	t.Helper()
@@ -123,14 +107,14 @@ func TestAMovedAttachmentsDetachedTapIsKeptOnTheFirstPassAndReclaimedOnTheSecond
 	if tapIndex(t, a, "moved") == 0 {
 		t.Fatal("node A's tap should still exist before the GC")
 	}
-	out := mustGC(t, env, a)
+	out := a.MustGC(t)
 	if tapIndex(t, a, "moved") == 0 {
 		t.Fatalf("the first pass must keep the tap:\n%s", out)
 	}
 	if !strings.Contains(out, `"reason":"first-sighting"`) {
 		t.Errorf("the first pass should say why it kept the tap:\n%s", out)
 	}
-	out = mustGC(t, env, a)
+	out = a.MustGC(t)
 	if tapIndex(t, a, "moved") != 0 {
 		t.Fatalf("the second pass must reclaim the tap:\n%s", out)
 	}
@@ -147,7 +131,7 @@ func TestADetachedTapStillAdvertisedHereByALiveEntryIsKept(t *testing.T) {
 	// No VMM ever opens the tap: detached, but its container lives and
 	// this node advertises it.
 	for pass := range 4 {
-		out := mustGC(t, env, a)
+		out := a.MustGC(t)
 		if tapIndex(t, a, "kept") == 0 {
 			t.Fatalf("pass %d reclaimed a tap still advertised here:\n%s", pass+1, out)
 		}
@@ -162,7 +146,7 @@ func TestATapHeldByAProcessIsNeverReclaimedEvenWhenAdvertisedOnlyElsewhere(t *te
 	a, _ := moved(t, env, "held")
 	a.HoldTap(t, names.HostInterface(names.ModeTap, vpc, "held"))
 	for pass := range 3 {
-		out := mustGC(t, env, a)
+		out := a.MustGC(t)
 		if tapIndex(t, a, "held") == 0 {
 			t.Fatalf("pass %d reclaimed a held tap:\n%s", pass+1, out)
 		}
@@ -173,7 +157,7 @@ func TestATapRecreatedBetweenPassesIsNotReclaimedOnTheSecondPass(t *testing.T) {
 	env := harness.Setup(t)
 	a, _ := moved(t, env, "recreated")
 	tap := names.HostInterface(names.ModeTap, vpc, "recreated")
-	mustGC(t, env, a)
+	a.MustGC(t)
 	before := tapIndex(t, a, "recreated")
 	// Recreate the tap with the same name and alias: a new ifindex.
 	for _, args := range [][]string{
@@ -189,11 +173,11 @@ func TestATapRecreatedBetweenPassesIsNotReclaimedOnTheSecondPass(t *testing.T) {
 	if after == before {
 		t.Fatalf("the recreated tap should have a new ifindex (%d)", before)
 	}
-	out := mustGC(t, env, a)
+	out := a.MustGC(t)
 	if tapIndex(t, a, "recreated") != after {
 		t.Fatalf("a recreated tap counts as a first sighting:\n%s", out)
 	}
-	mustGC(t, env, a)
+	a.MustGC(t)
 	if tapIndex(t, a, "recreated") != 0 {
 		t.Fatal("two sightings of the new tap should reclaim it")
 	}
@@ -247,7 +231,7 @@ func TestADaemonRestartBetweenPassesKeepsTheFirstSighting(t *testing.T) {
 	if tapIndex(t, a, "restart") == 0 {
 		t.Fatal("the first pass must keep the tap")
 	}
-	mustGC(t, env, a)
+	a.MustGC(t)
 	if tapIndex(t, a, "restart") != 0 {
 		t.Fatal("the pass after a restart must count the first sighting and reclaim")
 	}
@@ -261,7 +245,7 @@ func TestDeadEntriesArePrunedEmptyAdvertisementsDeletedAndConcurrentADDsKept(t *
 	add(t, a, net, dead)
 	add(t, a, net, live)
 	dead.Delete()
-	mustGC(t, env, a)
+	a.MustGC(t)
 	adv, ok := advertisements(t, env, "prune")[a.Name]
 	if !ok || len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].ContainerID != harness.ContainerID(live.Path) {
 		t.Fatalf("want only the live entry left, got %+v", adv.Spec.Containers)
@@ -275,7 +259,7 @@ func TestDeadEntriesArePrunedEmptyAdvertisementsDeletedAndConcurrentADDsKept(t *
 		errs := make(chan error, 2)
 		go func() { _, err := a.CNITool("add", net, c, "net0"); errs <- err }()
 		go func() {
-			out, err := gcOnce(env, a)
+			out, err := a.GC()
 			if err != nil {
 				err = fmt.Errorf("round %d: %v\n%s", round, err, out)
 			}
@@ -303,7 +287,7 @@ func TestDeadEntriesArePrunedEmptyAdvertisementsDeletedAndConcurrentADDsKept(t *
 	for _, c := range added {
 		c.Delete()
 	}
-	mustGC(t, env, a)
+	a.MustGC(t)
 	if _, ok := advertisements(t, env, "prune")[a.Name]; ok {
 		t.Fatal("an advertisement without live entries must be deleted")
 	}
@@ -316,7 +300,7 @@ func TestWithTheAPIServerUnreachableNothingIsReclaimedAndTheNextPassCompletes(t 
 		t.Fatal(err)
 	}
 	for pass := range 3 {
-		out, err := gcOnce(env, a)
+		out, err := a.GC()
 		if err == nil {
 			t.Fatalf("pass %d should report the API error:\n%s", pass+1, out)
 		}
@@ -332,7 +316,7 @@ func TestWithTheAPIServerUnreachableNothingIsReclaimedAndTheNextPassCompletes(t 
 	}
 	// The sightings went on while offline, so the first pass after
 	// recovery can reclaim.
-	out := mustGC(t, env, a)
+	out := a.MustGC(t)
 	if tapIndex(t, a, "offline") != 0 {
 		t.Fatalf("the pass after recovery should complete the reclaim:\n%s", out)
 	}

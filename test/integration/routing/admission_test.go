@@ -2,8 +2,6 @@ package routing
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +12,6 @@ import (
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
-
-// policyName is installer/manifests/admission.yaml's policy.
-const policyName = "galactic-node-writes-its-own"
 
 // Every harness node runs with its own node-bound token under the policy;
 // this test walks the whole chain on purpose and checks that no component
@@ -56,11 +51,8 @@ func TestTheWholeChainRunsUnderThePerNodePolicyWithNodeBoundTokens(t *testing.T)
 	job := attachment{VPC: "blue", Name: "chain-1", VNI: 10100, Addresses: []string{"10.20.0.41/24"}, Handoff: true}
 	cj := add(t, a.Node, job)
 	cj.Delete()
-	gcOut, err := exec.Command("ip", "netns", "exec", a.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"), "--once", "--config", a.ConfigPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("galactic-gc --once on node-a: %v\n%s", err, gcOut)
-	}
-	if strings.Contains(string(gcOut), policyName) {
+	gcOut := a.MustGC(t)
+	if strings.Contains(gcOut, harness.AdmissionPolicy) {
 		t.Errorf("galactic-gc was refused by the admission policy:\n%s", gcOut)
 	}
 	if adv := advertisement(t, env, job, "node-a"); adv != nil {
@@ -79,7 +71,7 @@ func TestTheWholeChainRunsUnderThePerNodePolicyWithNodeBoundTokens(t *testing.T)
 		if data, err := os.ReadFile(n.Settings.LogFile); err == nil {
 			logs += string(data)
 		}
-		if strings.Contains(logs, policyName) {
+		if strings.Contains(logs, harness.AdmissionPolicy) {
 			t.Errorf("%s: a component was refused by the admission policy:\n%s", n.Name, logs)
 		}
 	}

@@ -17,7 +17,7 @@ func TestGalacticGCRenewsTheLeaseOfALiveLocalHolder(t *testing.T) {
 	node.HoldTap(t, a.tap())
 	before := a.getLease(t)
 
-	out := gcOnce(t, env, node)
+	out := node.MustGC(t)
 	after := a.getLease(t)
 	if after.ResourceVersion == before.ResourceVersion || !after.Spec.RenewTime.After(before.Spec.RenewTime.Time) {
 		t.Errorf("lease not renewed: resourceVersion %s -> %s, renewTime %v -> %v\n%s",
@@ -45,7 +45,7 @@ func TestGalacticGCReleasesTheLeaseOfADeadLocalHolderAndTheNextAddElsewhereGetsI
 
 	// The container dies without a DEL; node-a's GC notices.
 	c1.Delete()
-	gcOnce(t, env, nodeA)
+	nodeA.MustGC(t)
 	if l := a.getLease(t); harness.LeaseHolder(l) != "" || harness.LeaseToken(l) != before {
 		t.Fatalf("lease after the GC pass: holder %q token %d, want free with token %d", harness.LeaseHolder(l), harness.LeaseToken(l), before)
 	}
@@ -59,7 +59,7 @@ func TestGalacticGCReleasesTheLeaseOfADeadLocalHolderAndTheNextAddElsewhereGetsI
 	// node-a's next pass still finds the dead record (its tap is reclaimed
 	// only now) and must leave node-b's lease alone.
 	held := a.getLease(t)
-	out := gcOnce(t, env, nodeA)
+	out := nodeA.MustGC(t)
 	if l := a.getLease(t); l.ResourceVersion != held.ResourceVersion {
 		t.Errorf("node-a's second pass wrote node-b's lease: holder %q token %d", harness.LeaseHolder(l), harness.LeaseToken(l))
 	}

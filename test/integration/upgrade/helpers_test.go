@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -219,17 +217,6 @@ func (a attachment) checkNothingOn(t *testing.T, node *harness.Node) {
 	if recs := records(t, node); len(recs) != 0 {
 		t.Errorf("%s: records left: %+v", node.Name, recs)
 	}
-}
-
-// gcOnce runs one `galactic-gc --once` pass inside the node.
-func gcOnce(t *testing.T, env *harness.Env, node *harness.Node) string {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"),
-		"--once", "--config", node.ConfigPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("galactic-gc --once on %s: %v\n%s", node.Name, err, out)
-	}
-	return string(out)
 }
 
 // waitUntil polls cond until it holds or the hang guard ends the test.

@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,17 +256,6 @@ func (a attachment) inspectTap(t *testing.T, node *harness.Node) (st tap.Status,
 		t.Fatalf("inspecting %s on %s: %v", a.hostIf(), node.Name, err)
 	}
 	return st, ok
-}
-
-// gcOnce runs one `galactic-gc --once` pass inside the node.
-func gcOnce(t *testing.T, env *harness.Env, node *harness.Node) string {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"),
-		"--once", "--config", node.ConfigPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("galactic-gc --once on %s: %v\n%s", node.Name, err, out)
-	}
-	return string(out)
 }
 
 // keptLine returns the GC's "kept detached tap" line about tap, "" when none.

@@ -59,7 +59,7 @@ func TestTheGCKeepsATapWhileQEMURunsAndAfterACrashAndAMoveReclaimsItOnTheSecondP
 	index := st.Index
 
 	for pass := 1; pass <= 5; pass++ {
-		out := gcOnce(t, env, nodeA)
+		out := nodeA.MustGC(t)
 		st, ok := a.inspectTap(t, nodeA)
 		if !ok || st.Index != index || !slices.Contains(st.Holders, g.Pid) {
 			t.Fatalf("pass %d while qemu runs: tap present %v, ifindex %d (was %d), holders %v (qemu is %d)\n%s", pass, ok, st.Index, index, st.Holders, g.Pid, out)
@@ -81,11 +81,11 @@ func TestTheGCKeepsATapWhileQEMURunsAndAfterACrashAndAMoveReclaimsItOnTheSecondP
 		t.Fatalf("after the move only node-b should advertise the attachment, got %d advertisements", len(advs))
 	}
 
-	out := gcOnce(t, env, nodeA)
+	out := nodeA.MustGC(t)
 	if _, ok := a.inspectTap(t, nodeA); !ok || !strings.Contains(keptLine(out, a.hostIf()), `"reason":"first-sighting"`) {
 		t.Fatalf("the first pass after the crash must keep the tap as a first sighting (present %v):\n%s", ok, out)
 	}
-	out = gcOnce(t, env, nodeA)
+	out = nodeA.MustGC(t)
 	if _, ok := a.inspectTap(t, nodeA); ok || !strings.Contains(out, "reclaimed detached tap") {
 		t.Fatalf("the second pass must reclaim the tap (present %v):\n%s", ok, out)
 	}
@@ -104,7 +104,7 @@ func TestAfterAGracefulPoweroffTheGCKeepsATapItsNodeStillAdvertises(t *testing.T
 		t.Fatalf("after the poweroff: tap present %v, carrier %v, holders %v; want it there and detached", ok, st.Carrier, st.Holders)
 	}
 	for pass := 1; pass <= 3; pass++ {
-		out := gcOnce(t, env, node)
+		out := node.MustGC(t)
 		now, ok := a.inspectTap(t, node)
 		if !ok || now.Index != st.Index {
 			t.Fatalf("pass %d reclaimed (or replaced) a tap its node still advertises:\n%s", pass, out)
