@@ -55,12 +55,7 @@ func newAttachment(t *testing.T, env *harness.Env, name string) attachment {
 	t.Helper()
 	seq++
 	a := attachment{env: env, name: name, address: fmt.Sprintf("10.50.%d.5/24", seq)}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = env.API.Leases(harness.Namespace).Delete(ctx, names.Lease(vpc, name), metav1.DeleteOptions{})
-		_ = env.API.BGPAdvertisements(harness.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, name)})
-	})
+	env.ForgetAttachment(t, vpc, name)
 	return a
 }
 

@@ -2,7 +2,6 @@ package gc
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +15,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -71,19 +68,6 @@ func tapIndex(t *testing.T, node *harness.Node, attachment string) int {
 	return idx
 }
 
-func advertisements(t *testing.T, env *harness.Env, attachment string) map[string]v1alpha1.BGPAdvertisement {
-	t.Helper()
-	l, err := env.API.BGPAdvertisements(harness.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, attachment)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]v1alpha1.BGPAdvertisement{}
-	for _, a := range l.Items {
-		out[a.Spec.Node] = a
-	}
-	return out
-}
-
 // moved sets up an attachment that ran on node A and moved to node B
 // without A's DEL: A's container is gone, its tap detached, and only B
 // advertises the attachment.
@@ -94,7 +78,7 @@ func moved(t *testing.T, env *harness.Env, attachment string) (a, b *harness.Nod
 	add(t, a, chain(t, a, attachment, "10.61.0.5/24"), ca)
 	ca.Delete()
 	add(t, b, chain(t, b, attachment, "10.61.0.5/24"), cb)
-	advs := advertisements(t, env, attachment)
+	advs := env.Advertisements(t, vpc, attachment)
 	if _, onB := advs[b.Name]; len(advs) != 1 || !onB {
 		t.Fatalf("after the move only node B should advertise: %v", advs)
 	}
@@ -136,7 +120,7 @@ func TestADetachedTapStillAdvertisedHereByALiveEntryIsKept(t *testing.T) {
 			t.Fatalf("pass %d reclaimed a tap still advertised here:\n%s", pass+1, out)
 		}
 	}
-	if _, ok := advertisements(t, env, "kept")[a.Name]; !ok {
+	if _, ok := env.Advertisements(t, vpc, "kept")[a.Name]; !ok {
 		t.Fatal("the live advertisement must stay")
 	}
 }
@@ -246,7 +230,7 @@ func TestDeadEntriesArePrunedEmptyAdvertisementsDeletedAndConcurrentADDsKept(t *
 	add(t, a, net, live)
 	dead.Delete()
 	a.MustGC(t)
-	adv, ok := advertisements(t, env, "prune")[a.Name]
+	adv, ok := env.Advertisements(t, vpc, "prune")[a.Name]
 	if !ok || len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].ContainerID != harness.ContainerID(live.Path) {
 		t.Fatalf("want only the live entry left, got %+v", adv.Spec.Containers)
 	}
@@ -271,7 +255,7 @@ func TestDeadEntriesArePrunedEmptyAdvertisementsDeletedAndConcurrentADDsKept(t *
 			}
 		}
 	}
-	adv = advertisements(t, env, "prune")[a.Name]
+	adv = env.Advertisements(t, vpc, "prune")[a.Name]
 	got := map[string]bool{}
 	for _, e := range adv.Spec.Containers {
 		got[e.ContainerID] = true
@@ -288,7 +272,7 @@ func TestDeadEntriesArePrunedEmptyAdvertisementsDeletedAndConcurrentADDsKept(t *
 		c.Delete()
 	}
 	a.MustGC(t)
-	if _, ok := advertisements(t, env, "prune")[a.Name]; ok {
+	if _, ok := env.Advertisements(t, vpc, "prune")[a.Name]; ok {
 		t.Fatal("an advertisement without live entries must be deleted")
 	}
 }

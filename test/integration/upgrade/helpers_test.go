@@ -49,12 +49,7 @@ type attachment struct {
 func newAttachment(t *testing.T, env *harness.Env, name string) attachment {
 	t.Helper()
 	a := attachment{env: env, name: name}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = env.API.Leases(harness.Namespace).Delete(ctx, names.Lease(vpc, name), metav1.DeleteOptions{})
-		_ = env.API.BGPAdvertisements(harness.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, name)})
-	})
+	env.ForgetAttachment(t, vpc, name)
 	return a
 }
 
@@ -101,16 +96,7 @@ func holderOf(node *harness.Node, c *harness.Netns) string {
 // advertisements returns every node's advertisement of the attachment by node.
 func (a attachment) advertisements(t *testing.T) map[string]v1alpha1.BGPAdvertisement {
 	t.Helper()
-	list, err := a.env.API.BGPAdvertisements(harness.Namespace).List(context.Background(),
-		metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, a.name)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]v1alpha1.BGPAdvertisement{}
-	for _, adv := range list.Items {
-		out[adv.Spec.Node] = adv
-	}
-	return out
+	return a.env.Advertisements(t, vpc, a.name)
 }
 
 // onlyAdvertisement returns the attachment's single advertisement and

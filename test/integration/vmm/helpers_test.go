@@ -18,7 +18,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
@@ -91,12 +90,7 @@ type attachment struct {
 func newAttachment(t *testing.T, env *harness.Env, name, mode string, addresses ...string) attachment {
 	t.Helper()
 	a := attachment{env: env, name: name, mode: mode, addresses: addresses}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = env.API.Leases(harness.Namespace).Delete(ctx, names.Lease(vpc, name), metav1.DeleteOptions{})
-		_ = env.API.BGPAdvertisements(harness.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, name)})
-	})
+	env.ForgetAttachment(t, vpc, name)
 	return a
 }
 
@@ -270,16 +264,7 @@ func keptLine(out, tap string) string {
 
 func (a attachment) advertisements(t *testing.T) map[string]v1alpha1.BGPAdvertisement {
 	t.Helper()
-	list, err := a.env.API.BGPAdvertisements(harness.Namespace).List(context.Background(),
-		metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, a.name)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]v1alpha1.BGPAdvertisement{}
-	for _, adv := range list.Items {
-		out[adv.Spec.Node] = adv
-	}
-	return out
+	return a.env.Advertisements(t, vpc, a.name)
 }
 
 func records(t *testing.T, node *harness.Node) []state.Record {
