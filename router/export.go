@@ -51,13 +51,19 @@ type Verdict struct {
 	Holder metav1.Condition
 }
 
+// serving says whether an entry counts for export: live, and not a
+// live-migration target still on standby.
+func serving(e v1alpha1.ContainerEntry, live func(string) bool) bool {
+	return !e.Standby && live(e.Netns)
+}
+
 // liveEntry is the live entry with the highest holderGeneration: the
 // current holder's, when handoff is on.
 func liveEntry(adv *v1alpha1.BGPAdvertisement, live func(string) bool) (v1alpha1.ContainerEntry, bool) {
 	var best v1alpha1.ContainerEntry
 	found := false
 	for _, e := range adv.Spec.Containers {
-		if !live(e.Netns) {
+		if !serving(e, live) {
 			continue
 		}
 		if !found || e.HolderGeneration > best.HolderGeneration {
@@ -73,7 +79,7 @@ func livePrefixes(adv *v1alpha1.BGPAdvertisement, live func(string) bool) []v1al
 	seen := map[v1alpha1.Prefix]bool{}
 	var out []v1alpha1.Prefix
 	for _, e := range adv.Spec.Containers {
-		if !live(e.Netns) {
+		if !serving(e, live) {
 			continue
 		}
 		for _, p := range e.Prefixes {

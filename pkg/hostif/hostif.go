@@ -54,6 +54,11 @@ type Spec struct {
 	Holder           string
 	HolderGeneration int64
 	LeaseSeconds     int32
+	// Standby builds the interface of a live-migration target without
+	// its host routes (see Activate); WaitSeconds is recorded for its
+	// promotion.
+	Standby     bool
+	WaitSeconds int32
 }
 
 // HostInterface is the spec's host-side interface name.
@@ -190,6 +195,9 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		}
 	}
 	for _, p := range spec.Addresses {
+		if spec.Standby {
+			break
+		}
 		if err := d.AddHostRoute(link, p.Addr()); err != nil {
 			return nil, err
 		}
@@ -214,6 +222,7 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		HostInterface: att.Host.Name, HostIfIndex: att.Host.Index, Table: d.Table,
 		Addresses: prefixStrings(spec.Addresses),
 		Holder:    spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
+		Standby: spec.Standby, WaitSeconds: spec.WaitSeconds,
 		Created: h.now(),
 	}
 	if err := h.Store().Put(att.Record); err != nil {
@@ -660,7 +669,9 @@ func (h Host) Check(spec Spec) error {
 	default:
 		var addrs []netip.Addr
 		for _, p := range spec.Addresses {
-			addrs = append(addrs, p.Addr())
+			if !spec.Standby {
+				addrs = append(addrs, p.Addr())
+			}
 		}
 		if err := d.Verify(l, addrs, Gateways(spec.Addresses)); err != nil {
 			diffs = append(diffs, err.Error())

@@ -23,6 +23,8 @@ const (
 	AnnotationAddresses = "network.galactic.dev/addresses"
 	AnnotationMode      = "network.galactic.dev/mode"
 	AnnotationVNI       = "network.galactic.dev/vni"
+	// AnnotationStandby is "true" on a live-migration target's pod.
+	AnnotationStandby = "network.galactic.dev/standby"
 )
 
 // RuntimeConfig is the part of a stanza's runtimeConfig galactic reads.
@@ -129,4 +131,22 @@ func FromAnnotation(key string, err *types.Error) *types.Error {
 		return err
 	}
 	return types.NewError(err.Code, "pod annotation "+key+": "+err.Msg, err.Details)
+}
+
+// Standby is the stanza's standby, else the pod's annotation ("true" or
+// "false"); key names the annotation when the value came from it. Any
+// other annotation value is code 7.
+func (rc RuntimeConfig) Standby(stanza *bool) (standby bool, key string, err *types.Error) {
+	if stanza != nil {
+		return *stanza, "", nil
+	}
+	v := rc.annotation(AnnotationStandby)
+	if v == "" {
+		return false, "", nil
+	}
+	b, perr := strconv.ParseBool(v)
+	if perr != nil {
+		return false, AnnotationStandby, InvalidConfig(fmt.Sprintf("pod annotation %s: %q is not a boolean: use \"true\" on a live-migration target, or leave it out", AnnotationStandby, v))
+	}
+	return b, AnnotationStandby, nil
 }

@@ -42,8 +42,13 @@ type Record struct {
 	Holder           string `json:"holder,omitempty"`
 	HolderGeneration int64  `json:"holderGeneration"`
 	// LeaseSeconds is the lease duration the holder asked for.
-	LeaseSeconds int32     `json:"leaseSeconds,omitempty"`
-	Created      time.Time `json:"created"`
+	LeaseSeconds int32 `json:"leaseSeconds,omitempty"`
+	// Standby marks a live-migration target's attachment: its interface
+	// exists but it took no lease and has no host routes until promoted.
+	// WaitSeconds is how long its promotion waits for the lease.
+	Standby     bool      `json:"standby,omitempty"`
+	WaitSeconds int32     `json:"waitSeconds,omitempty"`
+	Created     time.Time `json:"created"`
 }
 
 // Store reads and writes records under <stateDir>/records.

@@ -202,7 +202,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf.Routing.Announce == v1alpha1.AnnounceWhenAvailable && rec.Holder == "" {
+	if conf.Routing.Announce == v1alpha1.AnnounceWhenAvailable && rec.Holder == "" && !rec.Standby {
 		return netconf.InvalidConfig(`announce "whenAvailable" needs the handoff lease: enable "handoff" in the galactic-cni stanza, or use announce "always"`)
 	}
 	adv, terr := inv.advertiser()
@@ -220,7 +220,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeouts.add)
 		res, err := adv.Publish(ctx, key, v1alpha1.ContainerEntry{
 			ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns,
-			Prefixes: prefixes, HolderGeneration: rec.HolderGeneration,
+			Prefixes: prefixes, HolderGeneration: rec.HolderGeneration, Standby: rec.Standby,
 		}, conf.Routing)
 		cancel()
 		inv.set("outcome", string(res.Outcome), "pruned", entryIDs(res.Removed), "conflicts", res.Conflicts)
@@ -229,6 +229,12 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 		}
 	}
 
+	if rec.Standby {
+		// A live-migration target: the source on another node is the
+		// holder and keeps its advertisement until its own DEL.
+		inv.set("standby", true)
+		return conf.Prev.PrintTo(p.stdout)
+	}
 	// A predecessor on another node whose DEL never ran: its advertisement
 	// would keep routers flapping between the nodes. Best effort only.
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeouts.cleanup)

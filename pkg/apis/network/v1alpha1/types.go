@@ -117,6 +117,12 @@ type ContainerEntry struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	HolderGeneration int64 `json:"holderGeneration"`
+
+	// Standby marks the entry of a live-migration target that has not
+	// been promoted: it holds no lease and galactic-router announces
+	// nothing of it. Promotion clears it and sets holderGeneration.
+	// +optional
+	Standby bool `json:"standby,omitempty"`
 }
 
 // Announce is the spec.announce policy.
