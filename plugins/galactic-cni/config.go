@@ -47,6 +47,9 @@ type NetConf struct {
 	Routing string `json:"routing,omitempty"`
 	// Handoff configures the attachment's handoff lease.
 	Handoff *HandoffConf `json:"handoff,omitempty"`
+	// Standby makes ADD prepare a live-migration target: the interface,
+	// but no lease and no host routes until `galactic-cni promote`.
+	Standby *bool `json:"standby,omitempty"`
 	// RuntimeConfig carries the pod's annotations, which supply vpc,
 	// attachment, mode and addresses where the stanza has none.
 	RuntimeConfig netconf.RuntimeConfig `json:"runtimeConfig,omitempty"`
@@ -72,6 +75,8 @@ type Config struct {
 	// MTU is 0 when the stanza leaves it out.
 	MTU     int
 	Handoff Handoff
+	// Standby is a live-migration target's ADD (see migrate.go).
+	Standby bool
 }
 
 // Handoff is the validated handoff settings.
@@ -146,11 +151,14 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 		c.MTU = m
 	}
 
-	h, err := parseHandoff(n.Handoff)
-	if err != nil {
-		return nil, err
+	h, terr := parseHandoff(n.Handoff)
+	if terr != nil {
+		return nil, terr
 	}
 	c.Handoff = h
+	if c.Standby, terr = parseStandby(n, h.Enabled); terr != nil {
+		return nil, terr
+	}
 
 	if err := version.ParsePrevResult(&c.PluginConf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "prevResult cannot be parsed: "+err.Error(), "")

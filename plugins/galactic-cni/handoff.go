@@ -63,6 +63,11 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 		return lease{}, nil
 	}
 	seconds := int32(c.Handoff.Lease / time.Second)
+	if c.Standby {
+		// A live-migration target takes the lease at promotion; the
+		// record keeps the duration it will ask for.
+		return lease{seconds: seconds}, nil
+	}
 	lock, terr := leaseLock(inv, c.VPC, c.Attachment.Attachment, seconds)
 	if terr != nil {
 		return lease{}, terr

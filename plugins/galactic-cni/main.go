@@ -4,7 +4,9 @@
 //
 // Run without CNI_COMMAND as `galactic-cni available ...` or
 // `galactic-cni unavailable ...`, it reports whether the holder of an
-// attachment serves (docs/availability.md).
+// attachment serves (docs/availability.md); as `galactic-cni release ...`
+// and `galactic-cni promote ...` it hands a running VM's attachment over
+// in a live migration (docs/live-migration.md).
 package main
 
 import (
@@ -26,8 +28,8 @@ func main() {
 		now:    time.Now,
 		live:   liveness.Netns,
 	}
-	if isReportCommand(os.Getenv, os.Args) {
-		os.Exit(p.report(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
+	if isCommand(os.Getenv, os.Args) {
+		os.Exit(p.runCommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    p.cmdAdd,

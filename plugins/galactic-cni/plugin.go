@@ -79,6 +79,7 @@ func (c *Config) spec(args *skel.CmdArgs) hostif.Spec {
 		Network: c.Name, ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns,
 		VPC: c.VPC, Attachment: c.Attachment.Attachment, Mode: c.Mode, Routing: c.Routing,
 		Addresses: c.Addresses, MTU: c.MTU,
+		Standby: c.Standby, WaitSeconds: int32(c.Handoff.Wait / time.Second),
 	}
 }
 
@@ -243,7 +244,7 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 	var diffs []string
 	diffs = append(diffs, recordDiffs(conf, args, rec)...)
 	diffs = append(diffs, prevResultDiffs(conf, args)...)
-	if err := inv.host.Check(conf.spec(args)); err != nil {
+	if err := inv.host.Check(checkSpec(conf, args, rec)); err != nil {
 		diffs = append(diffs, err.Error())
 	}
 	if len(diffs) > 0 {

@@ -3,14 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/handoff"
-	"github.com/galactic-cni/galactic/pkg/logging"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/settings"
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -48,106 +47,57 @@ const (
 // an API server that is down.
 const reportTimeout = 10 * time.Second
 
-// isReportCommand says whether argv asks for an availability subcommand
-// rather than a CNI verb.
-func isReportCommand(getenv func(string) string, args []string) bool {
-	return getenv("CNI_COMMAND") == "" && len(args) > 1 && (args[1] == cmdAvailable || args[1] == cmdUnavailable)
-}
-
 // report runs `available` or `unavailable` with its flags and returns the
 // exit code; one line goes to stdout on success, the reason to stderr
 // otherwise.
 func (p *plugin) report(name string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("galactic-cni "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	vpc := fs.String("vpc", "", "the attachment's VPC (required)")
-	attachment := fs.String("attachment", "", "the VPC attachment (required)")
-	container := fs.String("container", "", "the container ID the runtime passed to CNI ADD (required)")
-	ifName := fs.String("ifname", "", "the CNI_IFNAME of that ADD; needed only when the container has the attachment on several interfaces")
-	reason := fs.String("reason", "", "a condition reason such as Booting or ShuttingDown (optional)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: galactic-cni %s --vpc VPC --attachment ATTACHMENT --container ID [--ifname IF] [--reason Reason]\n", name)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	fail := func(code int, format string, a ...any) int {
-		fmt.Fprintf(stderr, "galactic-cni %s: %s\n", name, fmt.Sprintf(format, a...))
+	c := &command{name: name, stderr: stderr}
+	defer c.close()
+	if code, done := c.open(p, commandFlags(c, stderr, ""), args); done {
 		return code
 	}
-	if fs.NArg() > 0 {
-		return fail(exitUsage, "unexpected arguments %q", fs.Args())
-	}
-	for _, f := range []struct{ name, value string }{{"--vpc", *vpc}, {"--attachment", *attachment}} {
-		if err := names.ValidateLabel(f.name, f.value); err != nil {
-			return fail(exitUsage, "%v", err)
-		}
-	}
-	if *container == "" {
-		return fail(exitUsage, "--container is required: the container ID of the CNI ADD")
-	}
-	if !handoff.ValidReason(*reason) {
-		return fail(exitUsage, "--reason %q is not a condition reason: a letter, then letters, digits, '_', ',' or ':' (such as ShuttingDown)", *reason)
-	}
-
-	node, err := settings.Load(p.getenv)
-	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
-	if err := node.RequireNodeName(); err != nil {
-		return fail(exitFailed, "%v", err)
-	}
-	log, closeLog := logging.Open(node.LogFile, "plugin", "galactic-cni", "verb", name, "containerID", *container, "vpc", *vpc, "attachment", *attachment)
-	defer closeLog()
-
-	rec, code, msg := findRecord(state.NewStore(node.StateDir), *vpc, *attachment, *container, *ifName)
-	if code != exitOK {
-		log.Error(name, "outcome", "error", "error", msg, "exitCode", code)
-		return fail(code, "%s", msg)
-	}
+	rec, node, log := c.rec, c.node, c.log
 	if rec.Holder == "" || rec.HolderGeneration < 1 {
-		msg = fmt.Sprintf("container %s took no handoff lease on %s/%s (handoff is disabled in its network config), so it has no availability to report", *container, *vpc, *attachment)
-		log.Error(name, "outcome", "error", "error", msg, "exitCode", exitNotHolder)
-		return fail(exitNotHolder, "%s", msg)
+		return c.fail(exitNotHolder, "container %s took no handoff lease on %s/%s (handoff is disabled in its network config), so it has no availability to report", c.container, c.vpc, c.attachment)
 	}
-	if want := names.Holder(node.NodeName, *container); rec.Holder != want {
-		msg = fmt.Sprintf("the record of container %s names holder %s, not %s of this node", *container, rec.Holder, want)
-		log.Error(name, "outcome", "error", "error", msg, "exitCode", exitNotHolder)
-		return fail(exitNotHolder, "%s", msg)
+	if want := names.Holder(node.NodeName, c.container); rec.Holder != want {
+		return c.fail(exitNotHolder, "the record of container %s names holder %s, not %s of this node", c.container, rec.Holder, want)
 	}
-
-	cfg, err := client.LoadConfig(node.Kubeconfig)
+	lock, err := commandLock(node, rec)
 	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
-	cs, err := client.New(cfg)
-	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
-	lock, err := handoff.New(cs.Leases(node.Namespace), node.Namespace, names.Lease(rec.VPC, rec.Attachment),
-		handoff.Options{LeaseDuration: time.Duration(max(rec.LeaseSeconds, 1)) * time.Second})
-	if err != nil {
-		return fail(exitFailed, "%v", err)
+		return c.fail(exitFailed, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
 	defer cancel()
 	available := name == cmdAvailable
-	err = lock.SetAvailable(ctx, rec.Holder, rec.HolderGeneration, available, *reason)
+	err = lock.SetAvailable(ctx, rec.Holder, rec.HolderGeneration, available, c.reason)
 	switch {
 	case errors.Is(err, handoff.ErrLost):
-		log.Error(name, "outcome", "error", "error", err.Error(), "holder", rec.Holder, "token", rec.HolderGeneration, "exitCode", exitStale)
-		return fail(exitStale, "stale token: %v; nothing was written, and this runtime must stop serving the attachment", err)
+		return c.fail(exitStale, "stale token: %v; nothing was written, and this runtime must stop serving the attachment", err)
 	case err != nil:
-		log.Error(name, "outcome", "error", "error", err.Error(), "holder", rec.Holder, "token", rec.HolderGeneration, "exitCode", exitFailed)
-		return fail(exitFailed, "%v", err)
+		return c.fail(exitFailed, "%v", err)
 	}
-	log.Info(name, "outcome", "ok", "holder", rec.Holder, "token", rec.HolderGeneration, "reason", *reason)
+	log.Info(name, "outcome", "ok", "holder", rec.Holder, "token", rec.HolderGeneration, "reason", c.reason)
 	fmt.Fprintf(stdout, "%s/%s: %s (token %d) reported %s\n", rec.VPC, rec.Attachment, rec.Holder, rec.HolderGeneration, name)
 	return exitOK
+}
+
+// commandLock is the handoff lock of a record's attachment, built from the
+// node settings. The observation dir is ADD's, so a promotion waiting on a
+// silent holder continues what this node observed of it.
+func commandLock(node settings.Node, rec state.Record) (*handoff.Lock, error) {
+	cfg, err := client.LoadConfig(node.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := client.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return handoff.New(cs.Leases(node.Namespace), node.Namespace, names.Lease(rec.VPC, rec.Attachment), handoff.Options{
+		LeaseDuration:  time.Duration(max(rec.LeaseSeconds, 1)) * time.Second,
+		ObservationDir: filepath.Join(node.StateDir, "handoff"),
+	})
 }
 
 // findRecord finds the node record of container on vpc/attachment: by

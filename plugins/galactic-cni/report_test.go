@@ -30,7 +30,7 @@ func TestOnlyAnAvailabilityWordWithoutCNICommandRunsTheReport(t *testing.T) {
 		{"", []string{"galactic-cni"}, false},
 		{"", []string{"galactic-cni", "version"}, false},
 	} {
-		if got := isReportCommand(env(tc.cmd), tc.args); got != tc.want {
+		if got := isCommand(env(tc.cmd), tc.args); got != tc.want {
 			t.Errorf("CNI_COMMAND=%q %v: got %v, want %v", tc.cmd, tc.args, got, tc.want)
 		}
 	}
