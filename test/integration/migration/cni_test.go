@@ -1,0 +1,317 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/migration"
+)
+
+// TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout runs
+// the driver's sequence with a veth workload on each side in place of a
+// guest: the client's route changes once, when the target's higher token
+// is announced, the lease has one holder at every version, and the
+// standby interface is sent nothing before promote.
+func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing.T) {
+	cl := newCluster(t)
+	vm := vmAttachment
+	src := vm.add(t, cl.a.Node)
+	wc := cl.client(t, vm)
+	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leases, err := cl.env.WatchLease(ctx, vm.lease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinger, err := wc.StartPinger(vm.addr(), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cl.migration(t, vm, cl.a, cl.b, src)
+	var sent *harness.TapCounter
+	var beforePromote int64
+	m.AfterStandby = func() error {
+		// Standby: the interface exists with the gateway, but nothing
+		// routes to it, no lease was taken and nothing is announced.
+		if r := hostRoute(t, cl.b, vm.prefix()); r != nil {
+			return errors.New("the standby target has a host route: " + r.String())
+		}
+		if l := cl.env.Lease(t, vm.lease()); harness.LeaseHolder(l) != holder(cl.a, src) {
+			return errors.New("the standby ADD changed the lease holder to " + harness.LeaseHolder(l))
+		}
+		adv := cl.advertisement(t, vm, cl.b)
+		if adv == nil || len(adv.Spec.Containers) != 1 || !adv.Spec.Containers[0].Standby {
+			return errors.New("the target's entry is not marked standby")
+		}
+		ifs := hostInterfaces(t, cl.b, vm)
+		if len(ifs) != 1 {
+			return errors.New("the standby target has no host interface")
+		}
+		var err error
+		sent, err = cl.b.CountSent(ifs[0], vm.addr())
+		return err
+	}
+	m.BeforePromote = func() error {
+		// The client's traffic still goes to the source.
+		time.Sleep(200 * time.Millisecond)
+		beforePromote = sent.Stop()
+		return nil
+	}
+	res, err := m.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routeVia(t, cl.c, vm.prefix(), cl.b.Underlay)
+	eventually(t, "the client reaches the VM on node-b", func() error { return wc.Ping(vm.addr()) })
+	time.Sleep(time.Second)
+	st := pinger.Stop()
+
+	if beforePromote != 0 {
+		t.Errorf("node-b sent %d packets to the standby interface before promote", beforePromote)
+	}
+	ch := routes.Changes()
+	if len(ch) != 1 || ch[0].Deleted || ch[0].Via != cl.b.Underlay {
+		t.Fatalf("node-c's route for %s: want one change to via %s, got %v", vm.prefix(), cl.b.Underlay, ch)
+	}
+	versions, werr := leases.Versions()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if err := harness.OneHolder(versions); err != nil {
+		t.Fatalf("%v in %+v", err, versions)
+	}
+	last := versions[len(versions)-1]
+	if last.Holder != holder(cl.b, m.Target.Container) || last.Token != token+1 {
+		t.Fatalf("lease after the migration: %+v, want %s with token %d", last, holder(cl.b, m.Target.Container), token+1)
+	}
+	if e := cl.advertisement(t, vm, cl.b).Spec.Containers[0]; e.Standby || e.HolderGeneration != token+1 {
+		t.Fatalf("the promoted entry: %+v", e)
+	}
+	if adv := cl.advertisement(t, vm, cl.a); adv != nil {
+		t.Fatalf("node-a's advertisement outlived its DEL: %+v", adv.Spec)
+	}
+	if !strings.Contains(res.Promote.Stdout, "promoted with token") {
+		t.Errorf("promote said %q", res.Promote.Stdout)
+	}
+	t.Logf("release %s, promote %s; release returned -> node-c's route changed: %s; pings: %d sent, %d lost, longest gap %s",
+		res.Timings.Released.Sub(res.Timings.Migrated), res.Promote.Took, ch[0].At.Sub(res.Timings.Released), st.Sent, st.Lost, st.LongestGap)
+}
+
+// TestPromoteWithoutReleaseWaitsThenFailsNamingTheHolderAndChangesNothing:
+// the source still holds, so promote waits waitSeconds and exits non-zero
+// naming it, with the lease, the target's record, routes and entries as
+// they were.
+func TestPromoteWithoutReleaseWaitsThenFailsNamingTheHolderAndChangesNothing(t *testing.T) {
+	cl := newCluster(t)
+	vm := vmAttachment
+	src := vm.add(t, cl.a.Node)
+	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+	start := time.Now()
+	tgt := vm.add(t, cl.b.Node, "CAP_ARGS="+migration.StandbyCapArgs)
+	if took := time.Since(start); took > time.Duration(waitSeconds)*time.Second {
+		t.Errorf("the standby ADD took %s: it must not wait for the lease", took)
+	}
+	before := cl.env.Lease(t, vm.lease())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := cl.b.GalacticCNI("promote", "--vpc", vpc, "--attachment", vm.name, "--container", harness.ContainerID(tgt.Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Code != migration.ExitHeld || !strings.Contains(r.Stderr, holder(cl.a, src)) || r.Stdout != "" {
+		t.Fatalf("promote while node-a holds: %s; want exit %d naming %s", r, migration.ExitHeld, holder(cl.a, src))
+	}
+	if r.Took < time.Duration(waitSeconds)*time.Second {
+		t.Errorf("promote gave up after %s, before waitSeconds (%ds)", r.Took, waitSeconds)
+	}
+	if after := cl.env.Lease(t, vm.lease()); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the refused promote wrote the lease: %+v", after.Spec)
+	}
+	if hr := hostRoute(t, cl.b, vm.prefix()); hr != nil {
+		t.Errorf("the refused promote installed a host route on node-b: %s", hr)
+	}
+	if e := cl.advertisement(t, vm, cl.b).Spec.Containers[0]; !e.Standby || e.HolderGeneration != 0 {
+		t.Errorf("the refused promote changed the target's entry: %+v", e)
+	}
+	time.Sleep(time.Second)
+	if ch := routes.Changes(); len(ch) != 0 {
+		t.Errorf("node-c's route changed: %v", ch)
+	}
+	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+}
+
+// TestAnAbortedMigrationDeletesTheStandbyTargetAndChangesNoRoute: the DEL
+// of the standby target before any release leaves the source serving,
+// with no route changed anywhere.
+func TestAnAbortedMigrationDeletesTheStandbyTargetAndChangesNoRoute(t *testing.T) {
+	cl := newCluster(t)
+	vm := vmAttachment
+	src := vm.add(t, cl.a.Node)
+	wc := cl.client(t, vm)
+	before := cl.env.Lease(t, vm.lease())
+	advBefore := cl.advertisement(t, vm, cl.a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bRoutes, err := cl.b.WatchRoute(ctx, vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinger, err := wc.StartPinger(vm.addr(), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := vm.add(t, cl.b.Node, "CAP_ARGS="+migration.StandbyCapArgs)
+	time.Sleep(500 * time.Millisecond)
+	vm.del(t, cl.b.Node, tgt)
+	time.Sleep(time.Second)
+	st := pinger.Stop()
+
+	if ch := routes.Changes(); len(ch) != 0 {
+		t.Errorf("node-c's route changed: %v", ch)
+	}
+	if ch := bRoutes.Changes(); len(ch) != 0 {
+		t.Errorf("node-b's route for the VM changed: %v", ch)
+	}
+	if st.Lost > 0 {
+		t.Errorf("the source stopped serving: %d of %d pings lost", st.Lost, st.Sent)
+	}
+	if after := cl.env.Lease(t, vm.lease()); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the aborted migration wrote the lease: %+v", after.Spec)
+	}
+	if adv := cl.advertisement(t, vm, cl.a); adv == nil || adv.ResourceVersion != advBefore.ResourceVersion {
+		t.Errorf("the aborted migration changed node-a's advertisement")
+	}
+	if adv := cl.advertisement(t, vm, cl.b); adv != nil {
+		t.Errorf("node-b's advertisement outlived the target's DEL: %+v", adv.Spec)
+	}
+	if ifs := hostInterfaces(t, cl.b, vm); len(ifs) != 0 {
+		t.Errorf("node-b kept %v", ifs)
+	}
+	_ = src
+}
+
+// TestATargetLostAfterTheReleaseGivesTheAttachmentBackToTheSource: the
+// target fails between release and promote; the source promotes itself
+// back with a new token and serves again, and the client's route never
+// leaves it.
+func TestATargetLostAfterTheReleaseGivesTheAttachmentBackToTheSource(t *testing.T) {
+	cl := newCluster(t)
+	vm := vmAttachment
+	src := vm.add(t, cl.a.Node)
+	wc := cl.client(t, vm)
+	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cl.migration(t, vm, cl.a, cl.b, src)
+	lost := errors.New("the target node is gone")
+	m.BeforePromote = func() error { return lost }
+	res, err := m.Run(ctx)
+	if !errors.Is(err, lost) || !res.FellBack || res.SourcePromote.Code != migration.ExitOK {
+		t.Fatalf("want a fall-back to the source: err %v, result %+v", err, res)
+	}
+	l := cl.env.Lease(t, vm.lease())
+	if harness.LeaseHolder(l) != holder(cl.a, src) || harness.LeaseToken(l) != token+1 {
+		t.Fatalf("lease after the fall-back: %s token %d, want %s token %d", harness.LeaseHolder(l), harness.LeaseToken(l), holder(cl.a, src), token+1)
+	}
+	if e := cl.advertisement(t, vm, cl.a).Spec.Containers[0]; e.HolderGeneration != token+1 {
+		t.Fatalf("node-a's entry after the fall-back: %+v", e)
+	}
+	eventually(t, "the client reaches the VM on node-a", func() error { return wc.Ping(vm.addr()) })
+	time.Sleep(time.Second)
+	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+	for _, c := range routes.Changes() {
+		if c.Deleted || c.Via != cl.a.Underlay {
+			t.Errorf("node-c's route left node-a: %v", routes.Changes())
+		}
+	}
+	if adv := cl.advertisement(t, vm, cl.b); adv != nil {
+		t.Errorf("node-b's advertisement outlived the target's DEL")
+	}
+	if ifs := hostInterfaces(t, cl.b, vm); len(ifs) != 0 {
+		t.Errorf("node-b kept %v", ifs)
+	}
+}
+
+// TestTenMigrationsBackAndForthLeakNothing moves the attachment between
+// two nodes ten times and checks that exactly the last holder's things
+// remain: one record, one host interface, one advertisement with one live
+// entry, one host route, one lease at the tenth token after the first.
+func TestTenMigrationsBackAndForthLeakNothing(t *testing.T) {
+	cl := newCluster(t)
+	vm := vmAttachment
+	cur := vm.add(t, cl.a.Node)
+	wc := cl.client(t, vm)
+	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
+	from, to := cl.a, cl.b
+	ctx := context.Background()
+	for i := range 10 {
+		m := cl.migration(t, vm, from, to, cur)
+		if _, err := m.Run(ctx); err != nil {
+			t.Fatalf("migration %d from %s to %s: %v", i+1, from.Name, to.Name, err)
+		}
+		routeVia(t, cl.c, vm.prefix(), to.Underlay)
+		cur, from, to = m.Target.Container, to, from
+	}
+	eventually(t, "the client reaches the VM", func() error { return wc.Ping(vm.addr()) })
+	holderNode, other := from, to
+	l := cl.env.Lease(t, vm.lease())
+	if harness.LeaseHolder(l) != holder(holderNode, cur) || harness.LeaseToken(l) != token+10 {
+		t.Errorf("lease: %s token %d, want %s token %d", harness.LeaseHolder(l), harness.LeaseToken(l), holder(holderNode, cur), token+10)
+	}
+	if n := len(records(t, holderNode, vm)); n != 1 {
+		t.Errorf("%s has %d records of the VM, want 1", holderNode.Name, n)
+	}
+	if n := len(records(t, other, vm)); n != 0 {
+		t.Errorf("%s has %d records of the VM, want 0", other.Name, n)
+	}
+	if ifs := hostInterfaces(t, holderNode, vm); len(ifs) != 1 {
+		t.Errorf("%s has host interfaces %v, want one", holderNode.Name, ifs)
+	}
+	if ifs := hostInterfaces(t, other, vm); len(ifs) != 0 {
+		t.Errorf("%s has host interfaces %v, want none", other.Name, ifs)
+	}
+	if adv := cl.advertisement(t, vm, holderNode); adv == nil || len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].Standby {
+		t.Errorf("%s's advertisement: %+v", holderNode.Name, adv)
+	}
+	if adv := cl.advertisement(t, vm, other); adv != nil {
+		t.Errorf("%s kept an advertisement: %+v", other.Name, adv.Spec)
+	}
+	if hostRoute(t, holderNode, vm.prefix()) == nil {
+		t.Errorf("%s has no host route to the VM", holderNode.Name)
+	}
+	if r := hostRoute(t, other, vm.prefix()); r != nil {
+		t.Errorf("%s kept a host route to the VM: %s", other.Name, r)
+	}
+	list, err := cl.env.API.Leases(harness.Namespace).List(ctx, metavListOptions(names.HolderNodeSelector(other.Name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("leases still labelled as held on %s: %d", other.Name, len(list.Items))
+	}
+}
