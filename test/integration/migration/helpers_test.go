@@ -75,7 +75,13 @@ type attachment struct {
 	mode    string
 }
 
-var vmAttachment = attachment{name: "vm-0", address: "10.20.0.5/24", mode: "veth"}
+// vm is the migrating attachment of one test; its lease and
+// advertisements go when the test ends (the API server is the package's).
+func (cl *cluster) vm(t *testing.T, name string) attachment {
+	t.Helper()
+	cl.env.ForgetAttachment(t, vpc, name)
+	return attachment{name: name, address: "10.20.0.5/24", mode: "veth"}
+}
 
 func (a attachment) network() string { return vpc + "-" + a.name }
 
@@ -134,6 +140,7 @@ func (cl *cluster) migration(t *testing.T, vm attachment, from, to *routed, src 
 // client adds the client workload on c and waits until it reaches vm.
 func (cl *cluster) client(t *testing.T, vm attachment) *harness.Netns {
 	t.Helper()
+	cl.env.ForgetAttachment(t, vpc, "client")
 	wc := attachment{name: "client", address: "10.20.0.7/24", mode: "veth"}.add(t, cl.c.Node)
 	eventually(t, "the client reaches "+vm.name, func() error { return wc.Ping(vm.addr()) })
 	return wc
