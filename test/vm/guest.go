@@ -79,6 +79,7 @@ while read -r cmd; do
 	case "$(echo "$cmd" | tr -d '\r')" in
 	poweroff) break ;;
 	status) ip addr; ip route; ip -6 route; ip neigh; echo "` + MarkerStatusEnd + `" ;;
+	uptime) echo "` + MarkerUptime + `$(cut -d' ' -f1 /proc/uptime)" ;;
 	esac
 done
 kill $! 2>/dev/null
@@ -140,6 +141,12 @@ type GuestOptions struct {
 	MemoryMB int
 	// Console, when set, also gets the serial console as it arrives.
 	Console io.Writer
+	// QMP, when set, is the path of a QMP socket qemu listens on.
+	QMP string
+	// Incoming, when set, starts qemu waiting for a migration from
+	// another qemu at this address ("tcp:<ip>:<port>"), paused after it
+	// arrives until QMP's cont: the target of a live migration.
+	Incoming string
 }
 
 // FromResult fills Tap, Addresses and Gateways from galactic-cni's ADD
@@ -178,7 +185,7 @@ func QEMUArgs(a *GuestAssets, o GuestOptions) []string {
 	if mem == 0 {
 		mem = 256
 	}
-	return []string{
+	args := []string{
 		"-accel", o.Accel, "-m", strconv.Itoa(mem), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
 		"-kernel", a.Kernel.Image, "-initrd", a.Initrd,
@@ -186,6 +193,14 @@ func QEMUArgs(a *GuestAssets, o GuestOptions) []string {
 		"-netdev", "tap,id=net0,ifname=" + o.Tap + ",script=no,downscript=no",
 		"-device", nic,
 	}
+	if o.QMP != "" {
+		args = append(args, "-qmp", "unix:"+o.QMP+",server=on,wait=off")
+	}
+	if o.Incoming != "" {
+		// The same machine on the same command line, waiting for its state.
+		args = append(args, "-S", "-incoming", o.Incoming)
+	}
+	return args
 }
 
 // Guest is a running qemu attached to a tap.
@@ -305,6 +320,30 @@ func (g *Guest) Status(timeout time.Duration) string {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return g.Console()[from:] + "\n(no end of status)"
+}
+
+// UptimeNow asks the guest on its console for its kernel's uptime and
+// waits at most timeout for the answer: across a live migration it keeps
+// growing, after a reboot it starts again.
+func (g *Guest) UptimeNow(timeout time.Duration) (time.Duration, error) {
+	from := len(g.Console())
+	if _, err := io.WriteString(g.stdin, "uptime\n"); err != nil {
+		return 0, fmt.Errorf("writing to the guest's console: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && !g.Exited() {
+		lines := strings.Split(g.Console()[from:], "\n")
+		// The last piece is a line still being written.
+		for _, line := range lines[:len(lines)-1] {
+			if _, v, ok := strings.Cut(line, MarkerUptime); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					return time.Duration(f * float64(time.Second)), nil
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the guest did not say its uptime within %s", timeout)
 }
 
 // Uptime is how long the guest's kernel had run when it said ready: the
