@@ -325,6 +325,11 @@ func configureLink(l netlink.Link, spec Spec) error {
 			return fmt.Errorf("setting MTU %d on %s: %w", spec.MTU, name, err)
 		}
 	}
+	if mac := names.TapMAC(spec.VPC, spec.Attachment); spec.Mode == names.ModeTap && l.Attrs().HardwareAddr.String() != mac.String() {
+		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
+			return fmt.Errorf("setting MAC %s on %s: %w", mac, name, err)
+		}
+	}
 	// A VM that configures its address with the subnet's prefix ARPs for
 	// its neighbours directly; the host answers for those its VPC routes.
 	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv4/conf", name, "proxy_arp"), []byte("1"), 0o644); err != nil {

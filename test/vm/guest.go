@@ -260,6 +260,9 @@ func StartGuest(a *GuestAssets, o GuestOptions) (*Guest, error) {
 // Console is the serial console so far, without carriage returns.
 func (g *Guest) Console() string { return strings.ReplaceAll(g.console.String(), "\r", "") }
 
+// Stderr is what qemu wrote on its standard error.
+func (g *Guest) Stderr() string { return g.stderr.String() }
+
 // Exited reports whether qemu has exited.
 func (g *Guest) Exited() bool {
 	select {

@@ -1,0 +1,246 @@
+package migration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/migration"
+	"github.com/galactic-cni/galactic/test/vm"
+)
+
+const (
+	guestMTU = 1400
+	// migrationPort is where the incoming qemu listens on its node's
+	// fabric address.
+	migrationPort = 4444
+	bootGuard     = 3 * time.Minute
+)
+
+var (
+	assetsOnce sync.Once
+	assets     *vm.GuestAssets
+	assetsErr  error
+)
+
+// guestAssets returns the guest's kernel and initramfs, or skips saying
+// why qemu guests cannot run here.
+func guestAssets(t *testing.T) *vm.GuestAssets {
+	t.Helper()
+	harness.RequireRoot(t)
+	if err := vm.Available(); err != nil {
+		t.Skipf("live migration runs qemu guests: %v", err)
+	}
+	assetsOnce.Do(func() {
+		var dir string
+		if dir, assetsErr = os.MkdirTemp("", "galactic-migration-"); assetsErr == nil {
+			assets, assetsErr = vm.EnsureGuestAssets(dir, os.Stderr)
+		}
+	})
+	if errors.Is(assetsErr, vm.ErrNoKernelSource) {
+		t.Skipf("live migration boots a Debian kernel: %v", assetsErr)
+	}
+	if assetsErr != nil {
+		t.Fatal(assetsErr)
+	}
+	return assets
+}
+
+// shortDir is a directory for unix sockets, whose paths must stay short.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "qmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// live is a VM running on a galactic tap on the source node.
+type live struct {
+	vm   attachment
+	src  *harness.Netns
+	qemu *migration.QEMU
+}
+
+// bootVM ADDs vm's tap on a and boots the guest on it with a QMP socket.
+func (cl *cluster) bootVM(t *testing.T, as *vm.GuestAssets, name string) *live {
+	t.Helper()
+	at := cl.vm(t, name)
+	at.mode = "tap"
+	at.install(t, cl.a.Node)
+	src := harness.NewContainer(t)
+	out, err := cl.a.CNITool("add", at.network(), src, ifName)
+	if err != nil {
+		t.Fatalf("ADD on node-a: %v", err)
+	}
+	res := &current.Result{}
+	if err := json.Unmarshal([]byte(out), res); err != nil {
+		t.Fatal(err)
+	}
+	dir := shortDir(t)
+	accel, _ := vm.Accelerator()
+	o := vm.GuestOptions{Netns: cl.a.Netns.Name, Accel: accel, MTU: guestMTU, MemoryMB: 128, QMP: filepath.Join(dir, "a.qmp")}
+	if err := o.FromResult(res); err != nil {
+		t.Fatal(err)
+	}
+	g, took, err := as.Boot(context.Background(), o, bootGuard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Kill)
+	t.Logf("guest booted on node-a in %s (%s)", took, accel)
+	q := &migration.QEMU{
+		Assets: as, Accel: accel, MTU: guestMTU, MemoryMB: o.MemoryMB, Source: g, SourceQMP: o.QMP,
+		TargetNode: cl.b.Node, TargetAddr: cl.b.Underlay, Port: migrationPort, TargetQMP: filepath.Join(dir, "b.qmp"),
+	}
+	t.Cleanup(q.StopTarget)
+	return &live{vm: at, src: src, qemu: q}
+}
+
+// echo is a TCP connection from the client to the guest's echo service.
+type echo struct {
+	conn net.Conn
+	r    *bufio.Reader
+	n    int
+}
+
+func dialEcho(t *testing.T, from *harness.Netns, to attachment) *echo {
+	t.Helper()
+	var conn net.Conn
+	eventually(t, "a TCP connection to the guest's echo service", func() error {
+		return from.Do(func() (err error) {
+			conn, err = net.DialTimeout("tcp", net.JoinHostPort(to.addr().String(), strconv.Itoa(vm.EchoPort)), 2*time.Second)
+			return err
+		})
+	})
+	t.Cleanup(func() { conn.Close() })
+	return &echo{conn: conn, r: bufio.NewReader(conn)}
+}
+
+// roundTrip sends a line and waits for it to come back.
+func (e *echo) roundTrip(timeout time.Duration) error {
+	e.n++
+	line := fmt.Sprintf("galactic %d\n", e.n)
+	_ = e.conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := e.conn.Write([]byte(line)); err != nil {
+		return err
+	}
+	got, err := e.r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if got != line {
+		return fmt.Errorf("echoed %q, sent %q", got, line)
+	}
+	return nil
+}
+
+// TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce is
+// a real live migration from node-a to node-b under a 10 ms pinger from
+// node-c: the guest keeps running (its uptime goes on), a TCP connection
+// from node-c survives, node-c's route changes once, the lease has one
+// holder at every version, and node-b sends nothing to the standby tap
+// before promote.
+func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testing.T) {
+	as := guestAssets(t)
+	cl := newCluster(t)
+	l := cl.bootVM(t, as, "live")
+	wc := cl.client(t, l.vm)
+	conn := dialEcho(t, wc, l.vm)
+	if err := conn.roundTrip(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, err := l.qemu.Source.UptimeNow(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := harness.LeaseToken(cl.env.Lease(t, l.vm.lease()))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leases, err := cl.env.WatchLease(ctx, l.vm.lease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := cl.c.WatchRoute(ctx, l.vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinger, err := wc.StartPinger(l.vm.addr(), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	m := cl.migration(t, l.vm, cl.a, cl.b, l.src)
+	m.VMM = l.qemu
+	var sent *harness.TapCounter
+	var beforePromote int64
+	m.AfterStandby = func() error {
+		ifs := hostInterfaces(t, cl.b, l.vm)
+		if len(ifs) != 1 {
+			return fmt.Errorf("node-b has host interfaces %v", ifs)
+		}
+		sent, err = cl.b.CountSent(ifs[0], l.vm.addr())
+		return err
+	}
+	m.BeforePromote = func() error {
+		beforePromote = sent.Stop()
+		return nil
+	}
+	res, err := m.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the guest answers on node-b", func() error { return wc.Ping(l.vm.addr()) })
+	if err := conn.roundTrip(20 * time.Second); err != nil {
+		t.Fatalf("the TCP connection did not survive the migration: %v", err)
+	}
+	time.Sleep(time.Second)
+	st := pinger.Stop()
+
+	after, err := l.qemu.Target.UptimeNow(10 * time.Second)
+	if err != nil {
+		t.Fatalf("%v; console on node-b:\n%s", err, l.qemu.Target.Console())
+	}
+	if after <= before || strings.Contains(l.qemu.Target.Console(), vm.MarkerReady) {
+		t.Errorf("the guest rebooted: uptime %s before, %s after; console on node-b:\n%s", before, after, l.qemu.Target.Console())
+	}
+	if beforePromote != 0 {
+		t.Errorf("node-b sent %d packets to the standby tap before promote", beforePromote)
+	}
+	ch := routes.Changes()
+	if len(ch) != 1 || ch[0].Deleted || ch[0].Via != cl.b.Underlay {
+		t.Fatalf("node-c's route: want one change to via %s, got %v", cl.b.Underlay, ch)
+	}
+	versions, werr := leases.Versions()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if err := harness.OneHolder(versions); err != nil {
+		t.Fatalf("%v in %+v", err, versions)
+	}
+	if last := versions[len(versions)-1]; last.Holder != holder(cl.b, m.Target.Container) || last.Token != token+1 {
+		t.Fatalf("lease after the migration: %+v", last)
+	}
+	tm := res.Timings
+	t.Logf("migration: total %s (standby ADD %s, qemu migrate %s, release %s, promote %s, resume %s, source DEL %s)",
+		tm.SourceDeleted.Sub(tm.Start), tm.Standby.Sub(tm.Start), tm.Migrated.Sub(tm.Standby), tm.Released.Sub(tm.Migrated),
+		tm.Promoted.Sub(tm.Released), tm.Resumed.Sub(tm.Promoted), tm.SourceDeleted.Sub(tm.Resumed))
+	t.Logf("blackout (longest gap between answered pings, 10 ms): %s; lost %d of %d; qemu downtime %s; release returned -> node-c's route changed %s",
+		st.LongestGap, st.Lost, st.Sent, tm.QEMUDowntime, ch[0].At.Sub(tm.Released))
+}
