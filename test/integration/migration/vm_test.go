@@ -244,3 +244,66 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 	t.Logf("blackout (longest gap between answered pings, 10 ms): %s; lost %d of %d; qemu downtime %s; release returned -> node-c's route changed %s",
 		st.LongestGap, st.Lost, st.Sent, tm.QEMUDowntime, ch[0].At.Sub(tm.Released))
 }
+
+// TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource: the
+// incoming qemu dies between the source's release and the target's
+// promote; the source promotes itself back with a new token and resumes
+// the guest, which keeps its uptime and connection, and node-c's route
+// never leaves node-a.
+func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing.T) {
+	as := guestAssets(t)
+	cl := newCluster(t)
+	l := cl.bootVM(t, as, "fallback-vm")
+	wc := cl.client(t, l.vm)
+	conn := dialEcho(t, wc, l.vm)
+	if err := conn.roundTrip(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, err := l.qemu.Source.UptimeNow(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := harness.LeaseToken(cl.env.Lease(t, l.vm.lease()))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routes, err := cl.c.WatchRoute(ctx, l.vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cl.migration(t, l.vm, cl.a, cl.b, l.src)
+	m.VMM = l.qemu
+	killed := errors.New("the target's qemu was killed")
+	m.BeforePromote = func() error {
+		l.qemu.Target.Kill()
+		return killed
+	}
+	res, err := m.Run(ctx)
+	if !errors.Is(err, killed) || !res.FellBack || res.SourcePromote.Code != migration.ExitOK {
+		t.Fatalf("want the source to take the attachment back: err %v, result %+v", err, res)
+	}
+	eventually(t, "the guest answers on node-a again", func() error { return wc.Ping(l.vm.addr()) })
+	if err := conn.roundTrip(20 * time.Second); err != nil {
+		t.Fatalf("the TCP connection did not survive: %v", err)
+	}
+	after, err := l.qemu.Source.UptimeNow(10 * time.Second)
+	if err != nil || after <= before {
+		t.Errorf("the guest's uptime: %s before, %s after (%v)", before, after, err)
+	}
+	lease := cl.env.Lease(t, l.vm.lease())
+	if harness.LeaseHolder(lease) != holder(cl.a, l.src) || harness.LeaseToken(lease) != token+1 {
+		t.Fatalf("lease: %s token %d, want %s token %d", harness.LeaseHolder(lease), harness.LeaseToken(lease), holder(cl.a, l.src), token+1)
+	}
+	if e := cl.advertisement(t, l.vm, cl.a).Spec.Containers[0]; e.HolderGeneration != token+1 || e.Standby {
+		t.Fatalf("node-a's entry: %+v", e)
+	}
+	routeVia(t, cl.c, l.vm.prefix(), cl.a.Underlay)
+	for _, c := range routes.Changes() {
+		if c.Deleted || c.Via != cl.a.Underlay {
+			t.Fatalf("node-c's route left node-a: %v", routes.Changes())
+		}
+	}
+	if ifs := hostInterfaces(t, cl.b, l.vm); len(ifs) != 0 {
+		t.Errorf("node-b kept %v", ifs)
+	}
+	t.Logf("fall-back: the source's promote took %s", res.SourcePromote.Took)
+}
