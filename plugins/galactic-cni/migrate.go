@@ -11,7 +11,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/galactic-cni/galactic/pkg/advert"
-	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/hostif"
 	"github.com/galactic-cni/galactic/pkg/names"
@@ -147,7 +146,11 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	if waitSeconds >= 0 {
 		wait = time.Duration(waitSeconds) * time.Second
 	}
-	lock, err := commandLock(c.node, rec)
+	cs, err := commandClient(c.node)
+	if err != nil {
+		return c.fail(exitFailed, "%v", err)
+	}
+	lock, err := recordLock(cs, c.node, rec)
 	if err != nil {
 		return c.fail(exitFailed, "%v", err)
 	}
@@ -170,7 +173,8 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	case err != nil:
 		return c.fail(exitFailed, "acquiring the handoff lease: %v", err)
 	}
-	c.log.Info("handoff lease acquired", "holder", g.Holder, "token", g.Token, "waited", p.now().Sub(start).String())
+	acquired := p.now()
+	c.log.Info("handoff lease acquired", "holder", g.Holder, "token", g.Token, "waited", acquired.Sub(start).String())
 
 	host := hostif.Host{StateDir: c.node.StateDir, Live: p.live, Now: p.now}
 	if _, err := host.Activate(rec.ContainerID, rec.IfName, func(r *state.Record) {
@@ -183,6 +187,7 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 		return c.fail(exitFailed, "activating the host interface: %v (lease released: %v)", err, rerr == nil)
 	}
 
+	activated := p.now()
 	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
 	defer cancel()
 	if available {
@@ -194,21 +199,17 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 			return c.fail(exitFailed, "reporting available (run promote again): %v", err)
 		}
 	}
-	cfg, err := client.LoadConfig(c.node.Kubeconfig)
-	if err != nil {
-		return c.fail(exitFailed, "%v", err)
-	}
-	cs, err := client.New(cfg)
-	if err != nil {
-		return c.fail(exitFailed, "%v", err)
-	}
+	reported := p.now()
 	adv := &advert.Advertiser{API: cs.BGPAdvertisements(c.node.Namespace), Live: p.live}
 	key := advert.Key{VPC: rec.VPC, Attachment: rec.Attachment, Node: c.node.NodeName}
 	res, err := adv.Promote(ctx, key, rec.ContainerID, rec.IfName, g.Token)
 	if err != nil {
 		return c.fail(exitFailed, "taking the advertisement entry off standby (run promote again): %v", err)
 	}
-	c.log.Info(c.name, "outcome", "ok", "holder", g.Holder, "token", g.Token, "available", available, "advertisement", string(res.Outcome), "durationMs", p.now().Sub(start).Milliseconds())
+	end := p.now()
+	c.log.Info(c.name, "outcome", "ok", "holder", g.Holder, "token", g.Token, "available", available, "advertisement", string(res.Outcome),
+		"acquireMs", acquired.Sub(start).Milliseconds(), "activateMs", activated.Sub(acquired).Milliseconds(),
+		"reportMs", reported.Sub(activated).Milliseconds(), "advertiseMs", end.Sub(reported).Milliseconds())
 	report := "reported available"
 	if !available {
 		report = "not reported available"

@@ -86,14 +86,23 @@ func (p *plugin) report(name string, args []string, stdout, stderr io.Writer) in
 // node settings. The observation dir is ADD's, so a promotion waiting on a
 // silent holder continues what this node observed of it.
 func commandLock(node settings.Node, rec state.Record) (*handoff.Lock, error) {
+	cs, err := commandClient(node)
+	if err != nil {
+		return nil, err
+	}
+	return recordLock(cs, node, rec)
+}
+
+// commandClient is the API client of a subcommand, from the node's kubeconfig.
+func commandClient(node settings.Node) (*client.Clients, error) {
 	cfg, err := client.LoadConfig(node.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := client.New(cfg)
-	if err != nil {
-		return nil, err
-	}
+	return client.New(cfg)
+}
+
+func recordLock(cs *client.Clients, node settings.Node, rec state.Record) (*handoff.Lock, error) {
 	return handoff.New(cs.Leases(node.Namespace), node.Namespace, names.Lease(rec.VPC, rec.Attachment), handoff.Options{
 		LeaseDuration:  time.Duration(max(rec.LeaseSeconds, 1)) * time.Second,
 		ObservationDir: filepath.Join(node.StateDir, "handoff"),

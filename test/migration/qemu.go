@@ -128,3 +128,15 @@ func (q *QEMU) StopTarget() {
 		q.Target.Kill()
 	}
 }
+
+// Next is the migration back (or on): the guest running on this
+// migration's target moves to targetNode, listening on addr, with its
+// QMP socket at qmp.
+func (q *QEMU) Next(targetNode *harness.Node, addr netip.Addr, qmp string) *QEMU {
+	return &QEMU{
+		Assets: q.Assets, Accel: q.Accel, MTU: q.MTU, MemoryMB: q.MemoryMB,
+		Source: q.Target, SourceQMP: q.TargetQMP, sourceQMP: q.targetQM,
+		TargetNode: targetNode, TargetAddr: addr, Port: q.Port, TargetQMP: qmp,
+		Timeout: q.Timeout, Console: q.Console,
+	}
+}

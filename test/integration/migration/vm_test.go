@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,6 +244,28 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 		tm.Promoted.Sub(tm.Released), tm.Resumed.Sub(tm.Promoted), tm.SourceDeleted.Sub(tm.Resumed))
 	t.Logf("blackout (longest gap between answered pings, 10 ms): %s; lost %d of %d; qemu downtime %s; release returned -> node-c's route changed %s",
 		st.LongestGap, st.Lost, st.Sent, tm.QEMUDowntime, ch[0].At.Sub(tm.Released))
+	t.Logf("node-b's promote: %s", logLine(t, cl.b, `"verb":"promote"`, `"outcome":"ok"`))
+}
+
+// logLine is the last line of the node's galactic log with every one of
+// the fragments.
+func logLine(t *testing.T, n *routed, fragments ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(n.Settings.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		ok := true
+		for _, f := range fragments {
+			ok = ok && strings.Contains(line, f)
+		}
+		if ok {
+			found = line
+		}
+	}
+	return found
 }
 
 // TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource: the
@@ -306,4 +329,94 @@ func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing
 		t.Errorf("node-b kept %v", ifs)
 	}
 	t.Logf("fall-back: the source's promote took %s", res.SourcePromote.Took)
+}
+
+// TestTenLiveMigrationsBackAndForth moves a running guest between node-a
+// and node-b ten times under a 10 ms pinger from node-c, reports the
+// blackout of each (total, qemu's downtime, galactic's part: release
+// returned until node-c's route changed) and checks that each changed
+// node-c's route once and that nothing of the guest is left on the node
+// it left.
+func TestTenLiveMigrationsBackAndForth(t *testing.T) {
+	as := guestAssets(t)
+	cl := newCluster(t)
+	l := cl.bootVM(t, as, "ten-vm")
+	wc := cl.client(t, l.vm)
+	conn := dialEcho(t, wc, l.vm)
+	if err := conn.roundTrip(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routes, err := cl.c.WatchRoute(ctx, l.vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinger, err := wc.StartPinger(l.vm.addr(), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	dir := shortDir(t)
+	q, src := l.qemu, l.src
+	from, to := cl.a, cl.b
+	var runs []migration.Timings
+	for i := range 10 {
+		m := cl.migration(t, l.vm, from, to, src)
+		m.VMM = q
+		res, err := m.Run(ctx)
+		if err != nil {
+			t.Fatalf("migration %d from %s to %s: %v", i+1, from.Name, to.Name, err)
+		}
+		t.Cleanup(q.StopTarget)
+		runs = append(runs, res.Timings)
+		routeVia(t, cl.c, l.vm.prefix(), to.Underlay)
+		eventually(t, "the guest answers on "+to.Name, func() error { return wc.Ping(l.vm.addr()) })
+		if ifs := hostInterfaces(t, from, l.vm); len(ifs) != 0 {
+			t.Errorf("migration %d left %v on %s", i+1, ifs, from.Name)
+		}
+		q = q.Next(from.Node, from.Underlay, filepath.Join(dir, fmt.Sprintf("%d.qmp", i)))
+		src, from, to = m.Target.Container, to, from
+	}
+	if err := conn.roundTrip(20 * time.Second); err != nil {
+		t.Fatalf("the TCP connection did not survive ten migrations: %v", err)
+	}
+	time.Sleep(time.Second)
+	pinger.Stop()
+	ch := routes.Changes()
+	if len(ch) != len(runs) {
+		t.Errorf("node-c's route changed %d times in %d migrations: %v", len(ch), len(runs), ch)
+	}
+	var total, downtime, galactic []time.Duration
+	for i, tm := range runs {
+		end := tm.SourceDeleted
+		if i+1 < len(runs) {
+			end = runs[i+1].Start
+		}
+		st := pinger.StatsBetween(tm.Start.Add(-200*time.Millisecond), end)
+		part := time.Duration(-1)
+		for _, c := range ch {
+			if c.At.After(tm.Released) {
+				part = c.At.Sub(tm.Released)
+				break
+			}
+		}
+		total, downtime, galactic = append(total, st.LongestGap), append(downtime, tm.QEMUDowntime), append(galactic, part)
+		t.Logf("migration %2d: blackout %s, qemu downtime %s, galactic %s (release %s, promote %s)",
+			i+1, st.LongestGap.Round(time.Millisecond), tm.QEMUDowntime, part.Round(time.Millisecond),
+			tm.Released.Sub(tm.Migrated).Round(time.Millisecond), tm.Promoted.Sub(tm.Released).Round(time.Millisecond))
+	}
+	t.Logf("blackout p50 %s p99 %s; qemu downtime p50 %s p99 %s; galactic p50 %s p99 %s",
+		percentile(total, 50), percentile(total, 99), percentile(downtime, 50), percentile(downtime, 99), percentile(galactic, 50), percentile(galactic, 99))
+}
+
+// percentile is the nearest-rank percentile of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	i := (p*len(s)+99)/100 - 1
+	return s[max(i, 0)].Round(time.Millisecond)
 }
