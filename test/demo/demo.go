@@ -4,7 +4,9 @@
 // galactic-router as galactic-installer set them up, the real plugins run
 // by cnitool, and a qemu guest in VPC blue that a client on another node
 // pings every 10 ms while the VM is attached, upgraded, moved, crashed,
-// its router restarted and finally drained. Every step prints what FRR
+// its router restarted and finally drained; before that, a second VM
+// live-migrates from node-a to node-b under the client's pings and TCP
+// connection. Every step prints what FRR
 // holds, the client node's route, the lease and the lost replies, and Run
 // fails when an expected state is not observed.
 package demo
@@ -159,7 +161,7 @@ func Run(ctx context.Context, out io.Writer, env *harness.Env) (rep *Report, err
 	}
 	d.say("the VM is %s", d.qemu.describe())
 
-	for _, step := range []func() error{d.setup, d.attach, d.upgrade, d.move, d.crash, d.restartRouter, d.drain} {
+	for _, step := range []func() error{d.setup, d.liveMigration, d.attach, d.upgrade, d.move, d.crash, d.restartRouter, d.drain} {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

@@ -25,6 +25,8 @@ import (
 
 // Report is what the demo measured, step by step.
 type Report struct {
+	// Live is the live migration of a second VM from node-a to node-b.
+	Live LiveMigration
 	// Attach: replies the client got before the guest reported available,
 	// how long after the report the first came, and whether the VM's IPv6
 	// address was reached too.
@@ -82,6 +84,7 @@ func counts(m map[string]int) string {
 func (r *Report) print(out io.Writer) {
 	fmt.Fprintf(out, `
 what the demo measured (the client on node-c pinging the VM every %s):
+  0. live migration:  %s
   1. attach:          %d replies before the guest reported available; the first %d ms after the report; IPv6 routed too: %v
   2. upgrade:         %s
   3. move to node-b:  %s
@@ -89,7 +92,7 @@ what the demo measured (the client on node-c pinging the VM every %s):
      node-b returns:  %s
   5. router restart:  %s
   6. drain:           %d replies lost before the report; the last reply %d ms after it; %d replies after node-c's route went; IPv6 answered after it: %v
-`, pingInterval, r.RepliesBeforeAvailable, r.FirstReplyAfterReport.Milliseconds(), r.IPv6Routed, r.Upgrade.summary(), r.Move.summary(),
+`, pingInterval, r.Live.summary(), r.RepliesBeforeAvailable, r.FirstReplyAfterReport.Milliseconds(), r.IPv6Routed, r.Upgrade.summary(), r.Move.summary(),
 		r.Crash.summary(), r.ViaAtLeaseExpiry, r.Return.summary(), r.Restart.summary(), r.LostBeforeDrain, r.LastReplyAfterReport.Milliseconds(), r.RepliesAfterWithdrawal, r.IPv6AfterDrain)
 }
 

@@ -26,6 +26,10 @@ func TestTheDemoObservesEveryExpectedState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if l := rep.Live; l.RouteChanges != 1 || !l.TCPSurvived || l.UptimeAfter <= l.UptimeBefore {
+		t.Errorf("live migration: node-c's route changed %d times, TCP survived %v, uptime %s then %s; want once, true, growing",
+			l.RouteChanges, l.TCPSurvived, l.UptimeBefore, l.UptimeAfter)
+	}
 	if rep.RepliesBeforeAvailable != 0 {
 		t.Errorf("attach: %d replies before the guest reported available", rep.RepliesBeforeAvailable)
 	}
