@@ -102,6 +102,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		{"VM boot", b.vmBoot},
 		{"pod sandbox start", b.criSandbox},
 		{"Routing", b.routing},
+		{"live migration", b.liveMigration},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {

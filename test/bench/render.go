@@ -28,6 +28,8 @@ type Results struct {
 	VMs      []*VMBootResult
 	CRI      []*CRIResult
 	Routing  *RoutingResult
+	// Migration is the live-migration section.
+	Migration *MigrationResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -213,6 +215,7 @@ func Render(r *Results) string {
 	renderVMs(&w, r)
 	renderCRI(&w, r)
 	renderRouting(&w, r)
+	renderMigration(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()
