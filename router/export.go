@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/router/speaker"
 )
 
@@ -149,6 +150,7 @@ func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict)
 	verdicts := map[string]Verdict{}
 	for _, adv := range in.Adverts {
 		v := Verdict{}
+		kept := false
 		e, live := liveEntry(adv, in.Live)
 		avail := metav1.ConditionTrue
 		gated := adv.Spec.Announce == v1alpha1.AnnounceWhenAvailable
@@ -160,6 +162,12 @@ func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict)
 			v.Holder = metav1.Condition{Type: v1alpha1.ConditionHolderAvailable, Status: status, Reason: reason, Message: msg}
 			if gated {
 				avail = status
+			}
+			// A holder's lease leaves this node's watch when a live
+			// migration releases it, and when another node takes it: the
+			// last answer stands until a higher generation replaces it.
+			if gated && live && reason == handoff.ReasonNoLease && e.HolderGeneration > 0 && announcedUndrained(adv, e, in) {
+				avail, kept = metav1.ConditionTrue, true
 			}
 		}
 		vni, haveVNI := in.VNIs[adv.Spec.VPC]
@@ -189,9 +197,9 @@ func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict)
 				RD: rd, Prefix: pfx.Masked(), VNI: vni, RTASN: in.RTASN, NextHop: in.Underlay,
 				RouterMAC: mac, Generation: uint32(e.HolderGeneration), Drained: drained,
 			}
-			if drained {
-				// Only a route peers already have is re-announced drained;
-				// one never available is simply not announced.
+			if drained || kept {
+				// Only a route peers already have is re-announced drained
+				// (or kept); one never available is simply not announced.
 				if _, was := in.Announced[r.Key()]; !was {
 					continue
 				}
@@ -211,6 +219,23 @@ func Desired(in ExportInput) (map[speaker.Key]speaker.Route, map[string]Verdict)
 		verdicts[adv.Name] = v
 	}
 	return routes, verdicts
+}
+
+// announcedUndrained says whether e's generation of adv is announced
+// undrained now.
+func announcedUndrained(adv *v1alpha1.BGPAdvertisement, e v1alpha1.ContainerEntry, in ExportInput) bool {
+	rd := in.RD(adv.Spec.VPC)
+	for _, p := range e.Prefixes {
+		pfx, err := netip.ParsePrefix(string(p))
+		if err != nil {
+			continue
+		}
+		k := speaker.Key{RD: rd, Prefix: pfx.Masked()}
+		if r, ok := in.Announced[k]; ok && !r.Drained && r.Generation == uint32(e.HolderGeneration) {
+			return true
+		}
+	}
+	return false
 }
 
 func conflictMessage(adv *v1alpha1.BGPAdvertisement, vnis map[string]uint32) string {

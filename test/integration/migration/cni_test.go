@@ -321,3 +321,42 @@ func TestTenMigrationsBackAndForthLeakNothing(t *testing.T) {
 		t.Errorf("leases still labelled as held on %s: %d", other.Name, len(list.Items))
 	}
 }
+
+// TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo: the
+// source's release takes its lease out of its node's watch, which must
+// not drain its route before the target's higher generation replaces it.
+func TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo(t *testing.T) {
+	cl := newCluster(t)
+	vm := cl.vm(t, "gated")
+	vm.announce = "whenAvailable"
+	src := vm.add(t, cl.a.Node)
+	if r, err := cl.a.GalacticCNI("available", "--vpc", vpc, "--attachment", vm.name, "--container", harness.ContainerID(src.Path)); err != nil || r.Code != 0 {
+		t.Fatalf("available on node-a: %v %s", err, r)
+	}
+	wc := cl.client(t, vm)
+	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cl.migration(t, vm, cl.a, cl.b, src)
+	m.BeforePromote = func() error {
+		// Between release and promote node-c keeps the source's route.
+		time.Sleep(time.Second)
+		if ch := routes.Changes(); len(ch) != 0 {
+			return errors.New("node-c's route changed before promote")
+		}
+		return nil
+	}
+	if _, err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	routeVia(t, cl.c, vm.prefix(), cl.b.Underlay)
+	eventually(t, "the client reaches the VM on node-b", func() error { return wc.Ping(vm.addr()) })
+	time.Sleep(time.Second)
+	if ch := routes.Changes(); len(ch) != 1 || ch[0].Deleted || ch[0].Via != cl.b.Underlay {
+		t.Fatalf("node-c's route: want one change to via %s, got %v", cl.b.Underlay, ch)
+	}
+}

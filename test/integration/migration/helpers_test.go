@@ -73,6 +73,8 @@ type attachment struct {
 	name    string
 	address string
 	mode    string
+	// announce is galactic-bgp's; empty is always.
+	announce string
 }
 
 // vm is the migrating attachment of one test; its lease and
@@ -103,9 +105,17 @@ func (a attachment) install(t *testing.T, n *harness.Node) {
 				"addresses":    []string{a.address},
 				"handoff":      map[string]any{"enabled": true, "waitSeconds": waitSeconds, "leaseSeconds": 60},
 				"capabilities": map[string]bool{netconf.CapabilityPodAnnotations: true}},
-			map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name, "vni": vni},
+			a.bgpStanza(),
 		},
 	})
+}
+
+func (a attachment) bgpStanza() map[string]any {
+	bgp := map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name, "vni": vni}
+	if a.announce != "" {
+		bgp["announce"] = a.announce
+	}
+	return bgp
 }
 
 func (a attachment) add(t *testing.T, n *harness.Node, extraEnv ...string) *harness.Netns {
