@@ -21,9 +21,8 @@ import (
 	"github.com/galactic-cni/galactic/test/vm"
 )
 
-// liveVM is the guest the live-migration step moves while it runs. It is
-// announced always: see docs/live-migration.md for why whenAvailable
-// makes receivers change twice.
+// liveVM is the guest the live-migration step moves while it runs,
+// announced always, so that it is routed without an availability report.
 var (
 	liveVM   = attachment{vpc: "blue", name: "live-0-net0", mode: "tap", vni: vniBlue, addresses: []string{"10.20.0.9/24"}, handoff: true}
 	liveAddr = netip.MustParseAddr("10.20.0.9")
