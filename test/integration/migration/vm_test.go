@@ -239,6 +239,12 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 		t.Fatalf("lease after the migration: %+v", last)
 	}
 	tm := res.Timings
+	// Replies stop around the pause: the longest silence lies within the
+	// migration, between the standby ADD and the guest's resume.
+	if gapEnd := st.LongestGapFrom.Add(st.LongestGap); st.LongestGapFrom.Before(tm.Standby) || gapEnd.Before(tm.Migrated) {
+		t.Errorf("the longest silence (%s from %s) is not around the pause (migrate %s..%s, resumed %s)",
+			st.LongestGap, st.LongestGapFrom.Format("15:04:05.000"), tm.Standby.Format("15:04:05.000"), tm.Migrated.Format("15:04:05.000"), tm.Resumed.Format("15:04:05.000"))
+	}
 	t.Logf("migration: total %s (standby ADD %s, qemu migrate %s, release %s, promote %s, resume %s, source DEL %s)",
 		tm.SourceDeleted.Sub(tm.Start), tm.Standby.Sub(tm.Start), tm.Migrated.Sub(tm.Standby), tm.Released.Sub(tm.Migrated),
 		tm.Promoted.Sub(tm.Released), tm.Resumed.Sub(tm.Promoted), tm.SourceDeleted.Sub(tm.Resumed))
