@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/migration"
@@ -358,5 +360,47 @@ func TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo(t *testing.
 	time.Sleep(time.Second)
 	if ch := routes.Changes(); len(ch) != 1 || ch[0].Deleted || ch[0].Via != cl.b.Underlay {
 		t.Fatalf("node-c's route: want one change to via %s, got %v", cl.b.Underlay, ch)
+	}
+}
+
+// TestCheckExpectsNoHostRouteOnStandbyAndTheHostRouteOncePromoted: CHECK
+// follows the record, not the stanza's standby: before promote the host
+// route must be absent, after it present.
+func TestCheckExpectsNoHostRouteOnStandbyAndTheHostRouteOncePromoted(t *testing.T) {
+	cl := newCluster(t)
+	vm := cl.vm(t, "check")
+	src := vm.add(t, cl.a.Node)
+	tgt := vm.add(t, cl.b.Node, "CAP_ARGS="+migration.StandbyCapArgs)
+	check := func(n *routed, c *harness.Netns) error {
+		_, err := n.CNITool("check", vm.network(), c, ifName, "CAP_ARGS="+migration.StandbyCapArgs)
+		return err
+	}
+	if err := check(cl.b, tgt); err != nil {
+		t.Fatalf("CHECK of the standby target: %v", err)
+	}
+	flags := func(c *harness.Netns) []string {
+		return []string{"--vpc", vpc, "--attachment", vm.name, "--container", harness.ContainerID(c.Path)}
+	}
+	for _, step := range []struct {
+		n    *routed
+		verb string
+		c    *harness.Netns
+	}{{cl.a, "release", src}, {cl.b, "promote", tgt}} {
+		if r, err := step.n.GalacticCNI(step.verb, flags(step.c)...); err != nil || r.Code != 0 {
+			t.Fatalf("%s on %s: %v %s", step.verb, step.n.Name, err, r)
+		}
+	}
+	if hostRoute(t, cl.b, vm.prefix()) == nil {
+		t.Fatal("promote installed no host route")
+	}
+	if err := check(cl.b, tgt); err != nil {
+		t.Fatalf("CHECK of the promoted target: %v", err)
+	}
+	r := hostRoute(t, cl.b, vm.prefix())
+	if err := cl.b.Do(func() error { return netlink.RouteDel(r) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(cl.b, tgt); err == nil || !strings.Contains(err.Error(), vm.addr().String()) {
+		t.Fatalf("CHECK of the promoted target without its host route: %v, want it to name %s", err, vm.addr())
 	}
 }
