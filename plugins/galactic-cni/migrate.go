@@ -68,10 +68,13 @@ func (p *plugin) migrate(name string, args []string, stdout, stderr io.Writer) i
 	if code, done := c.open(p, fs, args); done {
 		return code
 	}
-	if wait > maxWaitSeconds {
+	if wait < -1 || wait > maxWaitSeconds {
 		return c.fail(exitUsage, "--wait-seconds %d is out of range: use 0..%d", wait, maxWaitSeconds)
 	}
 	if name == cmdRelease {
+		if c.reason != "" {
+			return c.fail(exitUsage, "--reason is promote's: a release always reports %s", handoff.ReasonReleased)
+		}
 		return p.releaseCommand(c, stdout)
 	}
 	return p.promoteCommand(c, available, wait, stdout)

@@ -98,6 +98,8 @@ func TestReleaseAndPromoteRefuseWithTheirOwnExitCodeBeforeAnyAPICall(t *testing.
 		{"promote without handoff", cmdPromote, flags("nohandoff", "plain"), exitNotHolder, "cannot be promoted"},
 		{"promote with a wait out of range", cmdPromote, flags("web-0", "tgt", "--wait-seconds", "99999"), exitUsage, "--wait-seconds"},
 		{"release does not take promote's flags", cmdRelease, flags("web-0", "src", "--available=false"), exitUsage, "available"},
+		{"release with a reason", cmdRelease, flags("web-0", "src", "--reason", "Moving"), exitUsage, "--reason is promote's"},
+		{"promote with a negative wait", cmdPromote, flags("web-0", "tgt", "--wait-seconds", "-2"), exitUsage, "--wait-seconds"},
 		{"a release that needs the API", cmdRelease, flags("web-0", "src"), exitFailed, "kubeconfig"},
 		{"a promote that needs the API", cmdPromote, flags("web-0", "tgt"), exitFailed, "kubeconfig"},
 	} {
