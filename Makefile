@@ -13,8 +13,14 @@ TEST_FLAGS ?= -timeout 45m -count=1
 
 all: build
 
+# Everything built here is copied onto hosts or into the image: static
+# (no libc to match), and -trimpath so the image does not depend on where
+# the checkout lives.
+STATIC    := CGO_ENABLED=0
+GOFLAGS_STATIC := -trimpath
+
 build:
-	$(GO) build -o $(BIN)/ ./plugins/... ./gc/... ./router/... ./installer/...
+	$(STATIC) $(GO) build $(GOFLAGS_STATIC) -o $(BIN)/ ./plugins/... ./gc/... ./router/... ./installer/...
 
 # Debian packages the tests and the demo use (FRR, qemu, ...), when root.
 deps:
