@@ -15,6 +15,7 @@ import (
 // Defaults for the paths that pkg/settings does not already define.
 const (
 	DefaultCNIBinDir         = "/opt/cni/bin"
+	DefaultCNIConfDir        = "/etc/cni/net.d"
 	DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// ManifestName is the install record kept in the state dir.
 	ManifestName = "installed.json"
@@ -45,6 +46,14 @@ type Options struct {
 	SourceDir string
 	// CNIBinDir receives the plugin binaries.
 	CNIBinDir string
+	// ConflistSource is the network config list to install (a mounted
+	// ConfigMap file); empty installs none. It is written into CNIConfDir
+	// as ConflistName (default: the source's base name), last of all
+	// files, so the runtime finds the plugins and their settings in place
+	// the moment it sees the network.
+	ConflistSource string
+	CNIConfDir     string
+	ConflistName   string
 	// NodeConfig is the node settings file to write.
 	NodeConfig string
 	// Kubeconfig is the kubeconfig to write for the plugins.
@@ -83,7 +92,7 @@ type Options struct {
 
 // paths are the resolved host paths, root included.
 type paths struct {
-	cniBin, nodeConfig, kubeconfig, token, stateDir, logFile, manifest, routerConfig string
+	cniBin, cniConf, nodeConfig, kubeconfig, token, stateDir, logFile, manifest, routerConfig string
 }
 
 func (o Options) getenv(k string) string {
@@ -108,6 +117,10 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	def(&o.CNIBinDir, DefaultCNIBinDir)
+	def(&o.CNIConfDir, DefaultCNIConfDir)
+	if o.ConflistSource != "" {
+		def(&o.ConflistName, filepath.Base(o.ConflistSource))
+	}
 	def(&o.NodeConfig, settings.DefaultConfig)
 	def(&o.RouterConfig, config.DefaultPath)
 	def(&o.Kubeconfig, settings.DefaultKubeconfig)
@@ -133,6 +146,7 @@ func (o Options) resolve() (paths, error) {
 		flag string
 	}{
 		{&p.cniBin, o.CNIBinDir, "--cni-bin-dir"},
+		{&p.cniConf, o.CNIConfDir, "--cni-conf-dir"},
 		{&p.nodeConfig, o.NodeConfig, "--node-config"},
 		{&p.routerConfig, o.RouterConfig, "--router-config"},
 		{&p.kubeconfig, o.Kubeconfig, "--node-kubeconfig"},
