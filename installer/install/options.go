@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -75,6 +76,15 @@ type Options struct {
 	TokenFile string
 	CAFile    string
 	APIServer string
+	// NodeTokenSeconds, when positive, makes the kubeconfig carry a token
+	// bound to the Node object, of this lifetime, requested with the pod's
+	// token and renewed at half of it: unlike the pod's token it survives
+	// the pod. Zero writes the pod's token itself.
+	NodeTokenSeconds int64
+	// RequestToken performs the TokenRequest; nil is RequestNodeToken.
+	RequestToken TokenRequester
+	// Now is the clock that judges the token's age; nil is time.Now.
+	Now func() time.Time
 	// RouterConfig is galactic-router's config file to write; RouterSource
 	// (a mounted ConfigMap file) and Router (flags) are what goes in it.
 	// With neither, no router config is written.
@@ -170,6 +180,9 @@ func (o Options) validateNode() error {
 	}
 	if errs := validation.IsDNS1123Subdomain(o.NodeName); len(errs) > 0 {
 		return fmt.Errorf("node name %q is not a Kubernetes node name: %s", o.NodeName, strings.Join(errs, "; "))
+	}
+	if o.NodeTokenSeconds != 0 && o.NodeTokenSeconds < minTokenSeconds {
+		return fmt.Errorf("--node-token-seconds %d: want 0 (use the pod's token) or at least %d (the shortest token the API server issues)", o.NodeTokenSeconds, minTokenSeconds)
 	}
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return fmt.Errorf("--namespace %q is not a namespace name: %s", o.Namespace, strings.Join(errs, "; "))

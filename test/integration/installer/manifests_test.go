@@ -445,3 +445,26 @@ func galacticRules(t *testing.T, kube kubernetes.Interface, namespace string) []
 	sort.Strings(out)
 	return out
 }
+
+// The one core permission: the installer's exchange of the pod's token for
+// one bound to the Node, for its own service account only.
+func TestTheServiceAccountMayRequestTokensOnlyForItself(t *testing.T) {
+	env := harness.Setup(t)
+	applyManifests(t, env)
+	kube, err := kubernetes.NewForConfig(env.TokenConfig(serviceAccountToken(t, env)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for account, want := range map[string]bool{harness.ServiceAccount: true, "default": false, "": false} {
+		review, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: harness.Namespace, Verb: "create", Resource: "serviceaccounts", Subresource: "token", Name: account}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != want {
+			t.Errorf("create serviceaccounts/token %q: allowed %v, want %v", account, review.Status.Allowed, want)
+		}
+	}
+}
