@@ -162,3 +162,12 @@ func podName(node string) string {
 	h := sha256.Sum256([]byte(node))
 	return ServiceAccount + "-" + hex.EncodeToString(h[:8])
 }
+
+// VPCNodeLabel marks a node dedicated to VPC workloads; the DaemonSet runs
+// only there (installer/manifests/daemonset.yaml).
+const VPCNodeLabel = "network.galactic.dev/vpc-workloads"
+
+// VPCNodeTaint keeps pods that are not VPC workloads off a dedicated node.
+func VPCNodeTaint() corev1.Taint {
+	return corev1.Taint{Key: VPCNodeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+}
