@@ -4,12 +4,18 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 func spec(created time.Time) Spec {
@@ -177,5 +183,36 @@ func TestRenderingReplacesThePlaceholderAndRefusesManifestsWithoutIt(t *testing.
 	}
 	if err := RenderManifests(src, t.TempDir(), Placeholder); err == nil {
 		t.Fatal("rendering with the placeholder itself succeeded")
+	}
+}
+
+func TestPushWritesTheImageToARegistryAndReturnsItByDigest(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	img, err := Build(spec(time.Unix(1, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref, err := Push(host+"/galactic:v1", img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ByDigest(host+"/galactic:v1", img)
+	if ref != want {
+		t.Fatalf("Push = %s, want %s", ref, want)
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Image(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := img.Digest()
+	d2, _ := pulled.Digest()
+	if d1 != d2 {
+		t.Fatalf("pulled %s, pushed %s", d2, d1)
 	}
 }
