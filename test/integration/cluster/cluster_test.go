@@ -113,9 +113,10 @@ func TestKubectlApplyOfTheOverlayPutsTheDaemonSetOnEveryDedicatedNodeAndNowhereE
 	dedicated := []string{"node-a", "node-b", "node-c"}
 	taint := harness.VPCNodeTaint()
 	for _, n := range append(slices.Clone(dedicated), "node-plain") {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		// The labels a kubelet registers with, and the dedicated nodes' own.
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/hostname": n}}}
 		if n != "node-plain" {
-			node.Labels = map[string]string{harness.VPCNodeLabel: "true"}
+			node.Labels[harness.VPCNodeLabel] = "true"
 			node.Spec.Taints = []corev1.Taint{taint}
 		}
 		if _, err := c.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
@@ -146,7 +147,8 @@ func TestKubectlApplyOfTheOverlayPutsTheDaemonSetOnEveryDedicatedNodeAndNowhereE
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("DaemonSet pods for nodes %v, want one for each of %v", got, dedicated)
+			ds, _ := c.Kubectl(ctx, "-n", harness.Namespace, "describe", "daemonset", "galactic-node")
+			t.Fatalf("DaemonSet pods for nodes %v, want one for each of %v\n%s", got, dedicated, ds)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
