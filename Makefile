@@ -9,12 +9,34 @@ CONTROLLER_GEN := $(CACHE)/tools-$(shell sha256sum test/tools/go.sum | cut -c1-1
 # result cache cannot see, so a cached pass could hide a changed plugin.
 TEST_FLAGS ?= -timeout 45m -count=1
 
-.PHONY: all deps build test unit integration generate verify-generated lint controlplane demo bench clean
+.PHONY: all deps build image manifests test unit integration generate verify-generated lint controlplane demo bench clean
 
 all: build
 
+# Everything built here is copied onto hosts or into the image: static
+# (no libc to match), and -trimpath so the image does not depend on where
+# the checkout lives.
+STATIC    := CGO_ENABLED=0
+GOFLAGS_STATIC := -trimpath
+
 build:
-	$(GO) build -o $(BIN)/ ./plugins/... ./gc/... ./router/... ./installer/...
+	$(STATIC) $(GO) build $(GOFLAGS_STATIC) -o $(BIN)/ ./plugins/... ./gc/... ./router/... ./installer/...
+
+# The one image (OCI layout archive $(IMAGE_TAR), reference by digest in
+# $(IMAGE_REF)); IMAGE=registry/repo:tag also pushes it there. Every time
+# in it is the commit's, so one commit gives one digest.
+IMAGE     ?=
+IMAGE_TAR ?= $(BIN)/galactic-image.tar
+IMAGE_REF ?= $(BIN)/galactic-image.ref
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+image: build
+	$(GO) run ./hack/image build --bin $(BIN) --out $(IMAGE_TAR) --ref-file $(IMAGE_REF) \
+		--epoch $(SOURCE_DATE_EPOCH) $(if $(IMAGE),--push $(IMAGE))
+
+# installer/manifests with the image by digest, into $(BIN)/manifests.
+manifests: image
+	$(GO) run ./hack/image manifests --ref-file $(IMAGE_REF) --src installer/manifests --out $(BIN)/manifests
 
 # Debian packages the tests and the demo use (FRR, qemu, ...), when root.
 deps:

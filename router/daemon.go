@@ -50,7 +50,7 @@ type Options struct {
 	RIBWait time.Duration
 }
 
-// MetricsHandler serves /metrics and /healthz.
+// MetricsHandler serves /metrics, /healthz and /readyz.
 func (d *Daemon) MetricsHandler() http.Handler { return d.metrics.Handler(3 * d.o.Resync) }
 
 // Daemon is one node's galactic-router.

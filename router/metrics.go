@@ -22,6 +22,8 @@ type Metrics struct {
 	leaseEvents   prometheus.Counter
 	passDuration  prometheus.Histogram
 	lastPass      atomic.Int64
+	// established is the number of sessions up at the last pass.
+	established atomic.Int64
 }
 
 // NewMetrics registers the metrics in a registry of their own.
@@ -67,18 +69,38 @@ func (m *Metrics) set(announced, installed int, _ RIB, established map[string]bo
 			down++
 		}
 	}
+	m.established.Store(int64(up))
 	m.peers.WithLabelValues("established").Set(float64(up))
 	m.peers.WithLabelValues("other").Set(float64(down))
 }
 
-// Handler serves /metrics and /healthz (200 while passes run).
+// Handler serves /metrics, /healthz and /readyz. /healthz is liveness:
+// 200 while reconcile passes run, whatever the API server and the peers
+// do, so neither outage restarts the router. /readyz adds that a session
+// is established: a node whose router does not peer is not ready, which
+// holds a rolling update until the replaced router peers again.
 func (m *Metrics) Handler(stale time.Duration) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	alive := func(w http.ResponseWriter) bool {
 		last := time.Unix(0, m.lastPass.Load())
 		if time.Since(last) > stale {
 			http.Error(w, "no reconcile pass since "+last.Format(time.RFC3339), http.StatusServiceUnavailable)
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if alive(w) {
+			_, _ = w.Write([]byte("ok\n"))
+		}
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !alive(w) {
+			return
+		}
+		if m.established.Load() == 0 {
+			http.Error(w, "no BGP session established", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/containernetworking/cni/libcni"
+
 	"github.com/galactic-cni/galactic/pkg/settings"
 	"github.com/galactic-cni/galactic/pkg/state"
 )
@@ -198,7 +200,38 @@ func (o Options) desiredFiles(p paths) ([]file, error) {
 		return nil, err
 	}
 	files = append(files, file{path: p.nodeConfig, data: append(node, '\n'), mode: 0o644, flag: "--node-config"})
+	if o.ConflistSource != "" {
+		f, err := o.conflistFile(p)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
 	return files, nil
+}
+
+// conflistFile reads and checks the network config list to install: what
+// the runtime would load (a name and at least one plugin, each with a
+// type), under a name the runtime loads as a list.
+func (o Options) conflistFile(p paths) (file, error) {
+	name := o.ConflistName
+	if name != filepath.Base(name) || !strings.HasSuffix(name, ".conflist") {
+		return file{}, fmt.Errorf("--conflist-name %q must be a file name ending in .conflist (the runtime loads only those as lists)", name)
+	}
+	data, err := os.ReadFile(o.ConflistSource)
+	if err != nil {
+		return file{}, fmt.Errorf("cannot read --conflist-file: %w", err)
+	}
+	list, err := libcni.ConfListFromBytes(data)
+	if err != nil {
+		return file{}, fmt.Errorf("--conflist-file %s is not a network config list: %w", o.ConflistSource, err)
+	}
+	for i, pl := range list.Plugins {
+		if pl.Network == nil || pl.Network.Type == "" {
+			return file{}, fmt.Errorf("--conflist-file %s: plugin %d has no type", o.ConflistSource, i)
+		}
+	}
+	return file{path: filepath.Join(p.cniConf, name), data: data, mode: 0o644, flag: "--cni-conf-dir"}, nil
 }
 
 // credentialFiles are the token copy (first, since the kubeconfig names
@@ -263,6 +296,19 @@ func Uninstall(o Options) error {
 	if o.DryRun {
 		prefix = "would "
 	}
+	// The network config goes first: from then on the runtime starts no
+	// pod with plugins that are about to disappear.
+	cniConf := p.cniConf + string(filepath.Separator)
+	slices.SortStableFunc(r.Files, func(a, b string) int {
+		ac, bc := strings.HasPrefix(a, cniConf), strings.HasPrefix(b, cniConf)
+		switch {
+		case ac && !bc:
+			return -1
+		case bc && !ac:
+			return 1
+		}
+		return 0
+	})
 	var left []string
 	var errs []error
 	for _, path := range r.Files {

@@ -423,3 +423,74 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+const testConflist = `{"cniVersion":"1.1.0","name":"galactic","plugins":[{"type":"galactic-cni","routing":"table"},{"type":"galactic-bgp"}]}`
+
+func TestInstallWritesTheConflistLastAndUninstallRemovesItFirst(t *testing.T) {
+	f := newFixture(t)
+	src := filepath.Join(filepath.Dir(f.src), "cm", "10-galactic.conflist")
+	must(t, os.MkdirAll(filepath.Dir(src), 0o755))
+	must(t, os.WriteFile(src, []byte(testConflist), 0o644))
+	o := f.options()
+	o.ConflistSource = src
+	must(t, Install(o))
+	got, err := os.ReadFile(f.path("/etc/cni/net.d/10-galactic.conflist"))
+	if err != nil || string(got) != testConflist {
+		t.Fatalf("installed conflist %q, %v; want the ConfigMap's", got, err)
+	}
+	out := f.out.String()
+	if strings.Index(out, "10-galactic.conflist") < strings.Index(out, "node.json") {
+		t.Fatalf("the conflist was written before the node settings:\n%s", out)
+	}
+	f.out.Reset()
+	must(t, Install(o))
+	if !strings.Contains(f.out.String(), "nothing changed") {
+		t.Fatalf("second install changed something:\n%s", f.out.String())
+	}
+
+	f.out.Reset()
+	must(t, Uninstall(f.options()))
+	if _, err := os.Stat(f.path("/etc/cni/net.d/10-galactic.conflist")); !os.IsNotExist(err) {
+		t.Fatalf("conflist left after uninstall: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(f.out.String()), "\n")
+	first := ""
+	for _, l := range lines {
+		if strings.HasPrefix(l, "remove: ") {
+			first = l
+			break
+		}
+	}
+	if !strings.HasSuffix(first, "10-galactic.conflist") {
+		t.Fatalf("uninstall removed %q first, want the conflist:\n%s", first, f.out.String())
+	}
+	if _, err := os.Stat(f.path("/etc/cni")); !os.IsNotExist(err) {
+		t.Fatalf("/etc/cni that install created is left: %v", err)
+	}
+}
+
+func TestABadConflistFailsInstallAndWritesNothing(t *testing.T) {
+	for name, c := range map[string]struct{ data, as string }{
+		"not JSON":       {`{"name":`, ""},
+		"no plugins":     {`{"cniVersion":"1.1.0","name":"galactic","plugins":[]}`, ""},
+		"no type":        {`{"cniVersion":"1.1.0","name":"galactic","plugins":[{"routing":"table"}]}`, ""},
+		"not a conflist": {testConflist, "10-galactic.conf"},
+		"a path":         {testConflist, "../10-galactic.conflist"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			src := filepath.Join(filepath.Dir(f.src), "10-galactic.conflist")
+			must(t, os.WriteFile(src, []byte(c.data), 0o644))
+			o := f.options()
+			o.ConflistSource, o.ConflistName = src, c.as
+			err := Install(o)
+			if err == nil || !strings.Contains(err.Error(), "conflist") {
+				t.Fatalf("Install = %v, want an error naming the conflist", err)
+			}
+			entries, _ := os.ReadDir(f.root)
+			if len(entries) != 0 {
+				t.Fatalf("a failed install wrote %v", entries)
+			}
+		})
+	}
+}

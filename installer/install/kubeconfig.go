@@ -2,8 +2,6 @@ package install
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -49,6 +47,11 @@ func (o Options) buildCredentials(p paths) (credentials, error) {
 		}
 		server = "https://" + net.JoinHostPort(host, port)
 	}
+	if o.NodeTokenSeconds > 0 {
+		if token, err = o.nodeToken(p, server, ca, token); err != nil {
+			return credentials{}, err
+		}
+	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["galactic"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
 	// The embedded token makes the file stand alone; tokenFile lets a
@@ -92,26 +95,9 @@ const nodeBoundFix = "mount the pod's projected serviceAccountToken volume at --
 // a pod on another node. node is this node's name; empty skips the match.
 // The error completes a sentence that starts with the token's path.
 func checkNodeBound(token []byte, node string) error {
-	parts := bytes.Split(token, []byte("."))
-	if len(parts) != 3 {
-		return fmt.Errorf("is not a JSON web token: %s", nodeBoundFix)
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(string(parts[1]))
+	claims, err := parseClaims(token)
 	if err != nil {
-		return fmt.Errorf("is not a JSON web token (%v): %s", err, nodeBoundFix)
-	}
-	var claims struct {
-		Kubernetes *struct {
-			Pod *struct {
-				Name string `json:"name"`
-			} `json:"pod"`
-			Node *struct {
-				Name string `json:"name"`
-			} `json:"node"`
-		} `json:"kubernetes.io"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil {
-		return fmt.Errorf("has unreadable claims (%v): %s", err, nodeBoundFix)
+		return fmt.Errorf("%w: %s", err, nodeBoundFix)
 	}
 	k := claims.Kubernetes
 	switch {

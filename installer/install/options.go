@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -15,6 +16,7 @@ import (
 // Defaults for the paths that pkg/settings does not already define.
 const (
 	DefaultCNIBinDir         = "/opt/cni/bin"
+	DefaultCNIConfDir        = "/etc/cni/net.d"
 	DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// ManifestName is the install record kept in the state dir.
 	ManifestName = "installed.json"
@@ -45,6 +47,14 @@ type Options struct {
 	SourceDir string
 	// CNIBinDir receives the plugin binaries.
 	CNIBinDir string
+	// ConflistSource is the network config list to install (a mounted
+	// ConfigMap file); empty installs none. It is written into CNIConfDir
+	// as ConflistName (default: the source's base name), last of all
+	// files, so the runtime finds the plugins and their settings in place
+	// the moment it sees the network.
+	ConflistSource string
+	CNIConfDir     string
+	ConflistName   string
 	// NodeConfig is the node settings file to write.
 	NodeConfig string
 	// Kubeconfig is the kubeconfig to write for the plugins.
@@ -66,6 +76,15 @@ type Options struct {
 	TokenFile string
 	CAFile    string
 	APIServer string
+	// NodeTokenSeconds, when positive, makes the kubeconfig carry a token
+	// bound to the Node object, of this lifetime, requested with the pod's
+	// token and renewed at half of it: unlike the pod's token it survives
+	// the pod. Zero writes the pod's token itself.
+	NodeTokenSeconds int64
+	// RequestToken performs the TokenRequest; nil is RequestNodeToken.
+	RequestToken TokenRequester
+	// Now is the clock that judges the token's age; nil is time.Now.
+	Now func() time.Time
 	// RouterConfig is galactic-router's config file to write; RouterSource
 	// (a mounted ConfigMap file) and Router (flags) are what goes in it.
 	// With neither, no router config is written.
@@ -83,7 +102,7 @@ type Options struct {
 
 // paths are the resolved host paths, root included.
 type paths struct {
-	cniBin, nodeConfig, kubeconfig, token, stateDir, logFile, manifest, routerConfig string
+	cniBin, cniConf, nodeConfig, kubeconfig, token, stateDir, logFile, manifest, routerConfig string
 }
 
 func (o Options) getenv(k string) string {
@@ -108,6 +127,10 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	def(&o.CNIBinDir, DefaultCNIBinDir)
+	def(&o.CNIConfDir, DefaultCNIConfDir)
+	if o.ConflistSource != "" {
+		def(&o.ConflistName, filepath.Base(o.ConflistSource))
+	}
 	def(&o.NodeConfig, settings.DefaultConfig)
 	def(&o.RouterConfig, config.DefaultPath)
 	def(&o.Kubeconfig, settings.DefaultKubeconfig)
@@ -133,6 +156,7 @@ func (o Options) resolve() (paths, error) {
 		flag string
 	}{
 		{&p.cniBin, o.CNIBinDir, "--cni-bin-dir"},
+		{&p.cniConf, o.CNIConfDir, "--cni-conf-dir"},
 		{&p.nodeConfig, o.NodeConfig, "--node-config"},
 		{&p.routerConfig, o.RouterConfig, "--router-config"},
 		{&p.kubeconfig, o.Kubeconfig, "--node-kubeconfig"},
@@ -156,6 +180,9 @@ func (o Options) validateNode() error {
 	}
 	if errs := validation.IsDNS1123Subdomain(o.NodeName); len(errs) > 0 {
 		return fmt.Errorf("node name %q is not a Kubernetes node name: %s", o.NodeName, strings.Join(errs, "; "))
+	}
+	if o.NodeTokenSeconds != 0 && o.NodeTokenSeconds < minTokenSeconds {
+		return fmt.Errorf("--node-token-seconds %d: want 0 (use the pod's token) or at least %d (the shortest token the API server issues)", o.NodeTokenSeconds, minTokenSeconds)
 	}
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return fmt.Errorf("--namespace %q is not a namespace name: %s", o.Namespace, strings.Join(errs, "; "))

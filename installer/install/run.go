@@ -26,6 +26,9 @@ func Run(ctx context.Context, o Options, interval, grace time.Duration) error {
 	if err != nil {
 		return err
 	}
+	if o.NodeTokenSeconds != 0 && o.NodeTokenSeconds < minTokenSeconds {
+		return fmt.Errorf("--node-token-seconds %d: want 0 (use the pod's token) or at least %d", o.NodeTokenSeconds, minTokenSeconds)
+	}
 	if interval <= 0 || grace < interval {
 		return fmt.Errorf("--interval (%s) must be positive and --grace (%s) at least as long", interval, grace)
 	}

@@ -18,9 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
 	"slices"
-	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
@@ -235,10 +233,6 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 	// is set once, before the first route through it.
 	neighErr := map[netip.Addr]error{}
 	var errs []error
-	// IPv6 routes via a mapped gateway go to iproute2 in one batch: one
-	// process per sync, not per route.
-	var mapped []string
-	mappedReplaced := 0
 	for _, rm := range remotes {
 		if foreign[rm.Prefix] || want[rm.Prefix] {
 			continue
@@ -269,14 +263,13 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 		if nerr != nil {
 			continue
 		}
+		var err error
 		if gw.Is4In6() {
-			mapped = append(mapped, fmt.Sprintf("route replace %s via %s dev %s onlink table %d proto %d", rm.Prefix, gw, dev.Name, d.Table, Protocol))
-			if have {
-				mappedReplaced++
-			}
-			continue
+			err = replaceMappedRoute(rm.Prefix, gw, dev.Index, d.Table)
+		} else {
+			err = netlink.RouteReplace(r)
 		}
-		if err := netlink.RouteReplace(r); err != nil {
+		if err != nil {
 			errs = append(errs, fmt.Errorf("installing %s via %s dev %s table %d: %w", rm.Prefix, gw, dev.Name, d.Table, err))
 			continue
 		}
@@ -284,14 +277,6 @@ func (p Plane) Sync(dev *Device, d *routing.Domain, remotes []Remote) (Changes, 
 			ch.Replaced++
 		} else {
 			ch.Added++
-		}
-	}
-	if len(mapped) > 0 {
-		if err := ipBatch("-6", mapped); err != nil {
-			errs = append(errs, fmt.Errorf("installing IPv6 routes dev %s table %d: %w", dev.Name, d.Table, err))
-		} else {
-			ch.Replaced += mappedReplaced
-			ch.Added += len(mapped) - mappedReplaced
 		}
 	}
 	for pfx, r := range ours {
@@ -316,29 +301,9 @@ func ipEqual(a net.IP, b netip.Addr) bool {
 	return ok && x == b
 }
 
-// ip runs iproute2 for what the netlink library cannot encode: it sends
-// an IPv4-mapped IPv6 address as four bytes.
-func ip(args ...string) error {
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// ipBatch runs lines through one `ip -batch`, going on past a failed line
-// and reporting the failures.
-func ipBatch(family string, lines []string) error {
-	cmd := exec.Command("ip", family, "-force", "-batch", "-")
-	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("ip -batch: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
 func (p Plane) ensureNeigh(dev *Device, ip netip.Addr, mac net.HardwareAddr) error {
 	if ip.Is4In6() {
-		return ipCmdNeigh("replace", dev, ip, mac)
+		return setMappedNeigh(dev, ip, mac)
 	}
 	fam := netlink.FAMILY_V4
 	if ip.Is6() {
@@ -349,14 +314,6 @@ func (p Plane) ensureNeigh(dev *Device, ip netip.Addr, mac net.HardwareAddr) err
 		return fmt.Errorf("neighbour %s lladdr %s dev %s: %w", ip, mac, dev.Name, err)
 	}
 	return nil
-}
-
-func ipCmdNeigh(verb string, dev *Device, addr netip.Addr, mac net.HardwareAddr) error {
-	args := []string{"-6", "neigh", verb, addr.String(), "dev", dev.Name}
-	if verb == "replace" {
-		args = append(args, "lladdr", mac.String(), "nud", "permanent")
-	}
-	return ip(args...)
 }
 
 func (p Plane) syncNeighbours(dev *Device, want map[netip.Addr]net.HardwareAddr) error {
@@ -383,7 +340,7 @@ func (p Plane) syncNeighbours(dev *Device, want map[netip.Addr]net.HardwareAddr)
 			}
 			if !wanted {
 				if ip.Is4In6() {
-					errs = append(errs, ipCmdNeigh("del", dev, ip, nil))
+					errs = append(errs, setMappedNeigh(dev, ip, nil))
 				} else if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
 					errs = append(errs, fmt.Errorf("removing neighbour %s dev %s: %w", ip, dev.Name, err))
 				}

@@ -55,6 +55,7 @@ type toolBuild struct {
 const (
 	controlPlaneModule = "test/tools"
 	criModule          = "test/tools/cri"
+	clusterModule      = "test/tools/cluster"
 )
 
 var controlPlaneTools = []toolBuild{
@@ -184,4 +185,27 @@ func EnsureKubelet(progress io.Writer) (string, error) {
 		return "", err
 	}
 	return paths[0], nil
+}
+
+// ClusterBinaries are what a multi-node cluster runs beside the control
+// plane and each node's kubelet.
+type ClusterBinaries struct {
+	ControllerManager, Scheduler, Kubectl string
+}
+
+var clusterTools = []toolBuild{
+	{"kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", 7 * time.Minute, ""},
+	{"kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", 3 * time.Minute, ""},
+	{"kubectl", "k8s.io/kubernetes/cmd/kubectl", 3 * time.Minute, ""},
+}
+
+// EnsureClusterBinaries builds kube-controller-manager, kube-scheduler and
+// kubectl of the test/tools/cluster module (the release kube-apiserver and
+// the kubelet are built from) the first time and reuses them afterwards.
+func EnsureClusterBinaries(progress io.Writer) (ClusterBinaries, error) {
+	paths, err := ensureTools(clusterModule, clusterTools, progress)
+	if err != nil {
+		return ClusterBinaries{}, err
+	}
+	return ClusterBinaries{ControllerManager: paths[0], Scheduler: paths[1], Kubectl: paths[2]}, nil
 }

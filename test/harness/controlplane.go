@@ -40,6 +40,17 @@ type ControlPlane struct {
 
 	pki   *pki
 	procs []*exec.Cmd
+	// saKey signs service account tokens; the controller manager needs it.
+	saKey string
+	names []string
+}
+
+// controlPlaneOptions are what a cluster changes in the control plane.
+type controlPlaneOptions struct {
+	// authorization is the API server's --authorization-mode.
+	authorization string
+	// admission plugins enabled beside the defaults.
+	admission string
 }
 
 // StartControlPlane builds (first time only) and starts etcd and
@@ -47,6 +58,10 @@ type ControlPlane struct {
 // of installer/manifests/crds. log receives build progress and, on failure,
 // the servers' output; it may be nil.
 func StartControlPlane(ctx context.Context, log io.Writer) (cp *ControlPlane, err error) {
+	return startControlPlane(ctx, log, controlPlaneOptions{authorization: "RBAC"})
+}
+
+func startControlPlane(ctx context.Context, log io.Writer, o controlPlaneOptions) (cp *ControlPlane, err error) {
 	bins, err := EnsureControlPlaneBinaries(log)
 	if err != nil {
 		return nil, err
@@ -88,6 +103,11 @@ func StartControlPlane(ctx context.Context, log io.Writer) (cp *ControlPlane, er
 	if err != nil {
 		return cp, err
 	}
+	cp.saKey = saKey
+	var admission []string
+	if o.admission != "" {
+		admission = []string{"--enable-admission-plugins=" + o.admission}
+	}
 
 	if err = cp.start("etcd", bins.Etcd,
 		"--data-dir="+filepath.Join(dir, "etcd"),
@@ -98,7 +118,7 @@ func StartControlPlane(ctx context.Context, log io.Writer) (cp *ControlPlane, er
 	); err != nil {
 		return cp, err
 	}
-	if err = cp.start("kube-apiserver", bins.APIServer,
+	if err = cp.start("kube-apiserver", bins.APIServer, append(admission,
 		"--etcd-servers="+etcdClient,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(cp.Port),
@@ -107,11 +127,11 @@ func StartControlPlane(ctx context.Context, log io.Writer) (cp *ControlPlane, er
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
 		"--service-cluster-ip-range=10.96.0.0/24",
-		"--authorization-mode=RBAC",
+		"--authorization-mode="+o.authorization,
 		"--endpoint-reconciler-type=none",
 		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
 		"--v=0",
-	); err != nil {
+	)...); err != nil {
 		return cp, err
 	}
 
@@ -147,6 +167,7 @@ func (cp *ControlPlane) start(name, bin string, args ...string) error {
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
 	cp.procs = append(cp.procs, cmd)
+	cp.names = append(cp.names, name)
 	return nil
 }
 
@@ -201,7 +222,7 @@ func (cp *ControlPlane) dumpLogs(w io.Writer) {
 	if w == nil {
 		return
 	}
-	for _, name := range []string{"etcd", "kube-apiserver"} {
+	for _, name := range cp.names {
 		b, err := os.ReadFile(filepath.Join(cp.Dir, name+".log"))
 		if err != nil {
 			continue

@@ -126,8 +126,10 @@ func BuildBinaries() (string, error) {
 			pkgs = append(pkgs, "./"+d+"/...")
 		}
 	}
+	// Static, as `make build` and the image build them.
 	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building binaries: %v\n%s", err, out)
 	}

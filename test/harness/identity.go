@@ -102,6 +102,23 @@ func (e *Env) NodeToken(ctx context.Context, node string) (string, error) {
 	return e.Token(ctx, ServiceAccount, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name})
 }
 
+// NodeBoundToken returns a galactic-node token bound to the Node object
+// node, the credential galactic-installer keeps in a node's kubeconfig: it
+// carries the node claim and stays valid while the Node exists, whatever
+// happens to the pods on it. It creates the Node when it is missing.
+func (e *Env) NodeBoundToken(ctx context.Context, node string) (string, error) {
+	_, err := e.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("node %s: %w", node, err)
+	}
+	return e.Token(ctx, ServiceAccount, NodeRef(node))
+}
+
+// NodeRef is a TokenRequest's reference to the Node object node.
+func NodeRef(node string) *authenticationv1.BoundObjectReference {
+	return &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node}
+}
+
 // UnboundToken returns a galactic-node token bound to no pod, so it carries
 // no node: what a hand-made kubeconfig would hold.
 func (e *Env) UnboundToken(ctx context.Context) (string, error) {
@@ -126,9 +143,10 @@ func (e *Env) TokenConfig(token string) *rest.Config {
 	return &rest.Config{Host: e.CP.Server, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: e.CP.CAFile}, QPS: -1}
 }
 
-// writeNodeKubeconfig gives node's components their own credential.
+// writeNodeKubeconfig gives node's components their own credential, bound
+// to the Node as galactic-installer's is.
 func (e *Env) writeNodeKubeconfig(ctx context.Context, path, node string) error {
-	token, err := e.NodeToken(ctx, node)
+	token, err := e.NodeBoundToken(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -143,4 +161,13 @@ func podName(node string) string {
 	}
 	h := sha256.Sum256([]byte(node))
 	return ServiceAccount + "-" + hex.EncodeToString(h[:8])
+}
+
+// VPCNodeLabel marks a node dedicated to VPC workloads; the DaemonSet runs
+// only there (installer/manifests/daemonset.yaml).
+const VPCNodeLabel = "network.galactic.dev/vpc-workloads"
+
+// VPCNodeTaint keeps pods that are not VPC workloads off a dedicated node.
+func VPCNodeTaint() corev1.Taint {
+	return corev1.Taint{Key: VPCNodeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}
 }

@@ -24,8 +24,9 @@ import (
 const usage = `usage: galactic-installer <command> [flags]
 
 commands:
-  install     copy the plugins into the CNI bin dir, write the node settings, kubeconfig
-              and (with --router-* flags or --router-config-file) galactic-router's config
+  install     copy the plugins into the CNI bin dir, write the node settings, kubeconfig,
+              (with --router-* flags or --router-config-file) galactic-router's config and
+              (with --conflist-file) the network config list
   run         keep the kubeconfig's service account token fresh until SIGTERM
   uninstall   drain galactic-router if it is configured, then remove exactly what install wrote
 
@@ -62,13 +63,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch cmd {
 	case "install", "uninstall":
 		fs.StringVar(&o.RouterConfig, "router-config", config.DefaultPath, "galactic-router config file to write (under --root)")
+		fs.StringVar(&o.CNIConfDir, "cni-conf-dir", install.DefaultCNIConfDir, "CNI config dir the conflist goes into (under --root)")
+	}
+	switch cmd {
+	case "install", "run":
+		fs.StringVar(&o.NodeName, "node-name", "", "this node's name (default $NODE_NAME, then $GALACTIC_NODE_NAME)")
+		fs.Int64Var(&o.NodeTokenSeconds, "node-token-seconds", install.DefaultNodeTokenSeconds,
+			"lifetime of the node kubeconfig's token, bound to the Node and renewed at half of it; 0 copies the pod's token instead")
 	}
 	switch cmd {
 	case "install":
 		routerFlags(fs, &o)
 		fs.StringVar(&o.SourceDir, "source-dir", "", "directory holding galactic-cni and galactic-bgp (default: the installer's own directory)")
 		fs.StringVar(&o.CNIBinDir, "cni-bin-dir", install.DefaultCNIBinDir, "CNI bin dir to copy the plugins into (under --root)")
-		fs.StringVar(&o.NodeName, "node-name", "", "this node's name (default $NODE_NAME, then $GALACTIC_NODE_NAME)")
+		fs.StringVar(&o.ConflistSource, "conflist-file", "", "network config list to install into --cni-conf-dir (a mounted ConfigMap file); empty installs none")
+		fs.StringVar(&o.ConflistName, "conflist-name", "", "file name of the installed conflist, ending in .conflist (default: the --conflist-file's name)")
 		fs.StringVar(&o.LogFile, "log-file", settings.DefaultLogFile, "node log file to name in the settings (under --root); its directory is created")
 	case "run":
 		fs.DurationVar(&interval, "interval", install.DefaultInterval, "how often to re-read the credential sources")

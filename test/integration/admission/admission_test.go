@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { harness.Main(m) }
 
 // noNodeClaim is the part of the policy's refusal of a credential bound to
 // no node that docs/installation.md quotes.
-const noNodeClaim = "galactic-node credentials must be bound to a pod on a node"
+const noNodeClaim = "galactic-node credentials must be bound to a node"
 
 // identity is one credential's clients.
 type identity struct {
@@ -271,7 +271,7 @@ func TestATokenWithoutTheNodeClaimIsRefusedWithTheDocumentedFix(t *testing.T) {
 	cleanupAdvertisement(t, env, own.Name)
 	_, err = u.api.BGPAdvertisements(harness.Namespace).Create(ctx, own, metav1.CreateOptions{})
 	refused(t, "creating an advertisement with a token bound to no node", err, noNodeClaim)
-	for _, want := range []string{"authentication.kubernetes.io/node-name", "galactic-installer", "--bound-object-kind Pod"} {
+	for _, want := range []string{"authentication.kubernetes.io/node-name", "galactic-installer", "--bound-object-kind Node"} {
 		if err != nil && !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not name %q", err, want)
 		}
@@ -398,5 +398,84 @@ func TestALongNodeNameWritesItsOwnAdvertisementAndLeaseUnderItsHashedNames(t *te
 		if err := l.Release(ctx, g); err != nil {
 			t.Errorf("a node called %d characters releasing its lease: %v", len(node), err)
 		}
+	}
+}
+
+// The DaemonSet pod's token buys the node its own credential: a token
+// bound to its Node, which carries the node claim this policy reads and
+// stays valid after the pod is gone (a rollout deletes the old pod before
+// the new one runs). It cannot buy another node's, nor a token that names
+// no node.
+func TestAPodTokenBuysATokenBoundToItsOwnNodeOnlyAndThatTokenOutlivesThePod(t *testing.T) {
+	env := harness.Setup(t)
+	ctx := context.Background()
+	const node = "node-rollout"
+	podToken, err := env.NodeToken(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := as(t, env, podToken)
+	sa := pod.kube.CoreV1().ServiceAccounts(harness.Namespace)
+	seconds := int64(3600)
+	request := func(bound *authenticationv1.BoundObjectReference) (string, error) {
+		tr, err := sa.CreateToken(ctx, harness.ServiceAccount, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds, BoundObjectRef: bound}}, metav1.CreateOptions{})
+		if err != nil {
+			return "", err
+		}
+		return tr.Status.Token, nil
+	}
+	if _, err := env.NodeBoundToken(ctx, "node-other"); err != nil { // the Node exists
+		t.Fatal(err)
+	}
+	_, err = request(harness.NodeRef("node-other"))
+	refused(t, "a token bound to another node", err, "may request only tokens bound to its own Node")
+	_, err = request(nil)
+	refused(t, "a token bound to nothing", err, "may request only tokens bound to its own Node")
+	_, err = request(&authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: "galactic-node-" + node})
+	refused(t, "a token bound to a pod", err, "may request only tokens bound to its own Node")
+	nodeToken, err := request(harness.NodeRef(node))
+	if err != nil {
+		t.Fatalf("a token bound to its own Node: %v", err)
+	}
+
+	// The DaemonSet pod goes, as in a rollout.
+	podName := "galactic-node-" + node
+	if err := env.Kube.CoreV1().Pods(harness.Namespace).Delete(ctx, podName, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone := time.Now().Add(30 * time.Second)
+	for {
+		_, err := pod.api.BGPAdvertisements(harness.Namespace).List(ctx, metav1.ListOptions{})
+		if apierrors.IsUnauthorized(err) {
+			break
+		}
+		if time.Now().After(waitGone) {
+			t.Fatalf("the deleted pod's token still authenticates: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n := as(t, env, nodeToken)
+	review, err := n.kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the node-bound token after its pod went: %v", err)
+	}
+	if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != node {
+		t.Fatalf("node claim of the node-bound token %v, want [%s]", got, node)
+	}
+	own := advertisement("rollout-0", node)
+	cleanupAdvertisement(t, env, own.Name)
+	if _, err := n.api.BGPAdvertisements(harness.Namespace).Create(ctx, own, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the node-bound token writing its node's advertisement after the pod went: %v", err)
+	}
+	other := advertisement("rollout-1", "node-other")
+	cleanupAdvertisement(t, env, other.Name)
+	_, err = n.api.BGPAdvertisements(harness.Namespace).Create(ctx, other, metav1.CreateOptions{})
+	refused(t, "the node-bound token writing another node's advertisement", err, "may write only its own BGPAdvertisements")
+	// And it renews itself, as galactic-installer run does.
+	n2 := as(t, env, nodeToken).kube.CoreV1().ServiceAccounts(harness.Namespace)
+	if _, err := n2.CreateToken(ctx, harness.ServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds, BoundObjectRef: harness.NodeRef(node)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the node-bound token renewing itself: %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package installer
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -14,9 +16,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/galactic-cni/galactic/installer/install"
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/client"
+	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/settings"
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -293,12 +299,15 @@ func TestInstallErrorsSayWhatToFixAndChangeNothing(t *testing.T) {
 	}
 }
 
-func TestRunRewritesTheKubeconfigWhenTheTokenRotatesAndStopsOnSIGTERM(t *testing.T) {
+func TestRunReplacesAPodBoundTokenWithANodeBoundOneAndStopsOnSIGTERM(t *testing.T) {
 	env := harness.Setup(t)
 	n := newNode(t, env)
-	n.mustRun(t, n.args("install")...)
+	// What an earlier version left: the pod's own token in the kubeconfig.
+	n.mustRun(t, n.args("install", "--node-token-seconds=0")...)
 	kubeconfig := n.path("/etc/galactic/kubeconfig")
-	first, _ := os.ReadFile(kubeconfig)
+	if claims := kubeconfigTokenClaims(t, kubeconfig); claims.Kubernetes.Pod == nil {
+		t.Fatalf("--node-token-seconds=0 must copy the pod's token: %+v", claims)
+	}
 
 	var out, errs bytes.Buffer
 	cmd := n.command(n.args("run", "--interval", "50ms", "--grace", "1m"), n.environ)
@@ -307,19 +316,9 @@ func TestRunRewritesTheKubeconfigWhenTheTokenRotatesAndStopsOnSIGTERM(t *testing
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-
-	// The kubelet swaps the projected token in atomically; so does the test.
-	var fresh string
-	for fresh == "" || bytes.Contains(first, []byte(fresh)) {
-		fresh = serviceAccountToken(t, env)
-	}
-	writeFile(t, n.tokenFile+".new", fresh, 0o600)
-	if err := os.Rename(n.tokenFile+".new", n.tokenFile); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the kubeconfig to carry the rotated token", func() bool {
-		data, err := os.ReadFile(kubeconfig)
-		return err == nil && bytes.Contains(data, []byte(fresh))
+	waitFor(t, "the kubeconfig to carry a token bound to the Node", func() bool {
+		c := kubeconfigTokenClaims(t, kubeconfig)
+		return c.Kubernetes != nil && c.Kubernetes.Pod == nil && c.Kubernetes.Node != nil && c.Kubernetes.Node.Name == "node-a"
 	})
 	if st, err := os.Stat(kubeconfig); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("rewritten kubeconfig: %v mode %v", err, st.Mode())
@@ -335,6 +334,86 @@ func TestRunRewritesTheKubeconfigWhenTheTokenRotatesAndStopsOnSIGTERM(t *testing
 	if !strings.Contains(out.String(), "update: "+kubeconfig) || !strings.Contains(out.String(), "run: stopping") {
 		t.Errorf("run output:\n%s", out.String())
 	}
+}
+
+// The host credential is the one that must survive a rollout: after
+// install, the DaemonSet pod whose token bought it goes, and the plugins'
+// kubeconfig still writes this node's advertisement under the admission
+// policy.
+func TestTheInstalledCredentialIsBoundToTheNodeAndOutlivesThePodThatInstalledIt(t *testing.T) {
+	env := harness.Setup(t)
+	n := newNode(t, env)
+	n.mustRun(t, n.args("install")...)
+	kubeconfig := n.path("/etc/galactic/kubeconfig")
+	c := kubeconfigTokenClaims(t, kubeconfig)
+	if c.Kubernetes == nil || c.Kubernetes.Pod != nil || c.Kubernetes.Node == nil || c.Kubernetes.Node.Name != "node-a" {
+		t.Fatalf("installed token claims %+v, want bound to Node node-a and no pod", c.Kubernetes)
+	}
+	if c.Expiry-c.IssuedAt != install.DefaultNodeTokenSeconds {
+		t.Errorf("token lifetime %d s, want %d", c.Expiry-c.IssuedAt, install.DefaultNodeTokenSeconds)
+	}
+	ctx := context.Background()
+	pod := "galactic-node-node-a"
+	if err := env.Kube.CoreV1().Pods(harness.Namespace).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	// The next test's newNode makes the pod again.
+	t.Cleanup(func() { _, _ = env.NodeToken(ctx, "node-a") })
+	waitFor(t, "the pod to be gone", func() bool {
+		_, err := env.Kube.CoreV1().Pods(harness.Namespace).Get(ctx, pod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	cfg, err := client.LoadConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := &v1alpha1.BGPAdvertisement{
+		ObjectMeta: metav1.ObjectMeta{Name: names.Advertisement("blue", "rollout-0", "node-a"), Labels: names.AdvertisementLabels("blue", "rollout-0", "node-a")},
+		Spec:       v1alpha1.BGPAdvertisementSpec{VPC: "blue", Attachment: "rollout-0", Node: "node-a"},
+	}
+	t.Cleanup(func() { _ = env.API.BGPAdvertisements(harness.Namespace).Delete(ctx, adv.Name, metav1.DeleteOptions{}) })
+	if _, err := api.BGPAdvertisements(harness.Namespace).Create(ctx, adv, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the host kubeconfig writing its node's advertisement after the pod went: %v", err)
+	}
+}
+
+type tokenClaims struct {
+	IssuedAt   int64 `json:"iat"`
+	Expiry     int64 `json:"exp"`
+	Kubernetes *struct {
+		Pod *struct {
+			Name string `json:"name"`
+		} `json:"pod"`
+		Node *struct {
+			Name string `json:"name"`
+		} `json:"node"`
+	} `json:"kubernetes.io"`
+}
+
+// kubeconfigTokenClaims are the (unverified) claims of the kubeconfig's token.
+func kubeconfigTokenClaims(t *testing.T, kubeconfig string) tokenClaims {
+	t.Helper()
+	cfg, err := client.LoadConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(cfg.BearerToken, ".")
+	if len(parts) != 3 {
+		t.Fatalf("kubeconfig token is not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c tokenClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestRunExitsNonZeroWhenTheTokenStaysGonePastTheGracePeriod(t *testing.T) {

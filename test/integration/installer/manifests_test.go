@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/client"
@@ -114,6 +115,14 @@ func TestTheManifestsApplyServerSideAgainAndAgain(t *testing.T) {
 func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	t.Helper()
 	spec := ds.Spec.Template.Spec
+	// Only dedicated nodes, whose taint it tolerates.
+	if spec.NodeSelector[harness.VPCNodeLabel] != "true" {
+		t.Errorf("nodeSelector %v, want %s=true", spec.NodeSelector, harness.VPCNodeLabel)
+	}
+	taint := harness.VPCNodeTaint()
+	if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
+		t.Errorf("tolerations %v do not tolerate the dedicated nodes' taint %v", spec.Tolerations, taint)
+	}
 	if !spec.HostNetwork || !spec.HostPID {
 		t.Errorf("hostNetwork %v hostPID %v: the GC needs both", spec.HostNetwork, spec.HostPID)
 	}
@@ -221,8 +230,18 @@ func checkRouterContainers(t *testing.T, spec corev1.PodSpec) {
 		if vm, ok := m["/var/run/netns"]; !ok || !vm.ReadOnly {
 			t.Errorf("router: /var/run/netns must be mounted read-only: %+v", vm)
 		}
-		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Host != "127.0.0.1" {
-			t.Errorf("router: readiness must probe /healthz on the loopback metrics address: %+v", c.ReadinessProbe)
+		for _, p := range []struct {
+			what  string
+			probe *corev1.Probe
+			path  string
+		}{
+			{"startup", c.StartupProbe, "/healthz"},
+			{"liveness", c.LivenessProbe, "/healthz"},
+			{"readiness", c.ReadinessProbe, "/readyz"},
+		} {
+			if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Host != "127.0.0.1" {
+				t.Errorf("router: %s must probe %s on the loopback metrics address: %+v", p.what, p.path, p.probe)
+			}
 		}
 	}
 }
@@ -444,4 +463,27 @@ func galacticRules(t *testing.T, kube kubernetes.Interface, namespace string) []
 	}
 	sort.Strings(out)
 	return out
+}
+
+// The one core permission: the installer's exchange of the pod's token for
+// one bound to the Node, for its own service account only.
+func TestTheServiceAccountMayRequestTokensOnlyForItself(t *testing.T) {
+	env := harness.Setup(t)
+	applyManifests(t, env)
+	kube, err := kubernetes.NewForConfig(env.TokenConfig(serviceAccountToken(t, env)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for account, want := range map[string]bool{harness.ServiceAccount: true, "default": false, "": false} {
+		review, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: harness.Namespace, Verb: "create", Resource: "serviceaccounts", Subresource: "token", Name: account}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != want {
+			t.Errorf("create serviceaccounts/token %q: allowed %v, want %v", account, review.Status.Allowed, want)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -222,5 +223,50 @@ func TestTheExampleRouterConfigMapInstallsOnANode(t *testing.T) {
 	var m map[string]any
 	if err := json.Unmarshal(data, &m); err != nil || m["underlay"] != "192.0.2.12" {
 		t.Errorf("router.json %s: want the shared config with this node's underlay (%v)", data, err)
+	}
+}
+
+// The shipped conflist ConfigMap, through the real installer as the init
+// container runs it: the runtime's loader finds it, and uninstall takes it
+// away with everything else install wrote.
+func TestTheConflistConfigMapInstallsOnANodeAndUninstallRemovesIt(t *testing.T) {
+	env := harness.Setup(t)
+	n := newNode(t, env)
+	ctx := context.Background()
+	cm, err := env.Kube.CoreV1().ConfigMaps(harness.Namespace).Get(ctx, "galactic-cni", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the manifests must create the galactic-cni ConfigMap: %v", err)
+	}
+	const key = "10-galactic.conflist"
+	src := filepath.Join(t.TempDir(), key)
+	writeFile(t, src, cm.Data[key], 0o644)
+	pristine := harness.Tree(t, n.root, false)
+
+	out := n.mustRun(t, n.args("install", "--conflist-file", src)...)
+	dst := n.path("/etc/cni/net.d/" + key)
+	if !strings.Contains(out, "install: "+dst+"\n") {
+		t.Fatalf("install output lacks the conflist:\n%s", out)
+	}
+	if strings.Index(out, dst) < strings.Index(out, n.path("/etc/galactic/node.json")) {
+		t.Errorf("the conflist was written before the node settings:\n%s", out)
+	}
+	list, err := libcni.LoadConfList(n.path("/etc/cni/net.d"), "galactic")
+	if err != nil {
+		t.Fatalf("libcni cannot load the installed conflist: %v", err)
+	}
+	var types []string
+	for _, p := range list.Plugins {
+		types = append(types, p.Network.Type)
+	}
+	if !slices.Equal(types, []string{"galactic-cni", "galactic-bgp"}) {
+		t.Errorf("installed chain %v, want galactic-cni then galactic-bgp", types)
+	}
+
+	out = n.mustRun(t, n.args("uninstall")...)
+	if !strings.HasPrefix(strings.SplitN(out[strings.Index(out, "remove: "):], "\n", 2)[0], "remove: "+dst) {
+		t.Errorf("uninstall must remove the conflist first:\n%s", out)
+	}
+	if after := harness.Tree(t, n.root, false); after != pristine {
+		t.Errorf("uninstall did not restore the root:\nbefore:\n%s\nafter:\n%s", pristine, after)
 	}
 }

@@ -1,0 +1,152 @@
+package dataplane
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/galactic-cni/galactic/pkg/routing"
+)
+
+// inNetns runs f in a fresh network namespace; it needs root.
+func inNetns(t *testing.T, f func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := ns.GetCurrentNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	if err := n.Set(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := host.Set(); err != nil {
+			panic(err) // the thread is in the wrong netns: nothing after this can be trusted
+		}
+	}()
+	f()
+}
+
+func TestIPv6RoutesViaAMappedNextHopAreInstalledAndRemovedOverNetlink(t *testing.T) {
+	inNetns(t, func() {
+		// An onlink IPv4 gateway is checked against the local table, which
+		// a namespace has once an address (lo's) is up.
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			t.Fatal(err)
+		}
+		name := routing.VXLANDeviceName("blue")
+		v := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, Alias: routing.VXLANDeviceAlias("blue")}, VxlanId: 10100, Port: VXLANPort}
+		if err := netlink.LinkAdd(v); err != nil {
+			t.Fatal(err)
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetAlias(l, routing.VXLANDeviceAlias("blue")); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		dev := &Device{Name: name, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr}
+		// Above 255, so the table travels in RTA_TABLE only.
+		d := &routing.Domain{VPC: "blue", Kind: routing.KindTable, Table: 1234}
+		mac, _ := net.ParseMAC("02:00:00:00:00:0c")
+		vtep := netip.MustParseAddr("192.0.2.12")
+		mapped := netip.MustParseAddr("::ffff:192.0.2.12")
+		remotes := []Remote{
+			{Prefix: netip.MustParsePrefix("fd20::5/128"), NextHop: vtep, RouterMAC: mac},
+			{Prefix: netip.MustParsePrefix("fd20:1::/64"), NextHop: vtep, RouterMAC: mac},
+			{Prefix: netip.MustParsePrefix("10.20.0.5/32"), NextHop: vtep, RouterMAC: mac},
+		}
+		p := Plane{Underlay: netip.MustParseAddr("192.0.2.11"), Node: "node-a"}
+		ch, err := p.Sync(dev, d, remotes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch.Added != 3 {
+			t.Fatalf("first sync: %+v, want 3 added", ch)
+		}
+		routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: d.Table}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for _, r := range routes {
+			gw, _ := netip.AddrFromSlice(r.Gw)
+			if gw != mapped || r.LinkIndex != dev.Index || int(r.Protocol) != Protocol || r.Flags&int(netlink.FLAG_ONLINK) == 0 {
+				t.Errorf("route %v: want via %s dev %s onlink proto %d", r, mapped, name, Protocol)
+			}
+			got++
+		}
+		if got != 2 {
+			t.Fatalf("table %d holds %d IPv6 routes, want 2: %v", d.Table, got, routes)
+		}
+		if !hasPermanentNeigh(t, dev, mapped, mac) {
+			t.Fatalf("no permanent neighbour %s lladdr %s", mapped, mac)
+		}
+		inst, err := Installed("blue", d)
+		if err != nil || len(inst) != 3 {
+			t.Fatalf("Installed: %v, %v; want the 3 routes", inst, err)
+		}
+		for _, r := range inst {
+			if r.NextHop != vtep || r.RouterMAC.String() != mac.String() {
+				t.Errorf("Installed %+v: want next hop %s router MAC %s", r, vtep, mac)
+			}
+		}
+
+		if ch, err := p.Sync(dev, d, remotes); err != nil || ch != (Changes{}) {
+			t.Fatalf("second sync of the same routes: %+v, %v; want no change", ch, err)
+		}
+
+		if ch, err := p.Sync(dev, d, nil); err != nil || ch.Removed != 3 {
+			t.Fatalf("sync to nothing: %+v, %v; want 3 removed", ch, err)
+		}
+		if hasPermanentNeigh(t, dev, mapped, mac) {
+			t.Fatalf("neighbour %s left after its last route went", mapped)
+		}
+		if err := setMappedNeigh(dev, mapped, nil); err != nil {
+			t.Fatalf("removing a missing neighbour: %v, want success", err)
+		}
+	})
+}
+
+func hasPermanentNeigh(t *testing.T, dev *Device, ip netip.Addr, mac net.HardwareAddr) bool {
+	t.Helper()
+	ns, err := netlink.NeighList(dev.Index, unix.AF_INET6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		a, _ := netip.AddrFromSlice(n.IP)
+		if a == ip && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == mac.String() {
+			return true
+		}
+	}
+	return false
+}

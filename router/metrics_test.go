@@ -1,0 +1,35 @@
+package router
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestHealthzIsLivenessAndReadyzAlsoWantsAnEstablishedSession(t *testing.T) {
+	m := NewMetrics()
+	h := m.Handler(time.Minute)
+	code := func(path string) int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code
+	}
+	check := func(when string, healthz, readyz int) {
+		t.Helper()
+		if got := code("/healthz"); got != healthz {
+			t.Errorf("%s: /healthz %d, want %d", when, got, healthz)
+		}
+		if got := code("/readyz"); got != readyz {
+			t.Errorf("%s: /readyz %d, want %d", when, got, readyz)
+		}
+	}
+	check("before the first pass", 503, 503)
+	m.observePass(time.Millisecond)
+	m.set(0, 0, nil, map[string]bool{"192.0.2.1": false})
+	check("passes run, no session", 200, 503)
+	m.set(0, 0, nil, map[string]bool{"192.0.2.1": false, "192.0.2.2": true})
+	check("passes run, one session up", 200, 200)
+	m.lastPass.Store(time.Now().Add(-2 * time.Minute).UnixNano())
+	check("no pass for longer than the limit", 503, 503)
+}
