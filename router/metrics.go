@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,8 @@ type Metrics struct {
 	statusWrites  prometheus.Counter
 	leaseEvents   prometheus.Counter
 	passDuration  prometheus.Histogram
+	deviceErrors  prometheus.Gauge
+	duplicates    *prometheus.GaugeVec
 	lastPass      atomic.Int64
 }
 
@@ -46,8 +49,13 @@ func NewMetrics() *Metrics {
 			Help: "Events of the watch on the leases this node's holders hold."}),
 		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "galactic_router_reconcile_duration_seconds",
 			Help: "Duration of one reconcile pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		deviceErrors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "galactic_router_device_errors",
+			Help: "VPCs whose VXLAN device could not be ensured on the last pass (their routes stay announced)."}),
+		duplicates: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "galactic_router_duplicate_router_id",
+			Help: "1 for each other VTEP whose paths carry this node's router ID."}, []string{"vtep"}),
 	}
-	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.leaseEvents, m.passDuration)
+	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.leaseEvents, m.passDuration,
+		m.deviceErrors, m.duplicates)
 	return m
 }
 
@@ -69,6 +77,15 @@ func (m *Metrics) set(announced, installed int, _ RIB, established map[string]bo
 	}
 	m.peers.WithLabelValues("established").Set(float64(up))
 	m.peers.WithLabelValues("other").Set(float64(down))
+}
+
+func (m *Metrics) setDuplicates(prev, cur []netip.Addr) {
+	for _, v := range prev {
+		m.duplicates.DeleteLabelValues(v.String())
+	}
+	for _, v := range cur {
+		m.duplicates.WithLabelValues(v.String()).Set(1)
+	}
 }
 
 // Handler serves /metrics and /healthz (200 while passes run).

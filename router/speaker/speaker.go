@@ -11,4 +11,6 @@ type Speaker interface {
 	Withdraw(ctx context.Context, k Key) error
 	// Peers lists the configured neighbours' sessions.
 	Peers(ctx context.Context) ([]PeerState, error)
+	// Stop ends every session with a Cease: the end of a drain.
+	Stop(ctx context.Context) error
 }
