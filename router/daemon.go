@@ -106,6 +106,7 @@ type Daemon struct {
 	// Only the loop touches these.
 	announced map[speaker.Key]speaker.Route
 	holder    Holder
+	fences    Fences
 	start     time.Time
 	ribReady  bool
 	rdsDirty  bool
@@ -430,7 +431,8 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		return next
 	}
 	devices, domains := d.syncDevices(vnis)
-	selected, fences := Select(rib, d.cfg.RouteTargetASN, vnis)
+	selected, fences := Select(rib, d.cfg.RouteTargetASN, vnis, d.fences)
+	d.fences = fences
 	managed := map[string]bool{}
 	for vpc := range devices {
 		managed[vpc] = true

@@ -62,9 +62,12 @@ func (f Fences) raise(vpc string, p netip.Prefix, gen uint32) {
 // install: fencing first. A drained path is never selected and suppresses
 // every path of its prefix of its generation or lower, so the drain of the
 // current holder never hands the traffic to a predecessor; fences reports
-// those drains for Desired. A path carrying several route targets is read
-// for each of them.
-func Select(rib RIB, rtASN uint16, vnis map[string]uint32) (selected map[string]map[netip.Prefix]speaker.Received, fences Fences) {
+// those drains for Desired and the next pass. A fence of the previous pass
+// (prev) stays while any path of its prefix remains, so a drain followed
+// by a withdrawal still keeps the predecessor out; a prefix with no path
+// left forgets it, so an address reused later is routed. A path carrying
+// several route targets is read for each of them.
+func Select(rib RIB, rtASN uint16, vnis map[string]uint32, prev Fences) (selected map[string]map[netip.Prefix]speaker.Received, fences Fences) {
 	byVNI := map[uint32]string{}
 	for vpc, v := range vnis {
 		byVNI[v] = vpc
@@ -90,6 +93,17 @@ func Select(rib RIB, rtASN uint16, vnis map[string]uint32) (selected map[string]
 				continue
 			}
 			live = append(live, cand{vpc, r})
+		}
+	}
+	present := map[vpcPrefix]bool{}
+	for _, c := range live {
+		present[vpcPrefix{c.vpc, c.r.Prefix}] = true
+	}
+	for vpc, ps := range prev {
+		for p, gen := range ps {
+			if present[vpcPrefix{vpc, p}] {
+				fences.raise(vpc, p, gen)
+			}
 		}
 	}
 	for _, c := range live {

@@ -115,7 +115,7 @@ func TestSelectInstallsTheBestUndrainedPathOfEachPrefix(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sel, drained := Select(tc.rib, 65000, vnis)
+			sel, drained := Select(tc.rib, 65000, vnis, nil)
 			if got := selectedFrom(sel); !maps.EqualFunc(got, tc.selected, maps.Equal) {
 				t.Errorf("selected %v, want %v", got, tc.selected)
 			}
@@ -149,8 +149,10 @@ type holderStep struct {
 
 func runHolder(t *testing.T, h *Holder, managed map[string]bool, steps []holderStep) {
 	t.Helper()
+	prev := new(Fences)
 	for i, s := range steps {
-		sel, fences := Select(rib(s.selected...), 65000, vnis)
+		sel, fences := Select(rib(s.selected...), 65000, vnis, *prev)
+		*prev = fences
 		out, next := h.Desired(epoch.Add(s.at), sel, fences, managed, s.frozen)
 		got := map[string]string{}
 		for vpc, rs := range out {
@@ -335,9 +337,16 @@ func TestFencingDecidesInEveryStateOfThePaths(t *testing.T) {
 			{at: 1 * s, selected: []speaker.Received{a7}, want: viaB, next: 11 * s},
 			{at: 2 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
 		}},
-		{"after the drained path is withdrawn the predecessor may return", []holderStep{
-			{at: 0, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
-			{at: 1 * s, selected: []speaker.Received{a7}, want: viaA, next: -1},
+		{"the drain is remembered after the drained path is withdrawn", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
+			{at: 2 * s, selected: []speaker.Received{a7}, want: none, next: -1},
+			{at: 60 * s, selected: []speaker.Received{a7}, want: none, next: -1},
+		}},
+		{"a prefix without any path forgets its drain, so a reused address is routed", []holderStep{
+			{at: 0, selected: []speaker.Received{b8Drained}, want: none, next: -1},
+			{at: 1 * s, want: none, next: -1},
+			{at: 2 * s, selected: []speaker.Received{a7}, want: viaA, next: -1},
 		}},
 		{"a later holder is installed over a drained one", []holderStep{
 			{at: 0, selected: []speaker.Received{b8}, want: viaB, next: -1},
