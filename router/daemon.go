@@ -141,16 +141,17 @@ func New(o Options) (*Daemon, error) {
 	}
 	d := &Daemon{
 		o: o, cfg: o.Config, log: o.Log,
-		plane:      dataplane.Plane{Underlay: o.Config.Underlay, Node: o.Node},
-		store:      NewStore(o.StateDir),
-		kick:       make(chan struct{}, 1),
-		drainReq:   make(chan chan error),
-		status:     statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)},
-		adj:        Adj{Stale: o.Config.StaleRoutes, Sync: o.RIBWait},
-		announced:  map[speaker.Key]speaker.Route{},
-		deviceErrs: map[string]error{},
-		holder:     Holder{Hold: o.Config.WithdrawHold},
-		metrics:    NewMetrics(),
+		plane:        dataplane.Plane{Underlay: o.Config.Underlay, Node: o.Node},
+		store:        NewStore(o.StateDir),
+		kick:         make(chan struct{}, 1),
+		drainReq:     make(chan chan error),
+		status:       statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)},
+		adj:          Adj{Stale: o.Config.StaleRoutes, Sync: o.RIBWait},
+		announced:    map[speaker.Key]speaker.Route{},
+		deviceErrs:   map[string]error{},
+		removeKernel: RemoveKernelState,
+		holder:       Holder{Hold: o.Config.WithdrawHold},
+		metrics:      NewMetrics(),
 	}
 	return d, nil
 }

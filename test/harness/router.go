@@ -23,6 +23,7 @@ type RouterConfig struct {
 	RouteTargetASN      int64             `json:"routeTargetASN,omitempty"`
 	GracefulRestart     map[string]any    `json:"gracefulRestart,omitempty"`
 	WithdrawHoldSeconds *int64            `json:"withdrawHoldSeconds,omitempty"`
+	StaleRoutesSeconds  *int64            `json:"staleRoutesSeconds,omitempty"`
 	Peers               []RouterPeer      `json:"peers"`
 	MetricsAddress      string            `json:"metricsAddress,omitempty"`
 	Extra               map[string]string `json:"-"`
@@ -199,6 +200,9 @@ func (r *Router) Metric(name string) (float64, error) {
 	}
 	return 0, fmt.Errorf("metric %s not found", name)
 }
+
+// LogCount is how many lines of the router's log so far contain s.
+func (r *Router) LogCount(s string) int { return strings.Count(r.Log(), s) }
 
 // Drain runs `galactic-router drain` in the node.
 func (r *Router) Drain() (string, error) {
