@@ -38,7 +38,7 @@ func NewMetrics() *Metrics {
 		installed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "galactic_router_routes_installed",
 			Help: "Remote routes installed in VPC tables, held ones included."}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_received_updates_total",
-			Help: "Best-path changes received from peers."}),
+			Help: "Paths peers announced or withdrew, as each sent them."}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "galactic_router_updates_total",
 			Help: "Paths this node announced or withdrew."}, []string{"kind"}),
 		kernelChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_kernel_route_changes_total",
