@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -148,4 +149,41 @@ func (g *GoBGPd) EVPNPaths() ([]GoBGPPath, error) {
 		}
 	}
 	return paths, nil
+}
+
+// RestartFlags are the graceful-restart flags the peer at addr sent in
+// its last OPEN, as gobgpd saw them: the Restart State bit, and the
+// forwarding-state bit of l2vpn-evpn.
+func (g *GoBGPd) RestartFlags(addr netip.Addr) (restart, forward bool, err error) {
+	out, err := g.CLI("neighbor", addr.String())
+	if err != nil {
+		return false, false, err
+	}
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "graceful-restart:") {
+			continue
+		}
+		remote := false
+		for _, m := range lines[i+1:] {
+			t := strings.TrimSpace(m)
+			if t == "" {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(t, "Remote:"):
+				remote = true
+				restart = strings.Contains(t, "restart flag set")
+			case strings.HasPrefix(t, "Local:"):
+				remote = false
+			case strings.HasPrefix(m, "    ") && !strings.HasPrefix(m, "     ") && strings.HasSuffix(strings.Fields(t)[0], ":"):
+				// The next capability.
+				return restart, forward, nil
+			case remote && strings.Contains(t, "l2vpn-evpn"):
+				forward = strings.Contains(t, "forward flag set")
+			}
+		}
+		return restart, forward, nil
+	}
+	return false, false, fmt.Errorf("gobgpd shows no graceful-restart capability of %s:\n%s", addr, out)
 }

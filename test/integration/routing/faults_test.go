@@ -1,11 +1,16 @@
 package routing
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -136,4 +141,191 @@ func TestARouterStartedWithItsReflectorUnreachableKeepsTheKernelRoutesUntilEndOf
 		t.Errorf("lost %d of %d pings", st.Lost, st.Sent)
 	}
 	noChanges(t, "node-c", monC, vm.Prefixes()[0])
+}
+
+// setGeneration sets the holderGeneration of every entry of the
+// attachment's advertisement on node, as a handoff would have recorded it.
+func setGeneration(t *testing.T, env *harness.Env, a attachment, node string, gen int64) {
+	t.Helper()
+	eventually(t, 20*time.Second, fmt.Sprintf("%s on %s at generation %d", a.Name, node, gen), func() error {
+		obj := advertisement(t, env, a, node)
+		if obj == nil {
+			return fmt.Errorf("no advertisement")
+		}
+		for i := range obj.Spec.Containers {
+			obj.Spec.Containers[i].HolderGeneration = gen
+		}
+		_, err := env.API.BGPAdvertisements(harness.Namespace).Update(context.Background(), obj, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// routeVia waits until n's route for p goes via the VTEP (nil: no route).
+func routeVia(t *testing.T, n *harness.Node, p netip.Prefix, vtep netip.Addr) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%s's route for %s via %s", n.Name, p, vtep), func() error {
+		r := kernelRoute(t, n, "blue", p)
+		if r == nil || r.Gw == nil || !strings.HasSuffix(r.Gw.String(), vtep.String()) {
+			return fmt.Errorf("route %+v", r)
+		}
+		return nil
+	})
+}
+
+func TestTheCurrentHoldersRestartAndDrainNeverHandTheTrafficToAnOlderGeneration(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	b := newRouted(t, env, f, "node-b")
+	c := newRouted(t, env, f, "node-c")
+	// The older instance on A (its deletion never happened) and the
+	// current one on B share the address; different attachment names keep
+	// B's ADD from deleting A's advertisement.
+	older := attachment{VPC: "blue", Name: "web-old", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	current := attachment{VPC: "blue", Name: "web-new", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, older)
+	setGeneration(t, env, older, "node-a", 7)
+	add(t, b.Node, current)
+	setGeneration(t, env, current, "node-b", 8)
+	vm := current.Prefixes()[0]
+	wc := clientOf(t, c, current)
+	routeVia(t, c.Node, vm, b.Underlay)
+	mon := monitorRoutes(t, c.Node)
+	p, err := wc.StartPinger(current.Addr(false), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	from := f.LogOffset()
+	b.Router.Kill()
+	if err := b.Router.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "node-b's path back in FRR", func() error {
+		if u := counts(t, f, from, vm); u.Announced[b.Underlay.String()] == 0 {
+			return fmt.Errorf("updates %+v", u)
+		}
+		return nil
+	})
+	// Past the withdrawal hold, after which a held route would have gone.
+	time.Sleep(12 * time.Second)
+	st := p.Stop()
+	t.Logf("pings during node-b's router restart: %d sent, %d lost", st.Sent, st.Lost)
+	if st.Lost != 0 {
+		t.Errorf("lost %d of %d pings while the current holder's router restarted", st.Lost, st.Sent)
+	}
+	noChanges(t, "node-c during node-b's router restart", mon, vm)
+
+	if out, err := b.Router.Drain(); err != nil {
+		t.Fatalf("drain: %v %s\n%s", err, out, b.Router.Log())
+	}
+	eventually(t, 20*time.Second, "node-c removes the drained route", func() error {
+		if r := kernelRoute(t, c.Node, "blue", vm); r != nil {
+			return fmt.Errorf("route %+v", r)
+		}
+		return nil
+	})
+	// The older generation stays announced; past the withdrawal hold it is
+	// still not installed.
+	time.Sleep(12 * time.Second)
+	if paths := frrPaths(t, f, vm); len(paths) != 1 || paths[0].NextHop != a.Underlay.String() {
+		t.Fatalf("FRR's paths %+v: want only the older instance's", paths)
+	}
+	if r := kernelRoute(t, c.Node, "blue", vm); r != nil {
+		t.Fatalf("node-c installed the older generation after the drain: %+v", r)
+	}
+	for _, line := range mon.changes(vm) {
+		if strings.Contains(line, a.Underlay.String()) {
+			t.Errorf("node-c routed to the older instance: %s", line)
+		}
+	}
+}
+
+func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	harness.RequireGoBGPd(t)
+	n := env.NewNode(t, "node-a")
+	ul := f.Attach(t, n)
+	g := f.StartGoBGPd(t, ul)
+	cfg := f.FabricRouterConfig(ul)
+	cfg.Peers = append(cfg.Peers, harness.RouterPeer{Address: g.Addr.String(), ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3})
+	bootFile := filepath.Join(n.Dir, "boot_id")
+	writeBoot := func(id string) {
+		if err := os.WriteFile(bootFile, []byte(id+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeBoot("11111111-1111-1111-1111-111111111111")
+	r := n.StartRouter(t, cfg, "--resync", "2s", "--boot-id-file", bootFile)
+	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	add(t, n, att)
+	gobgpPaths := func() []harness.GoBGPPath {
+		ps, err := g.EVPNPaths()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	current := func(want int) func() error {
+		return func() error {
+			ps := gobgpPaths()
+			if len(ps) != want {
+				return fmt.Errorf("%+v", ps)
+			}
+			for _, p := range ps {
+				if p.Stale {
+					return fmt.Errorf("stale: %+v", ps)
+				}
+			}
+			return nil
+		}
+	}
+	eventually(t, 20*time.Second, "gobgpd holds node-a's two routes", current(2))
+	flags := func(what string, wantRestart bool) {
+		t.Helper()
+		eventually(t, 20*time.Second, what, func() error {
+			restart, forward, err := g.RestartFlags(ul)
+			if err != nil {
+				return err
+			}
+			if restart != wantRestart || forward != wantRestart {
+				return fmt.Errorf("restart bit %v, forwarding bit %v", restart, forward)
+			}
+			return nil
+		})
+	}
+
+	// A restart of the same boot, as the control: the bits are set.
+	r.Kill()
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	flags("a restart's OPEN has the restart and forwarding bits", true)
+	eventually(t, 20*time.Second, "node-a's routes current after the restart", current(2))
+
+	// A reboot: a new boot ID, the same state dir, and no API server yet.
+	if err := n.SetAPIReachable(false); err != nil {
+		t.Fatal(err)
+	}
+	r.Kill()
+	writeBoot("22222222-2222-2222-2222-222222222222")
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	flags("a reboot's OPEN has neither bit", false)
+	// Without the forwarding bit the helper drops what it kept, and the
+	// router announces nothing before the API answers.
+	eventually(t, 20*time.Second, "gobgpd holds nothing of node-a", current(0))
+	time.Sleep(5 * time.Second)
+	if ps := gobgpPaths(); len(ps) != 0 {
+		t.Fatalf("announced before the API answered after a reboot: %+v", ps)
+	}
+	if !strings.Contains(r.Log(), "starting fresh") {
+		t.Errorf("the router did not log its fresh start:\n%s", r.Log())
+	}
+	if err := n.SetAPIReachable(true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "node-a's routes announced once the API answers, none stale", current(2))
 }
