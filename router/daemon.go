@@ -416,7 +416,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.ribReady = true
 		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
 	}
-	d.checkDuplicates(rib)
+	d.checkDuplicates(ctx, rib)
 	apiSynced := d.apiSynced()
 	var adverts []*v1alpha1.BGPAdvertisement
 	vnis := d.saved.VNIs
@@ -477,8 +477,21 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 
 // checkDuplicates reports other nodes whose paths carry this node's
 // router ID: their RDs and this node's collide at the reflectors.
-func (d *Daemon) checkDuplicates(rib RIB) {
-	dups := Duplicates(rib, d.cfg.RouterID, d.cfg.Underlay)
+func (d *Daemon) checkDuplicates(ctx context.Context, rib RIB) {
+	// Over a reflector the other node's paths carry this router ID as
+	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too.
+	seen := RIB{}
+	for k, r := range rib {
+		seen[k] = r
+	}
+	rejected, err := d.spk.Rejected(ctx)
+	if err != nil {
+		d.log.Warn("reading refused paths", "error", err)
+	}
+	for _, r := range rejected {
+		seen[speaker.Key{RD: r.RD, Prefix: r.Prefix}] = r
+	}
+	dups := Duplicates(seen, d.cfg.RouterID, d.cfg.Underlay)
 	if slices.Equal(dups, d.dups) {
 		return
 	}

@@ -55,6 +55,8 @@ func (f *fakeSpeaker) Withdraw(_ context.Context, k speaker.Key) error {
 
 func (f *fakeSpeaker) Peers(context.Context) ([]speaker.PeerState, error) { return nil, nil }
 
+func (f *fakeSpeaker) Rejected(context.Context) ([]speaker.Received, error) { return nil, nil }
+
 func (f *fakeSpeaker) Stop(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

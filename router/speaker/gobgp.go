@@ -170,6 +170,35 @@ func (g *GoBGP) Peers(ctx context.Context) ([]PeerState, error) {
 	return out, err
 }
 
+// Rejected implements Speaker: the paths of peers whose Adj-RIB-In holds
+// more than it accepted. Counting first keeps the usual case to one
+// ListPeer.
+func (g *GoBGP) Rejected(ctx context.Context) ([]Received, error) {
+	var peers []string
+	err := g.s.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: false}, func(p *api.Peer) {
+		for _, af := range p.GetAfiSafis() {
+			st := af.GetState()
+			if st.GetFamily().GetAfi() == api.Family_AFI_L2VPN && st.GetReceived() > st.GetAccepted() {
+				peers = append(peers, p.GetConf().GetNeighborAddress())
+			}
+		}
+	})
+	if err != nil || len(peers) == 0 {
+		return nil, err
+	}
+	var out []Received
+	for _, addr := range peers {
+		var paths []*api.Path
+		err := g.s.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_IN, Name: addr, Family: evpnFamily},
+			func(d *api.Destination) { paths = append(paths, d.GetPaths()...) })
+		if err != nil {
+			return out, fmt.Errorf("listing what %s sent: %w", addr, err)
+		}
+		out = append(out, g.received(paths)...)
+	}
+	return out, nil
+}
+
 // Stop withdraws nothing itself but ends every session with a Cease, so
 // peers drop this node's routes at once: the end of a drain.
 func (g *GoBGP) Stop(ctx context.Context) error {

@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/router"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -332,4 +336,91 @@ func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *t
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "node-a's routes announced once the API answers, none stale", current(2))
+}
+
+func TestAFailingVXLANDeviceKeepsTheVPCAnnouncedReportsItAndRecovers(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	a := newRouted(t, env, f, "node-a")
+	c := newRouted(t, env, f, "node-c")
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, vm)
+	wc := clientOf(t, c, vm)
+	from := f.LogOffset()
+	// The device's name taken by another link while the router is down.
+	a.Router.Kill()
+	dev := routing.VXLANDeviceName("blue")
+	for _, args := range [][]string{{"ip", "link", "del", dev}, {"ip", "link", "add", dev, "type", "bridge"}} {
+		if out, err := a.Run(args[0], args[1:]...); err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+	}
+	if err := a.Router.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, env, vm, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, router.ReasonDeviceError)
+	eventually(t, 20*time.Second, "the device error counted", func() error {
+		if v, err := a.Router.Metric("galactic_router_device_errors"); err != nil || v != 1 {
+			return fmt.Errorf("%v (%v)", v, err)
+		}
+		return nil
+	})
+	// Several retries later the route is still announced, never withdrawn.
+	time.Sleep(5 * time.Second)
+	if paths := frrPaths(t, f, vm.Prefixes()[0]); len(paths) != 1 || paths[0].NextHop != a.Underlay.String() {
+		t.Fatalf("FRR's paths during the device error: %+v", paths)
+	}
+	if u := counts(t, f, from, vm.Prefixes()[0]); len(u.Withdrawn) != 0 {
+		t.Fatalf("withdrawn during the device error: %v", u.Withdrawn)
+	}
+	if out, err := a.Run("ip", "link", "del", dev); err != nil {
+		t.Fatalf("removing the bridge: %v %s", err, out)
+	}
+	waitCondition(t, env, vm, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	eventually(t, 20*time.Second, "the client reaches the VM again", func() error { return wc.Ping(vm.Addr(false)) })
+	if v, err := a.Router.Metric("galactic_router_device_errors"); err != nil || v != 0 {
+		t.Errorf("device errors after recovery: %v (%v)", v, err)
+	}
+	if u := counts(t, f, from, vm.Prefixes()[0]); len(u.Withdrawn) != 0 {
+		t.Errorf("withdrawn across the device error: %v", u.Withdrawn)
+	}
+}
+
+func TestTwoNodesWithOneRouterIDBothReportTheOther(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	same := func(c *harness.RouterConfig) { c.RouterID = "192.0.2.99" }
+	a := newRouted(t, env, f, "node-a", same)
+	b := newRouted(t, env, f, "node-b", same)
+	onA := attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	onB := attachment{VPC: "blue", Name: "web-b", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
+	add(t, a.Node, onA)
+	add(t, b.Node, onB)
+	waitFRR(t, f, 1, onA.Prefixes()[0], onB.Prefixes()[0])
+	begin := time.Now()
+	for _, tc := range []struct {
+		n     *routed
+		other *routed
+		att   attachment
+	}{{a, b, onA}, {b, a, onB}} {
+		metric := fmt.Sprintf(`galactic_router_duplicate_router_id{vtep="%s"}`, tc.other.Underlay)
+		eventually(t, 10*time.Second-time.Since(begin), tc.n.Name+" reports the duplicate router ID", func() error {
+			if v, err := tc.n.Router.Metric(metric); err != nil || v != 1 {
+				return fmt.Errorf("%s = %v (%v)", metric, v, err)
+			}
+			if !strings.Contains(tc.n.Router.Log(), fmt.Sprintf(`"otherVTEP":"%s"`, tc.other.Underlay)) {
+				return fmt.Errorf("no log naming %s", tc.other.Underlay)
+			}
+			obj := advertisement(t, env, tc.att, tc.n.Name)
+			if obj == nil {
+				return fmt.Errorf("no advertisement")
+			}
+			if c := meta.FindStatusCondition(obj.Status.Conditions, v1alpha1.ConditionProgrammed); c == nil || c.Reason != router.ReasonDuplicateRouterID ||
+				!strings.Contains(c.Message, tc.other.Underlay.String()) {
+				return fmt.Errorf("conditions %+v", obj.Status.Conditions)
+			}
+			return nil
+		})
+	}
+	t.Logf("both reported within %s", time.Since(begin).Round(time.Millisecond))
 }
