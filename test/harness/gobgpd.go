@@ -49,6 +49,7 @@ const gobgpdNeighbor = `[[neighbors]]
     connect-retry = 1
     hold-time = 9
     keepalive-interval = 3
+    idle-hold-time-after-reset = 1
   [neighbors.transport.config]
     passive-mode = true
   [neighbors.graceful-restart.config]

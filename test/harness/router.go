@@ -211,3 +211,26 @@ func (r *Router) Drain() (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// CPUTime is the CPU time (user and system) the running router has used.
+func (r *Router) CPUTime() (time.Duration, error) {
+	pid := r.Pid()
+	if pid == 0 {
+		return 0, fmt.Errorf("router on %s is not running", r.Node.Name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	var utime, stime int64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	// USER_HZ is 100 on Linux.
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}

@@ -424,3 +424,71 @@ func TestTwoNodesWithOneRouterIDBothReportTheOther(t *testing.T) {
 	}
 	t.Logf("both reported within %s", time.Since(begin).Round(time.Millisecond))
 }
+
+func TestAPeerThatResetsEverySecondChangesNoRouteAndCostsLittleCPU(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	harness.RequireGoBGPd(t)
+	c := newRouted(t, env, f, "node-c")
+	n := env.NewNode(t, "node-a")
+	ul := f.Attach(t, n)
+	g := f.StartGoBGPd(t, ul)
+	cfg := f.FabricRouterConfig(ul)
+	cfg.Peers = append(cfg.Peers, harness.RouterPeer{Address: g.Addr.String(), ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3})
+	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	a := &routed{Node: n, Underlay: ul, Router: n.StartRouter(t, cfg, "--resync", "2s")}
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, vm)
+	clientOf(t, c, vm)
+	client := netip.MustParsePrefix("10.20.0.7/32")
+	eventually(t, 20*time.Second, "node-a routes to the client", func() error {
+		if kernelRoute(t, a.Node, "blue", client) == nil {
+			return fmt.Errorf("no route")
+		}
+		return nil
+	})
+	mon := monitorRoutes(t, a.Node)
+	upLine := fmt.Sprintf(`"address":"%s","state":"ESTABLISHED"`, g.Addr)
+	ups0 := a.Router.LogCount(upLine)
+	cpu0, err := a.Router.CPUTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	// Each reset comes before the session is back, so the session churns
+	// through the states below Established for the whole time.
+	const flapping = 30 * time.Second
+	resets := 0
+	for time.Since(begin) < flapping {
+		if _, err := g.CLI("neighbor", ul.String(), "reset"); err == nil {
+			resets++
+		}
+		time.Sleep(time.Second)
+	}
+	cpu1, err := a.Router.CPUTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall := time.Since(begin)
+	share := float64(cpu1-cpu0) / float64(wall)
+	t.Logf("%d resets in %s: the router used %s of CPU, %.1f%% of a core", resets, wall.Round(time.Millisecond), cpu1-cpu0, 100*share)
+	if resets < 10 {
+		t.Fatalf("only %d resets went through", resets)
+	}
+	if down := fmt.Sprintf(`"address":"%s","state":"IDLE"`, g.Addr); a.Router.LogCount(down) == 0 {
+		t.Fatalf("the session to gobgpd never went down:\n%s", a.Router.Log())
+	}
+	if share >= 0.10 {
+		t.Errorf("the router used %.1f%% of a core under a flapping peer, want under 10%%", 100*share)
+	}
+	noChanges(t, "node-a", mon, client)
+	// The router kept trying: the session comes back once the resets stop.
+	eventually(t, 60*time.Second, "the session to gobgpd back", func() error {
+		if a.Router.LogCount(upLine) == ups0 {
+			return fmt.Errorf("not established again")
+		}
+		return nil
+	})
+}
