@@ -52,7 +52,7 @@ const gobgpdNeighbor = `[[neighbors]]
     idle-hold-time-after-reset = 1
   [neighbors.transport.config]
     passive-mode = true
-  [neighbors.graceful-restart.config]
+%s  [neighbors.graceful-restart.config]
     enabled = true
     restart-time = 120
   [[neighbors.afi-safis]]
@@ -62,9 +62,27 @@ const gobgpdNeighbor = `[[neighbors]]
       enabled = true
 `
 
+// gobgpdReflectorClient makes a neighbour a route-reflector client.
+const gobgpdReflectorClient = `  [neighbors.route-reflector.config]
+    route-reflector-client = true
+    route-reflector-cluster-id = "192.0.2.2"
+`
+
 // StartGoBGPd runs gobgpd at 192.0.2.2 with the given nodes as passive
 // neighbours; t's cleanup stops it.
 func (f *Fabric) StartGoBGPd(t testing.TB, neighbors ...netip.Addr) *GoBGPd {
+	t.Helper()
+	return f.startGoBGPd(t, false, neighbors)
+}
+
+// StartGoBGPdReflector is StartGoBGPd with gobgpd reflecting l2vpn-evpn
+// between the nodes: a second route reflector beside FRR.
+func (f *Fabric) StartGoBGPdReflector(t testing.TB, neighbors ...netip.Addr) *GoBGPd {
+	t.Helper()
+	return f.startGoBGPd(t, true, neighbors)
+}
+
+func (f *Fabric) startGoBGPd(t testing.TB, reflector bool, neighbors []netip.Addr) *GoBGPd {
 	t.Helper()
 	RequireGoBGPd(t)
 	g := &GoBGPd{ns: NewNetns(t, "g"), f: f, Addr: netip.MustParseAddr("192.0.2.2"), apiPort: 50151}
@@ -82,7 +100,11 @@ func (f *Fabric) StartGoBGPd(t testing.TB, neighbors ...netip.Addr) *GoBGPd {
 	}
 	var ns string
 	for _, n := range neighbors {
-		ns += fmt.Sprintf(gobgpdNeighbor, n, FabricASN)
+		rr := ""
+		if reflector {
+			rr = gobgpdReflectorClient
+		}
+		ns += fmt.Sprintf(gobgpdNeighbor, n, FabricASN, rr)
 	}
 	conf := filepath.Join(f.dir, "gobgpd.toml")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(gobgpdConf, FabricASN, g.Addr, g.Addr, ns)), 0o644); err != nil {

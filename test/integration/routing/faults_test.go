@@ -492,3 +492,59 @@ func TestAPeerThatResetsEverySecondChangesNoRouteAndCostsLittleCPU(t *testing.T)
 		return nil
 	})
 }
+
+func TestOneOfTwoReflectorsStoppedChangesNoRouteAndChangesStillFlow(t *testing.T) {
+	env := harness.Setup(t)
+	f := harness.NewFabric(t)
+	harness.RequireGoBGPd(t)
+	second := func(c *harness.RouterConfig) {
+		c.Peers = append(c.Peers, harness.RouterPeer{Address: "192.0.2.2", ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3})
+	}
+	a := newRouted(t, env, f, "node-a", second)
+	c := newRouted(t, env, f, "node-c", second)
+	g := f.StartGoBGPdReflector(t, a.Underlay, c.Underlay)
+	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	add(t, a.Node, vm)
+	wc := clientOf(t, c, vm)
+	client := netip.MustParsePrefix("10.20.0.7/32")
+	eventually(t, 30*time.Second, "gobgpd reflects both nodes' routes", func() error {
+		ps, err := g.EVPNPaths()
+		if err != nil {
+			return err
+		}
+		if len(ps) < 2 {
+			return fmt.Errorf("%+v", ps)
+		}
+		return nil
+	})
+	monA, monC := monitorRoutes(t, a.Node), monitorRoutes(t, c.Node)
+	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.StopFRR()
+	// A change during the outage still reaches node-c over gobgpd.
+	late := attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
+	add(t, a.Node, late)
+	eventually(t, 20*time.Second, "node-c learns web-1 over the other reflector", func() error {
+		if kernelRoute(t, c.Node, "blue", late.Prefixes()[0]) == nil {
+			return fmt.Errorf("no route")
+		}
+		return nil
+	})
+	time.Sleep(outage)
+	before := endOfRIBs(a, c)
+	if err := f.StartFRR(); err != nil {
+		t.Fatal(err)
+	}
+	waitFRR(t, f, 1, vm.Prefixes()[0], client, late.Prefixes()[0])
+	waitEndOfRIB(t, before, a, c)
+	time.Sleep(12 * time.Second)
+	st := p.Stop()
+	t.Logf("pings: %d sent, %d lost", st.Sent, st.Lost)
+	if st.Lost != 0 {
+		t.Errorf("lost %d of %d pings with one of two reflectors stopped", st.Lost, st.Sent)
+	}
+	noChanges(t, "node-c", monC, vm.Prefixes()[0])
+	noChanges(t, "node-a", monA, client)
+}
