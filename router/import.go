@@ -38,23 +38,30 @@ func better(a, b speaker.Received) bool {
 	return a.NextHop.Less(b.NextHop)
 }
 
-// Fences are, per VPC and prefix, the highest holderGeneration of a drained
-// path: that prefix's routes of this generation or lower are not installed.
-type Fences map[string]map[netip.Prefix]uint32
+// Fence is the highest holderGeneration of a drained path of a prefix,
+// and that path's key.
+type Fence struct {
+	Gen uint32
+	By  speaker.Key
+}
+
+// Fences are, per VPC and prefix, the drain that fences it: that prefix's
+// routes of the drain's generation or lower are not installed.
+type Fences map[string]map[netip.Prefix]Fence
 
 // Fenced reports whether a route of generation gen for vpc's prefix p is
 // suppressed by a drained path.
 func (f Fences) Fenced(vpc string, p netip.Prefix, gen uint32) bool {
 	d, ok := f[vpc][p]
-	return ok && gen <= d
+	return ok && gen <= d.Gen
 }
 
-func (f Fences) raise(vpc string, p netip.Prefix, gen uint32) {
+func (f Fences) raise(vpc string, p netip.Prefix, d Fence) {
 	if f[vpc] == nil {
-		f[vpc] = map[netip.Prefix]uint32{}
+		f[vpc] = map[netip.Prefix]Fence{}
 	}
-	if d, ok := f[vpc][p]; !ok || gen > d {
-		f[vpc][p] = gen
+	if cur, ok := f[vpc][p]; !ok || d.Gen > cur.Gen {
+		f[vpc][p] = d
 	}
 }
 
@@ -63,9 +70,10 @@ func (f Fences) raise(vpc string, p netip.Prefix, gen uint32) {
 // every path of its prefix of its generation or lower, so the drain of the
 // current holder never hands the traffic to a predecessor; fences reports
 // those drains for Desired and the next pass. A fence of the previous pass
-// (prev) stays while any path of its prefix remains, so a drain followed
-// by a withdrawal still keeps the predecessor out; a prefix with no path
-// left forgets it, so an address reused later is routed. A path carrying
+// (prev) stays while any path of its prefix remains and the drained path
+// has not come back undrained, so a drain followed by a withdrawal still
+// keeps the predecessor out; a prefix with no path left forgets it, so an
+// address reused later is routed. A path carrying
 // several route targets is read for each of them.
 func Select(rib RIB, rtASN uint16, vnis map[string]uint32, prev Fences) (selected map[string]map[netip.Prefix]speaker.Received, fences Fences) {
 	byVNI := map[uint32]string{}
@@ -89,7 +97,7 @@ func Select(rib RIB, rtASN uint16, vnis map[string]uint32, prev Fences) (selecte
 				continue
 			}
 			if r.Drained {
-				fences.raise(vpc, r.Prefix, r.Generation)
+				fences.raise(vpc, r.Prefix, Fence{Gen: r.Generation, By: r.Key()})
 				continue
 			}
 			live = append(live, cand{vpc, r})
@@ -100,9 +108,12 @@ func Select(rib RIB, rtASN uint16, vnis map[string]uint32, prev Fences) (selecte
 		present[vpcPrefix{c.vpc, c.r.Prefix}] = true
 	}
 	for vpc, ps := range prev {
-		for p, gen := range ps {
+		for p, d := range ps {
+			if back, ok := rib[d.By]; ok && !back.Drained {
+				continue
+			}
 			if present[vpcPrefix{vpc, p}] {
-				fences.raise(vpc, p, gen)
+				fences.raise(vpc, p, d)
 			}
 		}
 	}

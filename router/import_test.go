@@ -343,6 +343,11 @@ func TestFencingDecidesInEveryStateOfThePaths(t *testing.T) {
 			{at: 2 * s, selected: []speaker.Received{a7}, want: none, next: -1},
 			{at: 60 * s, selected: []speaker.Received{a7}, want: none, next: -1},
 		}},
+		{"a drained holder that is available again is installed", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
+			{at: 2 * s, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+		}},
 		{"a prefix without any path forgets its drain, so a reused address is routed", []holderStep{
 			{at: 0, selected: []speaker.Received{b8Drained}, want: none, next: -1},
 			{at: 1 * s, want: none, next: -1},
