@@ -587,6 +587,20 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 		},
 		Underlay: d.cfg.Underlay, RTASN: d.cfg.RouteTargetASN, Announced: d.announced,
 	})
+	// A VPC whose device failed keeps what peers have, and gets nothing
+	// new until the device works: traffic to a new path would be dropped.
+	if len(d.deviceErrs) > 0 {
+		for k := range want {
+			if _, had := d.announced[k]; had {
+				continue
+			}
+			for vpc := range d.deviceErrs {
+				if n, ok := d.saved.RDs[vpc]; ok && n == k.RD.Assigned {
+					delete(want, k)
+				}
+			}
+		}
+	}
 	for k, r := range want {
 		if cur, ok := d.announced[k]; ok && cur.Equal(r) {
 			continue
@@ -622,7 +636,7 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 			v.Message = fmt.Sprintf("announced, but router ID %s is also used by the VTEP(s) %v: give every node its own routerID in router.json", d.cfg.RouterID, d.dups)
 		case err != nil:
 			v.Announced, v.Reason = false, ReasonDeviceError
-			v.Message = "announced, but the VPC's VXLAN device failed (retrying): " + err.Error()
+			v.Message = "the VPC's VXLAN device failed (retrying; what peers already have stays announced): " + err.Error()
 		}
 		verdicts[adv.Name] = v
 	}
