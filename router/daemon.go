@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -115,8 +117,10 @@ type Daemon struct {
 	deviceErrs map[string]error
 	failures   int
 	dups       []netip.Addr
-	// removeKernel is RemoveKernelState but in unit tests.
+	// removeKernel is RemoveKernelState but in unit tests, which also
+	// leave the host's routes unwatched.
 	removeKernel func() error
+	noRouteWatch bool
 }
 
 // New prepares a daemon; Run starts it.
@@ -181,6 +185,25 @@ func (d *Daemon) onEvent(ev speaker.Event) {
 	}
 	if changed {
 		d.trigger()
+	}
+}
+
+// watchLocalRoutes starts a pass when a route of another protocol leaves a
+// table other than the kernel's own: a local host route that went may
+// uncover a remote route of the same prefix, which local always beats.
+func (d *Daemon) watchLocalRoutes(ctx context.Context) {
+	ch := make(chan netlink.RouteUpdate, 256)
+	err := netlink.RouteSubscribeWithOptions(ch, ctx.Done(), netlink.RouteSubscribeOptions{
+		ErrorCallback: func(err error) { d.log.Warn("watching routes", "error", err) },
+	})
+	if err != nil {
+		d.log.Warn("watching routes: a removed local route waits for the resync", "error", err)
+		return
+	}
+	for u := range ch {
+		if u.Type == unix.RTM_DELROUTE && int(u.Protocol) != dataplane.Protocol && u.Table > unix.RT_TABLE_MAIN && u.Table != unix.RT_TABLE_LOCAL {
+			d.trigger()
+		}
 	}
 }
 
@@ -275,6 +298,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	go d.advInf.RunWithContext(ctx)
 	go d.writeStatus(ctx)
+	if !d.noRouteWatch {
+		go d.watchLocalRoutes(ctx)
+	}
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
 			&coordinationv1.Lease{}, 0, cache.Indexers{})

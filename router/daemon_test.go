@@ -108,7 +108,7 @@ func startDaemon(t *testing.T, stateDir, boot string, fs *fakeSpeaker) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.removeKernel = func() error { return nil }
+	d.removeKernel, d.noRouteWatch = func() error { return nil }, true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()
