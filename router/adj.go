@@ -154,16 +154,26 @@ func (a *Adj) RIB() RIB {
 		addrs = append(addrs, addr)
 	}
 	sort.Strings(addrs)
-	out := RIB{}
-	fresh := map[speaker.Key]bool{}
-	for _, addr := range addrs {
+	size := 0
+	for _, p := range a.peers {
+		size = max(size, len(p.paths))
+	}
+	out := make(RIB, size)
+	// Which keys hold a stale copy, only where a later peer may replace it.
+	staleCopy := map[speaker.Key]bool{}
+	for i, addr := range addrs {
 		p := a.peers[addr]
 		for k, r := range p.paths {
-			isFresh := !p.stale[k]
-			if _, have := out[k]; have && (fresh[k] || !isFresh) {
+			isStale := p.stale[k]
+			if _, have := out[k]; have && (!staleCopy[k] || isStale) {
 				continue
 			}
-			out[k], fresh[k] = r, isFresh
+			out[k] = r
+			if isStale && i < len(addrs)-1 {
+				staleCopy[k] = true
+			} else {
+				delete(staleCopy, k)
+			}
 		}
 	}
 	return out

@@ -86,7 +86,7 @@ func Select(rib RIB, rtASN uint16, vnis map[string]uint32, prev Fences) (selecte
 		vpc string
 		r   speaker.Received
 	}
-	var live []cand
+	live := make([]cand, 0, len(rib))
 	for _, r := range rib {
 		if !r.NextHop.IsValid() || len(r.RouterMAC) != 6 {
 			continue
@@ -104,8 +104,10 @@ func Select(rib RIB, rtASN uint16, vnis map[string]uint32, prev Fences) (selecte
 		}
 	}
 	present := map[vpcPrefix]bool{}
-	for _, c := range live {
-		present[vpcPrefix{c.vpc, c.r.Prefix}] = true
+	if len(prev) > 0 {
+		for _, c := range live {
+			present[vpcPrefix{c.vpc, c.r.Prefix}] = true
+		}
 	}
 	for vpc, ps := range prev {
 		for p, d := range ps {
@@ -175,7 +177,7 @@ func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]spe
 	if h.held == nil {
 		h.held = map[vpcPrefix]time.Time{}
 	}
-	keys := map[vpcPrefix]bool{}
+	keys := make(map[vpcPrefix]bool, len(h.last))
 	for vpc, ps := range selected {
 		for p := range ps {
 			keys[vpcPrefix{vpc, p}] = true
@@ -184,7 +186,7 @@ func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]spe
 	for k := range h.last {
 		keys[k] = true
 	}
-	cur := map[vpcPrefix]installed{}
+	cur := make(map[vpcPrefix]installed, len(keys))
 	for k := range keys {
 		if !managed[k.vpc] {
 			delete(h.held, k)
