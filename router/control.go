@@ -88,11 +88,30 @@ func (d *Daemon) Drain(ctx context.Context) error {
 	}
 }
 
-// drain withdraws every route this node announces, removes everything the
-// router installed in the kernel and forgets the saved paths, then ends
-// every session with a Cease.
+// drain re-announces every route this node announces with the drain
+// marking, so receivers remove their kernel routes at once instead of
+// holding them, then withdraws them all, removes everything the router
+// installed in the kernel, forgets the saved paths and ends every session
+// with a Cease.
 func (d *Daemon) drain(ctx context.Context) error {
 	var errs []error
+	marked := 0
+	for k, r := range d.announced {
+		if r.Drained {
+			continue
+		}
+		r.Drained = true
+		if err := d.spk.Announce(ctx, r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d.announced[k] = r
+		marked++
+	}
+	if marked > 0 {
+		// The marking reaches receivers before the withdrawal would.
+		time.Sleep(drainSpacing)
+	}
 	for k := range d.announced {
 		if err := d.spk.Withdraw(ctx, k); err != nil {
 			errs = append(errs, err)
@@ -100,13 +119,17 @@ func (d *Daemon) drain(ctx context.Context) error {
 		}
 		delete(d.announced, k)
 	}
-	errs = append(errs, RemoveKernelState(), d.store.Forget())
+	errs = append(errs, d.removeKernel(), d.store.Forget())
 	// Give the withdrawals a moment on the wire before the Cease.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(drainSpacing)
 	errs = append(errs, d.spk.Stop(ctx))
-	d.log.Info("drained")
+	d.log.Info("drained", "marked", marked)
 	return errors.Join(errs...)
 }
+
+// drainSpacing separates a drain's marking, withdrawals and Cease on the
+// wire; a variable so unit tests need not wait.
+var drainSpacing = 500 * time.Millisecond
 
 // RemoveKernelState deletes every VXLAN device galactic-router made, with
 // its routes, neighbours, FDB entries and rules.

@@ -4,11 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
-	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -36,8 +42,8 @@ type Options struct {
 	Namespace string
 	StateDir  string
 	// Adverts and Leases are the clients of the node's namespace.
-	Adverts client.BGPAdvertisementInterface
-	Leases  client.LeaseInterface
+	Adverts AdvertClient
+	Leases  LeaseClient
 	// LeaseSelector selects the leases held by this node's holders.
 	LeaseSelector string
 	Judge         Judge
@@ -45,9 +51,33 @@ type Options struct {
 	Log           *slog.Logger
 	// Resync bounds how long the kernel goes unchecked without events.
 	Resync time.Duration
-	// RIBWait bounds how long a (re)started router waits for its peers'
-	// End-of-RIB before it removes kernel routes the RIB does not have.
+	// RIBWait is how long a (re)started router waits for every peer's
+	// End-of-RIB once one has sent it, and how long an established session
+	// may go without one, before routes the RIB does not have are judged.
 	RIBWait time.Duration
+	// Speaker starts the BGP speaker; nil is GoBGP.
+	Speaker func(context.Context, speaker.Options) (speaker.Speaker, error)
+	// BootID reads the kernel's boot ID; nil reads BootIDPath.
+	BootID func() (string, error)
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// BootIDPath is where the kernel tells its boot ID: a new one after every
+// boot, the same for every process of one.
+const BootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// AdvertClient is what the daemon needs of the BGPAdvertisement client.
+type AdvertClient interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.BGPAdvertisementList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	StatusWriter
+}
+
+// LeaseClient is what the daemon needs of the Lease client.
+type LeaseClient interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
 // MetricsHandler serves /metrics, /healthz and /readyz.
@@ -58,10 +88,11 @@ type Daemon struct {
 	o       Options
 	cfg     *config.Config
 	log     *slog.Logger
-	spk     *speaker.GoBGP
+	spk     speaker.Speaker
 	plane   dataplane.Plane
 	store   Store
 	saved   Saved
+	bootID  string
 	metrics *Metrics
 
 	advInf   cache.SharedIndexInformer
@@ -71,17 +102,25 @@ type Daemon struct {
 	drainReq chan chan error
 	status   statusQueue
 
-	mu          sync.Mutex
-	rib         RIB
-	established map[string]bool
-	eor         map[string]bool
+	mu  sync.Mutex
+	adj Adj
 
 	// Only the loop touches these.
 	announced map[speaker.Key]speaker.Route
 	holder    Holder
+	fences    Fences
 	start     time.Time
 	ribReady  bool
 	rdsDirty  bool
+	// deviceErrs are the VPCs whose VXLAN device could not be ensured on
+	// the last pass, failures how many passes in a row had one.
+	deviceErrs map[string]error
+	failures   int
+	dups       []netip.Addr
+	// removeKernel is RemoveKernelState but in unit tests, which also
+	// leave the host's routes unwatched.
+	removeKernel func() error
+	noRouteWatch bool
 }
 
 // New prepares a daemon; Run starts it.
@@ -92,19 +131,31 @@ func New(o Options) (*Daemon, error) {
 	if o.RIBWait <= 0 {
 		o.RIBWait = 30 * time.Second
 	}
+	if o.Speaker == nil {
+		o.Speaker = func(ctx context.Context, so speaker.Options) (speaker.Speaker, error) { return speaker.Start(ctx, so) }
+	}
+	if o.BootID == nil {
+		o.BootID = func() (string, error) {
+			b, err := os.ReadFile(BootIDPath)
+			return strings.TrimSpace(string(b)), err
+		}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	d := &Daemon{
 		o: o, cfg: o.Config, log: o.Log,
-		plane:       dataplane.Plane{Underlay: o.Config.Underlay, Node: o.Node},
-		store:       NewStore(o.StateDir),
-		kick:        make(chan struct{}, 1),
-		drainReq:    make(chan chan error),
-		status:      statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)},
-		rib:         RIB{},
-		established: map[string]bool{},
-		eor:         map[string]bool{},
-		announced:   map[speaker.Key]speaker.Route{},
-		holder:      Holder{Hold: o.Config.WithdrawHold},
-		metrics:     NewMetrics(),
+		plane:        dataplane.Plane{Underlay: o.Config.Underlay, Node: o.Node},
+		store:        NewStore(o.StateDir),
+		kick:         make(chan struct{}, 1),
+		drainReq:     make(chan chan error),
+		status:       statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)},
+		adj:          Adj{Stale: o.Config.StaleRoutes, Sync: o.RIBWait},
+		announced:    map[speaker.Key]speaker.Route{},
+		deviceErrs:   map[string]error{},
+		removeKernel: RemoveKernelState,
+		holder:       Holder{Hold: o.Config.WithdrawHold},
+		metrics:      NewMetrics(),
 	}
 	return d, nil
 }
@@ -114,6 +165,57 @@ func (d *Daemon) trigger() {
 	case d.kick <- struct{}{}:
 	default:
 	}
+}
+
+// onEvent applies one event of the speaker's stream, in order; only
+// events that can change the selection start a pass.
+func (d *Daemon) onEvent(ev speaker.Event) {
+	d.mu.Lock()
+	changed := d.adj.Apply(d.o.Now(), ev)
+	d.mu.Unlock()
+	switch ev.Kind {
+	case speaker.EventPaths:
+		d.metrics.received.Add(float64(len(ev.Paths)))
+	case speaker.EventEndOfRIB:
+		d.log.Info("End-of-RIB", "peer", ev.Peer)
+	case speaker.EventPeer:
+		if changed {
+			d.log.Info("peer", "address", ev.Peer, "state", ev.State.State, "established", ev.State.Established)
+		}
+	}
+	if changed {
+		d.trigger()
+	}
+}
+
+// watchLocalRoutes starts a pass when a route of another protocol leaves a
+// table other than the kernel's own: a local host route that went may
+// uncover a remote route of the same prefix, which local always beats.
+func (d *Daemon) watchLocalRoutes(ctx context.Context) {
+	ch := make(chan netlink.RouteUpdate, 256)
+	err := netlink.RouteSubscribeWithOptions(ch, ctx.Done(), netlink.RouteSubscribeOptions{
+		ErrorCallback: func(err error) { d.log.Warn("watching routes", "error", err) },
+	})
+	if err != nil {
+		d.log.Warn("watching routes: a removed local route waits for the resync", "error", err)
+		return
+	}
+	for u := range ch {
+		if u.Type == unix.RTM_DELROUTE && int(u.Protocol) != dataplane.Protocol && u.Table > unix.RT_TABLE_MAIN && u.Table != unix.RT_TABLE_LOCAL {
+			d.trigger()
+		}
+	}
+}
+
+// sameJudgement reports whether two versions of a lease judge a holder
+// alike: same holder, token and annotations.
+func sameJudgement(a, b *coordinationv1.Lease) bool {
+	return ptrEqual(a.Spec.HolderIdentity, b.Spec.HolderIdentity) && ptrEqual(a.Spec.LeaseTransitions, b.Spec.LeaseTransitions) &&
+		maps.Equal(a.Annotations, b.Annotations) && maps.Equal(a.Labels, b.Labels)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 func listWatch[T runtime.Object](list func(context.Context, metav1.ListOptions) (T, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector string) *cache.ListWatch {
@@ -133,37 +235,25 @@ func listWatch[T runtime.Object](list func(context.Context, metav1.ListOptions) 
 // closing sessions with a Cease, so a restart is graceful; Drain is the
 // way to withdraw on purpose.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.start = time.Now()
-	saved, restarting, err := d.store.Load()
+	d.start = d.o.Now()
+	loaded, ok, err := d.store.Load()
 	if err != nil {
 		return fmt.Errorf("reading the router state: %w", err)
 	}
-	d.saved = saved
-	d.spk, err = speaker.Start(ctx, speaker.Options{
+	boot, err := d.o.BootID()
+	if err != nil {
+		// Without a boot ID a reboot cannot be told from a restart: start
+		// fresh rather than replay a previous boot's paths.
+		d.log.Warn("reading the boot ID", "path", BootIDPath, "error", err)
+	}
+	saved, restarting, why := Resume(loaded, ok, boot, Identity(d.cfg))
+	d.saved, d.bootID = saved, boot
+	if ok && !restarting {
+		d.log.Info("starting fresh: the saved state is not this boot's and identity's", "reason", why, "discardedPaths", len(loaded.Paths))
+	}
+	d.spk, err = d.o.Speaker(ctx, speaker.Options{
 		Config: d.cfg, Restarting: restarting && d.cfg.GracefulRestart, Log: d.log,
-		OnReceived: func(rs []speaker.Received) {
-			d.mu.Lock()
-			d.rib.Apply(rs)
-			d.mu.Unlock()
-			d.metrics.received.Add(float64(len(rs)))
-			d.trigger()
-		},
-		OnPeer: func(p speaker.PeerState) {
-			d.mu.Lock()
-			d.established[p.Address] = p.Established
-			if !p.Established {
-				delete(d.eor, p.Address)
-			}
-			d.mu.Unlock()
-			d.log.Info("peer", "address", p.Address, "state", p.State)
-			d.trigger()
-		},
-		OnEndOfRIB: func(peer string) {
-			d.mu.Lock()
-			d.eor[peer] = true
-			d.mu.Unlock()
-			d.trigger()
-		},
+		OnEvent: d.onEvent,
 	})
 	if err != nil {
 		return err
@@ -187,9 +277,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("started", "restarting", restarting, "savedPaths", len(d.saved.Paths), "asn", d.cfg.ASN, "routerID", d.cfg.RouterID, "underlay", d.cfg.Underlay)
 
+	// The router's own status writes come back as updates: only a changed
+	// spec or labels can change what is announced.
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { d.trigger() },
-		UpdateFunc: func(any, any) { d.trigger() },
+		AddFunc: func(any) { d.trigger() },
+		UpdateFunc: func(o, n any) {
+			a, okA := o.(*v1alpha1.BGPAdvertisement)
+			b, okB := n.(*v1alpha1.BGPAdvertisement)
+			if okA && okB && a.Generation == b.Generation && a.Generation != 0 && maps.Equal(a.Labels, b.Labels) {
+				return
+			}
+			d.trigger()
+		},
 		DeleteFunc: func(any) { d.trigger() },
 	}
 	d.advInf = cache.NewSharedIndexInformer(listWatch(d.o.Adverts.List, d.o.Adverts.Watch, names.NodeSelector(d.o.Node)),
@@ -199,13 +298,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	go d.advInf.RunWithContext(ctx)
 	go d.writeStatus(ctx)
+	if !d.noRouteWatch {
+		go d.watchLocalRoutes(ctx)
+	}
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
 			&coordinationv1.Lease{}, 0, cache.Indexers{})
 		counted := func() { d.metrics.leaseEvents.Inc(); d.trigger() }
+		// A renewal changes only the renew time, which no judgement reads.
 		leaseHandler := cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { counted() },
-			UpdateFunc: func(any, any) { counted() },
+			AddFunc: func(any) { counted() },
+			UpdateFunc: func(o, n any) {
+				a, okA := o.(*coordinationv1.Lease)
+				b, okB := n.(*coordinationv1.Lease)
+				if okA && okB && sameJudgement(a, b) {
+					return
+				}
+				counted()
+			},
 			DeleteFunc: func(any) { counted() },
 		}
 		if _, err := d.leaseInf.AddEventHandler(leaseHandler); err != nil {
@@ -230,10 +340,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		next := d.pass(ctx)
 		wait := d.o.Resync
 		if !next.IsZero() {
-			wait = min(wait, time.Until(next)+10*time.Millisecond)
+			wait = min(wait, next.Sub(d.o.Now())+10*time.Millisecond)
 		}
 		if !d.ribReady {
 			wait = min(wait, time.Second)
+		}
+		if d.failures > 0 {
+			// Local errors are retried with backoff, up to the resync.
+			wait = min(wait, time.Duration(1<<min(d.failures-1, 6))*500*time.Millisecond)
 		}
 		if !timer.Stop() {
 			select {
@@ -293,40 +407,46 @@ func (d *Daemon) available(adv *v1alpha1.BGPAdvertisement, e v1alpha1.ContainerE
 	return d.o.Judge(lease, names.Holder(d.o.Node, e.ContainerID), e.HolderGeneration)
 }
 
-func (d *Daemon) snapshot() (RIB, bool, bool) {
+// snapshot applies the stale bounds and returns the RIB, whether a
+// session is established, whether the RIB counts as synced for a start,
+// the peers' sessions and when a bound ends next.
+func (d *Daemon) snapshot(now time.Time) (rib RIB, anyPeer, synced bool, established map[string]bool, next time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	rib := make(RIB, len(d.rib))
-	for k, v := range d.rib {
-		rib[k] = v
-	}
-	any, allEOR := false, len(d.cfg.Peers) > 0
+	next = d.adj.Expire(now)
+	rib = d.adj.RIB()
+	peers := make([]string, 0, len(d.cfg.Peers))
 	for _, p := range d.cfg.Peers {
-		a := p.Address.String()
-		if d.established[a] {
-			any = true
-		}
-		if !d.eor[a] {
-			allEOR = false
-		}
+		peers = append(peers, p.Address.String())
 	}
-	return rib, any, allEOR
+	anyPeer, anySynced, allSynced := d.adj.Sessions(peers)
+	return rib, anyPeer, StartSynced(now.Sub(d.start), anySynced, allSynced, d.o.RIBWait, d.cfg.StaleRoutes), d.adj.Established(), next
+}
+
+// StartSynced says whether a started router may judge the routes it found
+// in the kernel: once every peer sent its End-of-RIB, or one did and wait
+// has passed; with no End-of-RIB at all (reflectors unreachable) only when
+// the stale bound (at least wait) has passed.
+func StartSynced(since time.Duration, anySynced, allSynced bool, wait, stale time.Duration) bool {
+	return allSynced || anySynced && since >= wait || since >= max(wait, stale)
 }
 
 // pass computes the desired state afresh and applies the difference. It
-// returns when the next hold ends.
+// returns when the next hold or bound ends.
 func (d *Daemon) pass(ctx context.Context) time.Time {
 	began := time.Now()
 	defer func() { d.metrics.observePass(time.Since(began)) }()
-	rib, anyPeer, allEOR := d.snapshot()
-	if !d.ribReady && (allEOR || time.Since(d.start) > d.o.RIBWait) {
+	now := d.o.Now()
+	rib, anyPeer, synced, established, next := d.snapshot(now)
+	if !d.ribReady && synced {
 		d.ribReady = true
-		d.log.Info("RIB synced", "endOfRIB", allEOR, "after", time.Since(d.start).Round(time.Millisecond))
+		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
 	}
-	synced := d.apiSynced()
+	d.checkDuplicates(ctx, rib)
+	apiSynced := d.apiSynced()
 	var adverts []*v1alpha1.BGPAdvertisement
 	vnis := d.saved.VNIs
-	if synced {
+	if apiSynced {
 		adverts = d.adverts()
 		vnis = ResolveVNIs(adverts, d.saved.VNIs)
 	}
@@ -334,15 +454,25 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	unlock, err := state.Lock(d.o.StateDir)
 	if err != nil {
 		d.log.Error("taking the node lock", "error", err)
-		return time.Time{}
+		d.failures++
+		return next
 	}
 	devices, domains := d.syncDevices(vnis)
-	selected, drainedPfx := Select(rib, d.cfg.RouteTargetASN, vnis)
+	selected, fences := Select(rib, d.cfg.RouteTargetASN, vnis, d.fences)
+	d.fences = fences
 	managed := map[string]bool{}
 	for vpc := range devices {
 		managed[vpc] = true
 	}
-	remotes, next := d.holder.Desired(time.Now(), selected, drainedPfx, managed, !d.ribReady)
+	// A VPC whose device failed keeps what the holder knows of it: its
+	// kernel routes are left as they are until the device is back.
+	for vpc := range d.deviceErrs {
+		managed[vpc] = true
+	}
+	remotes, holdEnd := d.holder.Desired(now, selected, fences, managed, !d.ribReady)
+	if !holdEnd.IsZero() && (next.IsZero() || holdEnd.Before(next)) {
+		next = holdEnd
+	}
 	installed := 0
 	for vpc, dev := range devices {
 		ch, err := d.plane.Sync(dev, domains[vpc], remotes[vpc])
@@ -357,12 +487,48 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	}
 	unlock()
 
-	if synced {
+	if apiSynced {
 		d.export(ctx, adverts, vnis, devices, anyPeer)
 	}
-	d.metrics.set(len(d.announced), installed, rib, d.established)
+	if len(d.deviceErrs) > 0 {
+		d.failures++
+	} else {
+		d.failures = 0
+	}
+	d.metrics.set(len(d.announced), installed, rib, established)
+	d.metrics.deviceErrors.Set(float64(len(d.deviceErrs)))
 	d.save(vnis, devices)
 	return next
+}
+
+// checkDuplicates reports other nodes whose paths carry this node's
+// router ID: their RDs and this node's collide at the reflectors.
+func (d *Daemon) checkDuplicates(ctx context.Context, rib RIB) {
+	// Over a reflector the other node's paths carry this router ID as
+	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too.
+	seen := RIB{}
+	for k, r := range rib {
+		seen[k] = r
+	}
+	rejected, err := d.spk.Rejected(ctx)
+	if err != nil {
+		d.log.Warn("reading refused paths", "error", err)
+	}
+	for _, r := range rejected {
+		seen[speaker.Key{RD: r.RD, Prefix: r.Prefix}] = r
+	}
+	dups := Duplicates(seen, d.cfg.RouterID, d.cfg.Underlay)
+	if slices.Equal(dups, d.dups) {
+		return
+	}
+	for _, v := range dups {
+		if !slices.Contains(d.dups, v) {
+			d.log.Error("another node uses this node's router ID: give every node its own routerID in router.json",
+				"routerID", d.cfg.RouterID, "otherVTEP", v)
+		}
+	}
+	d.metrics.setDuplicates(d.dups, dups)
+	d.dups = dups
 }
 
 // syncDevices keeps one VXLAN device per VPC that has a VNI and a routing
@@ -370,10 +536,12 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 func (d *Daemon) syncDevices(vnis map[string]uint32) (map[string]*dataplane.Device, map[string]*routing.Domain) {
 	devices := map[string]*dataplane.Device{}
 	domains := map[string]*routing.Domain{}
+	errs := map[string]error{}
 	for vpc, vni := range vnis {
 		dom, err := routing.Find(vpc)
 		if err != nil {
 			d.log.Error("reading the routing domain", "vpc", vpc, "error", err)
+			errs[vpc] = fmt.Errorf("reading the routing domain: %w", err)
 			continue
 		}
 		if dom == nil || (dom.Kind == routing.KindVRF && dom.Device == "") {
@@ -381,11 +549,18 @@ func (d *Daemon) syncDevices(vnis map[string]uint32) (map[string]*dataplane.Devi
 		}
 		dev, err := d.plane.EnsureDevice(vpc, vni, dom)
 		if err != nil {
-			d.log.Error("VXLAN device", "vpc", vpc, "error", err)
+			if d.deviceErrs[vpc] == nil || d.deviceErrs[vpc].Error() != err.Error() {
+				d.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", err)
+			}
+			errs[vpc] = err
 			continue
+		}
+		if d.deviceErrs[vpc] != nil {
+			d.log.Info("VXLAN device recovered", "vpc", vpc)
 		}
 		devices[vpc], domains[vpc] = dev, dom
 	}
+	d.deviceErrs = errs
 	existing, err := dataplane.Devices()
 	if err != nil {
 		d.log.Error("listing VXLAN devices", "error", err)
@@ -429,10 +604,29 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 			if dev := devices[vpc]; dev != nil {
 				return dev.MAC
 			}
+			// A local error never withdraws: the device's MAC is derived,
+			// so the paths stay what peers already have.
+			if _, failed := d.deviceErrs[vpc]; failed {
+				return d.plane.DeviceMAC(vpc)
+			}
 			return nil
 		},
 		Underlay: d.cfg.Underlay, RTASN: d.cfg.RouteTargetASN, Announced: d.announced,
 	})
+	// A VPC whose device failed keeps what peers have, and gets nothing
+	// new until the device works: traffic to a new path would be dropped.
+	if len(d.deviceErrs) > 0 {
+		for k := range want {
+			if _, had := d.announced[k]; had {
+				continue
+			}
+			for vpc := range d.deviceErrs {
+				if n, ok := d.saved.RDs[vpc]; ok && n == k.RD.Assigned {
+					delete(want, k)
+				}
+			}
+		}
+	}
 	for k, r := range want {
 		if cur, ok := d.announced[k]; ok && cur.Equal(r) {
 			continue
@@ -457,6 +651,21 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 		d.metrics.updates.WithLabelValues("withdraw").Inc()
 		d.log.Info("withdrew", "route", k.String())
 	}
+	for _, adv := range adverts {
+		v, ok := verdicts[adv.Name]
+		if !ok || !v.Announced {
+			continue
+		}
+		switch err := d.deviceErrs[adv.Spec.VPC]; {
+		case len(d.dups) > 0:
+			v.Announced, v.Reason = false, ReasonDuplicateRouterID
+			v.Message = fmt.Sprintf("announced, but router ID %s is also used by the VTEP(s) %v: give every node its own routerID in router.json", d.cfg.RouterID, d.dups)
+		case err != nil:
+			v.Announced, v.Reason = false, ReasonDeviceError
+			v.Message = "the VPC's VXLAN device failed (retrying; what peers already have stays announced): " + err.Error()
+		}
+		verdicts[adv.Name] = v
+	}
 	d.status.mu.Lock()
 	for _, adv := range adverts {
 		if v, ok := verdicts[adv.Name]; ok {
@@ -470,8 +679,14 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 	}
 }
 
+// Reasons of Programmed=False this package adds to the API's.
+const (
+	ReasonDeviceError       = "DeviceError"
+	ReasonDuplicateRouterID = "DuplicateRouterID"
+)
+
 func (d *Daemon) save(vnis map[string]uint32, devices map[string]*dataplane.Device) {
-	next := Saved{RDs: d.saved.RDs, VNIs: map[string]uint32{}}
+	next := Saved{RDs: d.saved.RDs, VNIs: map[string]uint32{}, BootID: d.bootID, Identity: Identity(d.cfg)}
 	for vpc, v := range vnis {
 		if _, ok := devices[vpc]; ok || d.saved.VNIs[vpc] == v {
 			next.VNIs[vpc] = v

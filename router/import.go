@@ -8,8 +8,8 @@ import (
 	"github.com/galactic-cni/galactic/router/speaker"
 )
 
-// RIB is the best paths other nodes announce, by RIB key, as the speaker
-// reported them.
+// RIB is the paths other nodes announce, by RIB key: the view selection
+// works on (Adj.RIB builds it from every peer's paths).
 type RIB map[speaker.Key]speaker.Received
 
 // Apply records received changes.
@@ -32,46 +32,105 @@ func better(a, b speaker.Received) bool {
 	if a.RD.Admin != b.RD.Admin {
 		return a.RD.Admin.Less(b.RD.Admin)
 	}
-	return a.RD.Assigned < b.RD.Assigned
+	if a.RD.Assigned != b.RD.Assigned {
+		return a.RD.Assigned < b.RD.Assigned
+	}
+	return a.NextHop.Less(b.NextHop)
+}
+
+// Fence is the highest holderGeneration of a drained path of a prefix,
+// and that path's key.
+type Fence struct {
+	Gen uint32
+	By  speaker.Key
+}
+
+// Fences are, per VPC and prefix, the drain that fences it: that prefix's
+// routes of the drain's generation or lower are not installed.
+type Fences map[string]map[netip.Prefix]Fence
+
+// Fenced reports whether a route of generation gen for vpc's prefix p is
+// suppressed by a drained path.
+func (f Fences) Fenced(vpc string, p netip.Prefix, gen uint32) bool {
+	d, ok := f[vpc][p]
+	return ok && gen <= d.Gen
+}
+
+func (f Fences) raise(vpc string, p netip.Prefix, d Fence) {
+	if f[vpc] == nil {
+		f[vpc] = map[netip.Prefix]Fence{}
+	}
+	if cur, ok := f[vpc][p]; !ok || d.Gen > cur.Gen {
+		f[vpc][p] = d
+	}
 }
 
 // Select picks, for every prefix of each VPC's route target, the path to
-// install. Drained paths are never selected; drained reports the prefixes
-// that have only drained paths, whose kernel routes go at once.
-func Select(rib RIB, rtASN uint16, vnis map[string]uint32) (selected map[string]map[netip.Prefix]speaker.Received, drained map[string]map[netip.Prefix]bool) {
+// install: fencing first. A drained path is never selected and suppresses
+// every path of its prefix of its generation or lower, so the drain of the
+// current holder never hands the traffic to a predecessor; fences reports
+// those drains for Desired and the next pass. A fence of the previous pass
+// (prev) stays while any path of its prefix remains and the drained path
+// has not come back undrained, so a drain followed by a withdrawal still
+// keeps the predecessor out; a prefix with no path left forgets it, so an
+// address reused later is routed. A path carrying
+// several route targets is read for each of them.
+func Select(rib RIB, rtASN uint16, vnis map[string]uint32, prev Fences) (selected map[string]map[netip.Prefix]speaker.Received, fences Fences) {
 	byVNI := map[uint32]string{}
 	for vpc, v := range vnis {
 		byVNI[v] = vpc
 	}
 	selected = map[string]map[netip.Prefix]speaker.Received{}
-	drained = map[string]map[netip.Prefix]bool{}
+	fences = Fences{}
+	type cand struct {
+		vpc string
+		r   speaker.Received
+	}
+	live := make([]cand, 0, len(rib))
 	for _, r := range rib {
-		vpc, ok := byVNI[r.VNI]
-		if !ok || r.RTASN != rtASN || !r.NextHop.IsValid() || len(r.RouterMAC) != 6 {
+		if !r.NextHop.IsValid() || len(r.RouterMAC) != 6 {
 			continue
 		}
-		if r.Drained {
-			if drained[vpc] == nil {
-				drained[vpc] = map[netip.Prefix]bool{}
+		for _, vni := range r.TargetVNIs(rtASN) {
+			vpc, ok := byVNI[vni]
+			if !ok {
+				continue
 			}
-			drained[vpc][r.Prefix] = true
+			if r.Drained {
+				fences.raise(vpc, r.Prefix, Fence{Gen: r.Generation, By: r.Key()})
+				continue
+			}
+			live = append(live, cand{vpc, r})
+		}
+	}
+	present := map[vpcPrefix]bool{}
+	if len(prev) > 0 {
+		for _, c := range live {
+			present[vpcPrefix{c.vpc, c.r.Prefix}] = true
+		}
+	}
+	for vpc, ps := range prev {
+		for p, d := range ps {
+			if back, ok := rib[d.By]; ok && !back.Drained {
+				continue
+			}
+			if present[vpcPrefix{vpc, p}] {
+				fences.raise(vpc, p, d)
+			}
+		}
+	}
+	for _, c := range live {
+		if fences.Fenced(c.vpc, c.r.Prefix, c.r.Generation) {
 			continue
 		}
-		if selected[vpc] == nil {
-			selected[vpc] = map[netip.Prefix]speaker.Received{}
+		if selected[c.vpc] == nil {
+			selected[c.vpc] = map[netip.Prefix]speaker.Received{}
 		}
-		if cur, ok := selected[vpc][r.Prefix]; !ok || better(r, cur) {
-			selected[vpc][r.Prefix] = r
-		}
-	}
-	for vpc, ps := range drained {
-		for p := range ps {
-			if _, ok := selected[vpc][p]; ok {
-				delete(ps, p)
-			}
+		if cur, ok := selected[c.vpc][c.r.Prefix]; !ok || better(c.r, cur) {
+			selected[c.vpc][c.r.Prefix] = c.r
 		}
 	}
-	return selected, drained
+	return selected, fences
 }
 
 type vpcPrefix struct {
@@ -79,13 +138,22 @@ type vpcPrefix struct {
 	prefix netip.Prefix
 }
 
-// Holder keeps remote routes that were withdrawn without a replacement for
-// the withdrawal hold, so a peer that restarts without a graceful-restart
-// helper (FRR's EVPN) changes nothing in the kernel.
+// installed is a route as installed, with the generation it was selected
+// at (0 for one found in the kernel).
+type installed struct {
+	dataplane.Remote
+	gen uint32
+}
+
+// Holder keeps remote routes that were withdrawn without a replacement of
+// at least their generation for the withdrawal hold, so a peer that
+// restarts without a graceful-restart helper (FRR's EVPN) changes nothing
+// in the kernel, and a stale lower generation never takes over while the
+// current holder's router restarts.
 type Holder struct {
 	Hold time.Duration
-	// last is what was installed last, and held when each started.
-	last map[vpcPrefix]dataplane.Remote
+	// last is what was installed last, and held when each hold started.
+	last map[vpcPrefix]installed
 	held map[vpcPrefix]time.Time
 }
 
@@ -93,38 +161,54 @@ type Holder struct {
 // like withdrawn ones until the RIB has them again or the hold passes.
 func (h *Holder) Seed(vpc string, rs []dataplane.Remote) {
 	if h.last == nil {
-		h.last = map[vpcPrefix]dataplane.Remote{}
+		h.last = map[vpcPrefix]installed{}
 	}
 	for _, r := range rs {
-		h.last[vpcPrefix{vpc, r.Prefix}] = r
+		h.last[vpcPrefix{vpc, r.Prefix}] = installed{Remote: r}
 	}
 }
 
-// Desired turns the selection into the routes to install per VPC, holding
-// what went away without a replacement; frozen (the RIB is not synced yet)
-// holds everything without starting the clock. next is when a hold ends,
-// zero when none is running.
-func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]speaker.Received, drained map[string]map[netip.Prefix]bool, managed map[string]bool, frozen bool) (out map[string][]dataplane.Remote, next time.Time) {
+// Desired turns the selection into the routes to install per VPC. A route
+// whose path went away is held unless a path of at least its generation
+// replaces it or a drain fences it; frozen (the RIB is not synced yet)
+// holds without starting the clock. next is when a hold ends, zero when
+// none is running.
+func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]speaker.Received, fences Fences, managed map[string]bool, frozen bool) (out map[string][]dataplane.Remote, next time.Time) {
 	if h.held == nil {
 		h.held = map[vpcPrefix]time.Time{}
 	}
-	cur := map[vpcPrefix]dataplane.Remote{}
+	keys := make(map[vpcPrefix]bool, len(h.last))
 	for vpc, ps := range selected {
-		if !managed[vpc] {
-			continue
-		}
-		for p, r := range ps {
-			cur[vpcPrefix{vpc, p}] = dataplane.Remote{Prefix: p, NextHop: r.NextHop, RouterMAC: r.RouterMAC}
-			delete(h.held, vpcPrefix{vpc, p})
+		for p := range ps {
+			keys[vpcPrefix{vpc, p}] = true
 		}
 	}
-	for k, r := range h.last {
-		if _, ok := cur[k]; ok || !managed[k.vpc] || drained[k.vpc][k.prefix] {
+	for k := range h.last {
+		keys[k] = true
+	}
+	cur := make(map[vpcPrefix]installed, len(keys))
+	for k := range keys {
+		if !managed[k.vpc] {
 			delete(h.held, k)
 			continue
 		}
+		sel, hasSel := selected[k.vpc][k.prefix]
+		old, hasOld := h.last[k]
+		if hasOld && fences.Fenced(k.vpc, k.prefix, old.gen) {
+			hasOld = false
+		}
+		if hasSel && (!hasOld || sel.Generation >= old.gen) {
+			cur[k] = installed{Remote: dataplane.Remote{Prefix: k.prefix, NextHop: sel.NextHop, RouterMAC: sel.RouterMAC}, gen: sel.Generation}
+			delete(h.held, k)
+			continue
+		}
+		if !hasOld {
+			delete(h.held, k)
+			continue
+		}
+		// old's path is gone and nothing of its generation replaces it.
 		if frozen {
-			cur[k] = r
+			cur[k] = old
 			continue
 		}
 		since, ok := h.held[k]
@@ -132,20 +216,22 @@ func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]spe
 			since = now
 			h.held[k] = now
 		}
-		end := since.Add(h.Hold)
-		if now.Before(end) {
-			cur[k] = r
+		if end := since.Add(h.Hold); now.Before(end) {
+			cur[k] = old
 			if next.IsZero() || end.Before(next) {
 				next = end
 			}
-		} else {
-			delete(h.held, k)
+			continue
+		}
+		delete(h.held, k)
+		if hasSel {
+			cur[k] = installed{Remote: dataplane.Remote{Prefix: k.prefix, NextHop: sel.NextHop, RouterMAC: sel.RouterMAC}, gen: sel.Generation}
 		}
 	}
 	h.last = cur
 	out = map[string][]dataplane.Remote{}
 	for k, r := range cur {
-		out[k.vpc] = append(out[k.vpc], r)
+		out[k.vpc] = append(out[k.vpc], r.Remote)
 	}
 	return out, next
 }

@@ -25,6 +25,11 @@ func received(node, prefix string, vni, gen uint32, drained bool) speaker.Receiv
 	}}
 }
 
+func withTargets(r speaker.Received, ts ...speaker.RouteTarget) speaker.Received {
+	r.Targets = ts
+	return r
+}
+
 func rib(rs ...speaker.Received) RIB {
 	r := RIB{}
 	r.Apply(rs)
@@ -46,13 +51,11 @@ func selectedFrom(sel map[string]map[netip.Prefix]speaker.Received) map[string]m
 	return out
 }
 
-func drainedFrom(d map[string]map[netip.Prefix]bool) map[string][]string {
+func drainedFrom(d Fences) map[string][]string {
 	out := map[string][]string{}
 	for vpc, ps := range d {
-		for p, on := range ps {
-			if on {
-				out[vpc] = append(out[vpc], p.String())
-			}
+		for p := range ps {
+			out[vpc] = append(out[vpc], p.String())
 		}
 		slices.Sort(out[vpc])
 	}
@@ -91,17 +94,28 @@ func TestSelectInstallsTheBestUndrainedPathOfEachPrefix(t *testing.T) {
 		{"a path without next hop or router MAC is ignored",
 			rib(noHop, noMAC),
 			map[string]map[string]string{}, map[string][]string{}},
-		{"a drained path is never selected, even of a higher generation",
+		{"a drained path suppresses every lower generation of its prefix",
 			rib(received("192.0.2.12", pfx, 10100, 9, true), received("192.0.2.13", pfx, 10100, 3, false)),
-			map[string]map[string]string{"blue": {pfx: "192.0.2.13"}}, map[string][]string{}},
-		{"a prefix with drained paths only is reported drained",
-			rib(received("192.0.2.12", pfx, 10100, 9, true), received("192.0.2.13", pfx, 10100, 3, true),
+			map[string]map[string]string{}, map[string][]string{"blue": {pfx}}},
+		{"a drained path suppresses its own generation from another node",
+			rib(received("192.0.2.12", pfx, 10100, 9, true), received("192.0.2.13", pfx, 10100, 9, false)),
+			map[string]map[string]string{}, map[string][]string{"blue": {pfx}}},
+		{"a higher generation than the drained one is selected",
+			rib(received("192.0.2.12", pfx, 10100, 8, true), received("192.0.2.13", pfx, 10100, 9, false),
+				received("192.0.2.14", pfx, 10100, 7, false)),
+			map[string]map[string]string{"blue": {pfx: "192.0.2.13"}}, map[string][]string{"blue": {pfx}}},
+		{"a drain fences only its own VPC and prefix",
+			rib(received("192.0.2.12", pfx, 10100, 9, true), received("192.0.2.13", pfx, 10200, 3, false),
 				received("192.0.2.13", "10.20.0.6/32", 10100, 3, false)),
-			map[string]map[string]string{"blue": {"10.20.0.6/32": "192.0.2.13"}}, map[string][]string{"blue": {pfx}}},
+			map[string]map[string]string{"blue": {"10.20.0.6/32": "192.0.2.13"}, "red": {pfx: "192.0.2.13"}}, map[string][]string{"blue": {pfx}}},
+		{"every route target of a path is read",
+			rib(withTargets(received("192.0.2.12", pfx, 10999, 4, false), speaker.RouteTarget{ASN: 65001, Value: 10100},
+				speaker.RouteTarget{ASN: 65000, Value: 10100}, speaker.RouteTarget{ASN: 65000, Value: 10200}, speaker.RouteTarget{ASN: 65000, Value: 10777})),
+			map[string]map[string]string{"blue": {pfx: "192.0.2.12"}, "red": {pfx: "192.0.2.12"}}, map[string][]string{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sel, drained := Select(tc.rib, 65000, vnis)
+			sel, drained := Select(tc.rib, 65000, vnis, nil)
 			if got := selectedFrom(sel); !maps.EqualFunc(got, tc.selected, maps.Equal) {
 				t.Errorf("selected %v, want %v", got, tc.selected)
 			}
@@ -122,11 +136,11 @@ func TestARIBForgetsAWithdrawnPath(t *testing.T) {
 	}
 }
 
-// holderStep is one pass of the holder: the RIB's selection at a time.
+// holderStep is one pass of the holder: the selection of a RIB of paths
+// (drained ones included) at a time.
 type holderStep struct {
 	at       time.Duration
 	selected []speaker.Received
-	drained  []string
 	frozen   bool
 	// want is the installed prefixes with the node they go via.
 	want map[string]string
@@ -135,19 +149,11 @@ type holderStep struct {
 
 func runHolder(t *testing.T, h *Holder, managed map[string]bool, steps []holderStep) {
 	t.Helper()
+	prev := new(Fences)
 	for i, s := range steps {
-		sel := map[string]map[netip.Prefix]speaker.Received{}
-		for _, r := range s.selected {
-			if sel["blue"] == nil {
-				sel["blue"] = map[netip.Prefix]speaker.Received{}
-			}
-			sel["blue"][r.Prefix] = r
-		}
-		dr := map[string]map[netip.Prefix]bool{"blue": {}}
-		for _, p := range s.drained {
-			dr["blue"][netip.MustParsePrefix(p)] = true
-		}
-		out, next := h.Desired(epoch.Add(s.at), sel, dr, managed, s.frozen)
+		sel, fences := Select(rib(s.selected...), 65000, vnis, *prev)
+		*prev = fences
+		out, next := h.Desired(epoch.Add(s.at), sel, fences, managed, s.frozen)
 		got := map[string]string{}
 		for vpc, rs := range out {
 			for _, r := range rs {
@@ -174,6 +180,7 @@ func TestTheHolderKeepsAWithdrawnRouteForTheHoldOnly(t *testing.T) {
 	const s = time.Second
 	a := received("192.0.2.12", "10.20.0.5/32", 10100, 1, false)
 	b := received("192.0.2.13", "10.20.0.5/32", 10100, 2, false)
+	aDrained := received("192.0.2.12", "10.20.0.5/32", 10100, 1, true)
 	via12 := map[string]string{"10.20.0.5/32": "192.0.2.12"}
 	via13 := map[string]string{"10.20.0.5/32": "192.0.2.13"}
 	none := map[string]string{}
@@ -209,12 +216,12 @@ func TestTheHolderKeepsAWithdrawnRouteForTheHoldOnly(t *testing.T) {
 		}},
 		{"a drained prefix goes at once", []holderStep{
 			{at: 0, selected: []speaker.Received{a}, want: via12, next: -1},
-			{at: 1 * s, drained: []string{"10.20.0.5/32"}, want: none, next: -1},
+			{at: 1 * s, selected: []speaker.Received{aDrained}, want: none, next: -1},
 		}},
 		{"a drained prefix goes at once during the hold", []holderStep{
 			{at: 0, selected: []speaker.Received{a}, want: via12, next: -1},
 			{at: 1 * s, want: via12, next: 11 * s},
-			{at: 2 * s, drained: []string{"10.20.0.5/32"}, want: none, next: -1},
+			{at: 2 * s, selected: []speaker.Received{aDrained}, want: none, next: -1},
 		}},
 		{"frozen keeps a withdrawn route without starting the clock", []holderStep{
 			{at: 0, selected: []speaker.Received{a}, want: via12, next: -1},
@@ -283,4 +290,82 @@ func TestAHoldOfZeroRemovesAWithdrawnRouteAtOnce(t *testing.T) {
 		{at: 0, selected: []speaker.Received{a}, want: map[string]string{"10.20.0.5/32": "192.0.2.12"}, next: -1},
 		{at: time.Second, want: map[string]string{}, next: -1},
 	})
+}
+
+func TestFencingDecidesInEveryStateOfThePaths(t *testing.T) {
+	const s = time.Second
+	const pfx = "10.20.0.5/32"
+	// A is the predecessor whose deletion never worked, B the current
+	// holder, C a later holder.
+	a7 := received("192.0.2.12", pfx, 10100, 7, false)
+	b8 := received("192.0.2.13", pfx, 10100, 8, false)
+	b8Drained := received("192.0.2.13", pfx, 10100, 8, true)
+	c9 := received("192.0.2.14", pfx, 10100, 9, false)
+	viaA := map[string]string{pfx: "192.0.2.12"}
+	viaB := map[string]string{pfx: "192.0.2.13"}
+	viaC := map[string]string{pfx: "192.0.2.14"}
+	none := map[string]string{}
+	cases := []struct {
+		name  string
+		steps []holderStep
+	}{
+		{"a held higher generation is not replaced by a lower one during its hold", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			// B's router restarts: its path is withdrawn, A's is still there.
+			{at: 1 * s, selected: []speaker.Received{a7}, want: viaB, next: 11 * s},
+			{at: 5 * s, selected: []speaker.Received{a7}, want: viaB, next: 11 * s},
+			// B is back within the hold: nothing changed.
+			{at: 6 * s, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+		}},
+		{"after the hold the lower generation takes over", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7}, want: viaB, next: 11 * s},
+			{at: 11 * s, selected: []speaker.Received{a7}, want: viaA, next: -1},
+		}},
+		{"a higher generation replaces a held one at once", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7}, want: viaB, next: 11 * s},
+			{at: 2 * s, selected: []speaker.Received{a7, c9}, want: viaC, next: -1},
+		}},
+		{"the holder's drain removes the prefix and never installs the predecessor", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
+			{at: 30 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
+		}},
+		{"a drain during the hold of its own withdrawal removes at once", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7}, want: viaB, next: 11 * s},
+			{at: 2 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
+		}},
+		{"the drain is remembered after the drained path is withdrawn", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
+			{at: 2 * s, selected: []speaker.Received{a7}, want: none, next: -1},
+			{at: 60 * s, selected: []speaker.Received{a7}, want: none, next: -1},
+		}},
+		{"a drained holder that is available again is installed", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7, b8Drained}, want: none, next: -1},
+			{at: 2 * s, selected: []speaker.Received{a7, b8}, want: viaB, next: -1},
+		}},
+		{"a prefix without any path forgets its drain, so a reused address is routed", []holderStep{
+			{at: 0, selected: []speaker.Received{b8Drained}, want: none, next: -1},
+			{at: 1 * s, want: none, next: -1},
+			{at: 2 * s, selected: []speaker.Received{a7}, want: viaA, next: -1},
+		}},
+		{"a later holder is installed over a drained one", []holderStep{
+			{at: 0, selected: []speaker.Received{b8}, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{b8Drained, a7, c9}, want: viaC, next: -1},
+		}},
+		{"frozen keeps a higher generation over a lower one without a clock", []holderStep{
+			{at: 0, selected: []speaker.Received{a7, b8}, frozen: true, want: viaB, next: -1},
+			{at: 1 * s, selected: []speaker.Received{a7}, frozen: true, want: viaB, next: -1},
+			{at: 40 * s, selected: []speaker.Received{a7}, want: viaB, next: 50 * s},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			runHolder(t, &Holder{Hold: 10 * s}, map[string]bool{"blue": true}, tc.steps)
+		})
+	}
 }

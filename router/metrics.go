@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,8 @@ type Metrics struct {
 	statusWrites  prometheus.Counter
 	leaseEvents   prometheus.Counter
 	passDuration  prometheus.Histogram
+	deviceErrors  prometheus.Gauge
+	duplicates    *prometheus.GaugeVec
 	lastPass      atomic.Int64
 	// established is the number of sessions up at the last pass.
 	established atomic.Int64
@@ -37,7 +40,7 @@ func NewMetrics() *Metrics {
 		installed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "galactic_router_routes_installed",
 			Help: "Remote routes installed in VPC tables, held ones included."}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_received_updates_total",
-			Help: "Best-path changes received from peers."}),
+			Help: "Paths peers announced or withdrew, as each sent them."}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "galactic_router_updates_total",
 			Help: "Paths this node announced or withdrew."}, []string{"kind"}),
 		kernelChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_kernel_route_changes_total",
@@ -48,8 +51,13 @@ func NewMetrics() *Metrics {
 			Help: "Events of the watch on the leases this node's holders hold."}),
 		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "galactic_router_reconcile_duration_seconds",
 			Help: "Duration of one reconcile pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		deviceErrors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "galactic_router_device_errors",
+			Help: "VPCs whose VXLAN device could not be ensured on the last pass (their routes stay announced)."}),
+		duplicates: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "galactic_router_duplicate_router_id",
+			Help: "1 for each other VTEP whose paths carry this node's router ID."}, []string{"vtep"}),
 	}
-	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.leaseEvents, m.passDuration)
+	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.leaseEvents, m.passDuration,
+		m.deviceErrors, m.duplicates)
 	return m
 }
 
@@ -72,6 +80,15 @@ func (m *Metrics) set(announced, installed int, _ RIB, established map[string]bo
 	m.established.Store(int64(up))
 	m.peers.WithLabelValues("established").Set(float64(up))
 	m.peers.WithLabelValues("other").Set(float64(down))
+}
+
+func (m *Metrics) setDuplicates(prev, cur []netip.Addr) {
+	for _, v := range prev {
+		m.duplicates.DeleteLabelValues(v.String())
+	}
+	for _, v := range cur {
+		m.duplicates.WithLabelValues(v.String()).Set(1)
+	}
 }
 
 // Handler serves /metrics, /healthz and /readyz. /healthz is liveness:

@@ -12,17 +12,48 @@ import (
 	"sort"
 
 	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/router/speaker"
 )
 
 // Saved is what the router keeps in the state dir across restarts: the RD
 // number of each VPC (so RDs are stable), the VPCs' VNIs, and the last
 // desired paths, which a restarted router announces before the API server
-// answers.
+// answers. BootID and Identity say which boot and which speaker identity
+// the paths are from: only a restart within both replays them.
 type Saved struct {
-	RDs   map[string]uint16 `json:"rds"`
-	VNIs  map[string]uint32 `json:"vnis"`
-	Paths []SavedPath       `json:"paths"`
+	RDs      map[string]uint16 `json:"rds"`
+	VNIs     map[string]uint32 `json:"vnis"`
+	Paths    []SavedPath       `json:"paths"`
+	BootID   string            `json:"bootID,omitempty"`
+	Identity string            `json:"identity,omitempty"`
+}
+
+// Identity is the fingerprint of what identifies the speaker to its
+// peers and receivers: router ID, underlay, ASN and route-target AS.
+func Identity(c *config.Config) string {
+	return fmt.Sprintf("routerID=%s underlay=%s asn=%d routeTargetASN=%d", c.RouterID, c.Underlay, c.ASN, c.RouteTargetASN)
+}
+
+// Resume decides how a start uses the saved state: a restart (the R and
+// F bits, the saved paths replayed) only when it is of this boot and this
+// identity. Otherwise the paths are discarded; RD numbers and VNIs stay,
+// so RDs remain stable. why says what did not match.
+func Resume(saved Saved, ok bool, bootID, identity string) (out Saved, restarting bool, why string) {
+	switch {
+	case !ok:
+		return saved, false, "no saved state"
+	case bootID == "":
+		why = "the boot ID is unknown"
+	case saved.BootID != bootID:
+		why = fmt.Sprintf("the node booted since (boot ID %q, saved %q)", bootID, saved.BootID)
+	case saved.Identity != identity:
+		why = fmt.Sprintf("the speaker's identity changed (%s, saved %s)", identity, saved.Identity)
+	default:
+		return saved, true, ""
+	}
+	saved.Paths = nil
+	return saved, false, why
 }
 
 // SavedPath is one announced route, with its VPC.
@@ -138,6 +169,9 @@ func (p SavedPath) route() (speaker.Route, error) {
 }
 
 func equalSaved(a, b Saved) bool {
+	if a.BootID != b.BootID || a.Identity != b.Identity {
+		return false
+	}
 	if len(a.Paths) != len(b.Paths) || len(a.VNIs) != len(b.VNIs) || len(a.RDs) != len(b.RDs) {
 		return false
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/router/speaker"
 )
 
@@ -153,5 +155,50 @@ func TestAllocateRDFailsWhenEveryNumberIsTaken(t *testing.T) {
 	}
 	if _, ok := rds["one-too-many"]; ok {
 		t.Fatal("a failed allocation was recorded")
+	}
+}
+
+func TestOnlyARestartOfTheSameBootAndIdentityReplaysTheSavedPaths(t *testing.T) {
+	saved := Saved{RDs: map[string]uint16{"blue": 1}, VNIs: map[string]uint32{"blue": 10100},
+		Paths: []SavedPath{{VPC: "blue", Prefix: "10.20.0.5/32"}}, BootID: "boot-1", Identity: "id-1"}
+	cases := []struct {
+		name       string
+		ok         bool
+		boot, id   string
+		restarting bool
+	}{
+		{"the same boot and identity", true, "boot-1", "id-1", true},
+		{"a reboot", true, "boot-2", "id-1", false},
+		{"a changed identity", true, "boot-1", "id-2", false},
+		{"an unknown boot ID", true, "", "id-1", false},
+		{"no saved state", false, "boot-1", "id-1", false},
+	}
+	for _, tc := range cases {
+		out, restarting, why := Resume(saved, tc.ok, tc.boot, tc.id)
+		if restarting != tc.restarting {
+			t.Errorf("%s: restarting %v, want %v (%s)", tc.name, restarting, tc.restarting, why)
+		}
+		if tc.ok && !restarting && (len(out.Paths) != 0 || why == "") {
+			t.Errorf("%s: paths %v kept, reason %q", tc.name, out.Paths, why)
+		}
+		if tc.ok && (out.RDs["blue"] != 1 || out.VNIs["blue"] != 10100) {
+			t.Errorf("%s: RDs %v and VNIs %v must stay", tc.name, out.RDs, out.VNIs)
+		}
+	}
+}
+
+func TestTheIdentityChangesWithEachPartOfIt(t *testing.T) {
+	base := config.Config{ASN: 65010, RouterID: netip.MustParseAddr("192.0.2.11"), Underlay: netip.MustParseAddr("192.0.2.11"), RouteTargetASN: 65000}
+	for name, f := range map[string]func(c *config.Config){
+		"routerID": func(c *config.Config) { c.RouterID = netip.MustParseAddr("192.0.2.99") },
+		"underlay": func(c *config.Config) { c.Underlay = netip.MustParseAddr("192.0.2.99") },
+		"asn":      func(c *config.Config) { c.ASN++ },
+		"rtASN":    func(c *config.Config) { c.RouteTargetASN++ },
+	} {
+		c := base
+		f(&c)
+		if Identity(&c) == Identity(&base) {
+			t.Errorf("a changed %s keeps the identity", name)
+		}
 	}
 }

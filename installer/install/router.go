@@ -26,8 +26,8 @@ const drainTimeout = time.Minute
 // RouterSettings are the router.json keys given as flags; nil (or no
 // peers) leaves the key to the source file or the router's default.
 type RouterSettings struct {
-	ASN, RouteTargetASN, ListenPort, WithdrawHoldSeconds, RestartSeconds *int64
-	Underlay, RouterID, MetricsAddress                                   *string
+	ASN, RouteTargetASN, ListenPort, WithdrawHoldSeconds, RestartSeconds, StaleRoutesSeconds *int64
+	Underlay, RouterID, MetricsAddress                                                       *string
 	// Peers, when given, replace the source file's peers.
 	Peers []RouterPeer
 }
@@ -80,7 +80,7 @@ func ParseRouterPeer(s string) (RouterPeer, error) {
 
 func (r RouterSettings) empty() bool {
 	return r.ASN == nil && r.RouteTargetASN == nil && r.ListenPort == nil && r.WithdrawHoldSeconds == nil &&
-		r.RestartSeconds == nil && r.Underlay == nil && r.RouterID == nil && r.MetricsAddress == nil && len(r.Peers) == 0
+		r.StaleRoutesSeconds == nil && r.RestartSeconds == nil && r.Underlay == nil && r.RouterID == nil && r.MetricsAddress == nil && len(r.Peers) == 0
 }
 
 // flagOf names the flag that sets a router.json key, "" when none was given.
@@ -88,13 +88,15 @@ func (r RouterSettings) flagOf(key string) string {
 	given := map[string]bool{
 		"asn": r.ASN != nil, "routeTargetASN": r.RouteTargetASN != nil, "listenPort": r.ListenPort != nil,
 		"withdrawHoldSeconds": r.WithdrawHoldSeconds != nil, "gracefulRestart.restartSeconds": r.RestartSeconds != nil,
-		"underlay": r.Underlay != nil, "routerID": r.RouterID != nil, "metricsAddress": r.MetricsAddress != nil,
+		"staleRoutesSeconds": r.StaleRoutesSeconds != nil,
+		"underlay":           r.Underlay != nil, "routerID": r.RouterID != nil, "metricsAddress": r.MetricsAddress != nil,
 		"peers": len(r.Peers) > 0,
 	}
 	flags := map[string]string{
 		"asn": "--router-asn", "routeTargetASN": "--router-route-target-asn", "listenPort": "--router-listen-port",
 		"withdrawHoldSeconds": "--router-withdraw-hold-seconds", "gracefulRestart.restartSeconds": "--router-graceful-restart-seconds",
-		"underlay": "--router-underlay", "routerID": "--router-id", "metricsAddress": "--router-metrics-address",
+		"staleRoutesSeconds": "--router-stale-routes-seconds",
+		"underlay":           "--router-underlay", "routerID": "--router-id", "metricsAddress": "--router-metrics-address",
 		"peers": "--router-peer",
 	}
 	if strings.HasPrefix(key, "peers") {
@@ -117,6 +119,7 @@ func (r RouterSettings) apply(m map[string]any) {
 	set("routeTargetASN", deref(r.RouteTargetASN), r.RouteTargetASN != nil)
 	set("listenPort", deref(r.ListenPort), r.ListenPort != nil)
 	set("withdrawHoldSeconds", deref(r.WithdrawHoldSeconds), r.WithdrawHoldSeconds != nil)
+	set("staleRoutesSeconds", deref(r.StaleRoutesSeconds), r.StaleRoutesSeconds != nil)
 	set("underlay", deref(r.Underlay), r.Underlay != nil)
 	set("routerID", deref(r.RouterID), r.RouterID != nil)
 	set("metricsAddress", deref(r.MetricsAddress), r.MetricsAddress != nil)

@@ -29,10 +29,16 @@ const (
 	DefaultListenPort          = 179
 	DefaultRestartSeconds      = 120
 	DefaultWithdrawHoldSeconds = 10
-	DefaultHoldSeconds         = 9
-	DefaultKeepaliveSeconds    = 3
-	DefaultMetricsAddress      = "127.0.0.1:9655"
-	MinHoldSeconds             = 3
+	// DefaultStaleRoutesSeconds keeps a lost fabric's routes for an hour:
+	// long enough for a reflector's maintenance window or reboot, and a
+	// kept route can only be wrong for a workload that moved meanwhile,
+	// whose new place no node can learn without the fabric anyway.
+	DefaultStaleRoutesSeconds = 3600
+	MaxStaleRoutesSeconds     = 86400
+	DefaultHoldSeconds        = 9
+	DefaultKeepaliveSeconds   = 3
+	DefaultMetricsAddress     = "127.0.0.1:9655"
+	MinHoldSeconds            = 3
 )
 
 // File is the JSON shape of router.json; pointers tell "absent" from zero.
@@ -44,6 +50,7 @@ type File struct {
 	RouteTargetASN      *int64           `json:"routeTargetASN"`
 	GracefulRestart     *GracefulRestart `json:"gracefulRestart"`
 	WithdrawHoldSeconds *int64           `json:"withdrawHoldSeconds"`
+	StaleRoutesSeconds  *int64           `json:"staleRoutesSeconds"`
 	Peers               []PeerFile       `json:"peers"`
 	MetricsAddress      *string          `json:"metricsAddress"`
 }
@@ -75,8 +82,11 @@ type Config struct {
 	GracefulRestart bool
 	RestartTime     time.Duration
 	WithdrawHold    time.Duration
-	Peers           []Peer
-	MetricsAddress  string
+	// StaleRoutes bounds how long the routes of a lost session (or, at a
+	// start, those found in the kernel) are kept until an End-of-RIB.
+	StaleRoutes    time.Duration
+	Peers          []Peer
+	MetricsAddress string
 }
 
 // Peer is a validated BGP neighbour.
@@ -147,7 +157,7 @@ func Parse(data []byte) (*Config, error) {
 
 // Keys allowed in each object of the file.
 var (
-	topKeys  = []string{"asn", "routerID", "underlay", "listenPort", "routeTargetASN", "gracefulRestart", "withdrawHoldSeconds", "peers", "metricsAddress"}
+	topKeys  = []string{"asn", "routerID", "underlay", "listenPort", "routeTargetASN", "gracefulRestart", "withdrawHoldSeconds", "staleRoutesSeconds", "peers", "metricsAddress"}
 	grKeys   = []string{"enabled", "restartSeconds"}
 	peerKeys = []string{"address", "asn", "port", "holdSeconds", "keepaliveSeconds", "password"}
 )
@@ -276,6 +286,9 @@ func (f File) validate() (*Config, error) {
 		}
 	}
 	if c.WithdrawHold, err = seconds("withdrawHoldSeconds", f.WithdrawHoldSeconds, DefaultWithdrawHoldSeconds, 0, 3600); err != nil {
+		return nil, err
+	}
+	if c.StaleRoutes, err = seconds("staleRoutesSeconds", f.StaleRoutesSeconds, DefaultStaleRoutesSeconds, 0, MaxStaleRoutesSeconds); err != nil {
 		return nil, err
 	}
 	c.MetricsAddress = DefaultMetricsAddress

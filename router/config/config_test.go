@@ -61,6 +61,9 @@ func TestEveryInvalidKeyIsRefusedWithAMessageNamingIt(t *testing.T) {
 		}, "gracefulRestart.restartSeconds"},
 		{"withdrawHoldSeconds negative", func(m map[string]any) { m["withdrawHoldSeconds"] = -1 }, "withdrawHoldSeconds"},
 		{"withdrawHoldSeconds above an hour", func(m map[string]any) { m["withdrawHoldSeconds"] = 3601 }, "withdrawHoldSeconds"},
+		{"staleRoutesSeconds negative", func(m map[string]any) { m["staleRoutesSeconds"] = -1 }, "staleRoutesSeconds"},
+		{"staleRoutesSeconds above a day", func(m map[string]any) { m["staleRoutesSeconds"] = 86401 }, "staleRoutesSeconds"},
+		{"staleRoutesSeconds not a number", func(m map[string]any) { m["staleRoutesSeconds"] = "1h" }, "staleRoutesSeconds"},
 		{"metricsAddress without a port", func(m map[string]any) { m["metricsAddress"] = "127.0.0.1" }, "metricsAddress"},
 		{"peers missing", func(m map[string]any) { delete(m, "peers") }, "peers"},
 		{"peers empty", func(m map[string]any) { m["peers"] = []any{} }, "peers"},
@@ -153,7 +156,7 @@ func TestAbsentKeysTakeTheirDefaults(t *testing.T) {
 	underlay := netip.MustParseAddr("192.0.2.11")
 	want := &Config{
 		ASN: 65010, RouterID: underlay, Underlay: underlay, ListenPort: 179, RouteTargetASN: 65010,
-		GracefulRestart: true, RestartTime: 120 * time.Second, WithdrawHold: 10 * time.Second,
+		GracefulRestart: true, RestartTime: 120 * time.Second, WithdrawHold: 10 * time.Second, StaleRoutes: time.Hour,
 		Peers: []Peer{{Address: netip.MustParseAddr("192.0.2.1"), ASN: 65000, Port: 179,
 			Hold: 9 * time.Second, Keepalive: 3 * time.Second}},
 		MetricsAddress: "127.0.0.1:9655",
@@ -168,7 +171,7 @@ func TestGivenKeysOverrideTheDefaults(t *testing.T) {
 	  "asn": 4200000000, "routerID": "198.51.100.7", "underlay": "192.0.2.11",
 	  "listenPort": -1, "routeTargetASN": 65000,
 	  "gracefulRestart": {"enabled": false, "restartSeconds": 300},
-	  "withdrawHoldSeconds": 0,
+	  "withdrawHoldSeconds": 0, "staleRoutesSeconds": 0,
 	  "peers": [{"address": "2001:db8::1", "asn": 65000, "port": 1179,
 	             "holdSeconds": 3, "keepaliveSeconds": 1, "password": "s3cret"}],
 	  "metricsAddress": ""

@@ -30,12 +30,10 @@ type Options struct {
 	Restarting bool
 	// Log receives GoBGP's warnings and errors.
 	Log *slog.Logger
-	// OnReceived gets every change of a best path learnt from a peer.
-	OnReceived func([]Received)
-	// OnPeer is called when a session changes state.
-	OnPeer func(PeerState)
-	// OnEndOfRIB is called when a peer has sent all its routes.
-	OnEndOfRIB func(peer string)
+	// OnEvent gets the ordered stream of what peers send (their paths as
+	// received, before any best-path choice, and End-of-RIB) and of session
+	// changes, one call at a time.
+	OnEvent func(Event)
 }
 
 // GoBGP is the embedded GoBGP server behind the Speaker interface.
@@ -72,46 +70,25 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 		s.Stop()
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}
-	if o.OnReceived != nil {
-		req := &api.WatchEventRequest{Table: &api.WatchEventRequest_Table{
-			Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_BEST, Init: true}},
-		}}
-		if err := s.WatchEvent(ctx, req, func(r *api.WatchEventResponse) {
-			if t := r.GetTable(); t != nil {
-				if rs := g.received(t.Paths); len(rs) > 0 {
-					o.OnReceived(rs)
-				}
-			}
-		}); err != nil {
-			s.Stop()
-			return nil, fmt.Errorf("watching the RIB: %w", err)
+	if o.OnEvent != nil {
+		// One watcher for paths, End-of-RIB and sessions: GoBGP delivers a
+		// watcher's events in the order it processed them. Paths are read
+		// as each peer sends them (Adj-RIB-In), so a session that goes
+		// down withdraws nothing here: only a peer's own withdrawal does.
+		req := &api.WatchEventRequest{
+			Peer: &api.WatchEventRequest_Peer{},
+			Table: &api.WatchEventRequest_Table{Filters: []*api.WatchEventRequest_Table_Filter{
+				{Type: api.WatchEventRequest_Table_Filter_ADJIN},
+				{Type: api.WatchEventRequest_Table_Filter_EOR},
+			}},
 		}
-	}
-	if o.OnEndOfRIB != nil {
-		req := &api.WatchEventRequest{Table: &api.WatchEventRequest_Table{
-			Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_EOR}},
-		}}
 		if err := s.WatchEvent(ctx, req, func(r *api.WatchEventResponse) {
-			for _, p := range r.GetTable().GetPaths() {
-				if p.GetNlri() == nil && p.GetFamily().GetAfi() == api.Family_AFI_L2VPN {
-					o.OnEndOfRIB(p.GetNeighborIp())
-				}
+			for _, ev := range g.events(r) {
+				o.OnEvent(ev)
 			}
 		}); err != nil {
 			s.Stop()
-			return nil, fmt.Errorf("watching End-of-RIB: %w", err)
-		}
-	}
-	if o.OnPeer != nil {
-		if err := s.WatchEvent(ctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
-			if p := r.GetPeer(); p != nil && p.Type == api.WatchEventResponse_PeerEvent_STATE {
-				st := p.Peer.GetState()
-				o.OnPeer(PeerState{Address: st.GetNeighborAddress(), State: st.GetSessionState().String(),
-					Established: st.GetSessionState() == api.PeerState_ESTABLISHED})
-			}
-		}); err != nil {
-			s.Stop()
-			return nil, fmt.Errorf("watching peers: %w", err)
+			return nil, fmt.Errorf("watching the RIB and peers: %w", err)
 		}
 	}
 	for _, p := range c.Peers {
@@ -193,6 +170,35 @@ func (g *GoBGP) Peers(ctx context.Context) ([]PeerState, error) {
 	return out, err
 }
 
+// Rejected implements Speaker: the paths of peers whose Adj-RIB-In holds
+// more than it accepted. Counting first keeps the usual case to one
+// ListPeer.
+func (g *GoBGP) Rejected(ctx context.Context) ([]Received, error) {
+	var peers []string
+	err := g.s.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: false}, func(p *api.Peer) {
+		for _, af := range p.GetAfiSafis() {
+			st := af.GetState()
+			if st.GetFamily().GetAfi() == api.Family_AFI_L2VPN && st.GetReceived() > st.GetAccepted() {
+				peers = append(peers, p.GetConf().GetNeighborAddress())
+			}
+		}
+	})
+	if err != nil || len(peers) == 0 {
+		return nil, err
+	}
+	var out []Received
+	for _, addr := range peers {
+		var paths []*api.Path
+		err := g.s.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_IN, Name: addr, Family: evpnFamily},
+			func(d *api.Destination) { paths = append(paths, d.GetPaths()...) })
+		if err != nil {
+			return out, fmt.Errorf("listing what %s sent: %w", addr, err)
+		}
+		out = append(out, g.received(paths)...)
+	}
+	return out, nil
+}
+
 // Stop withdraws nothing itself but ends every session with a Cease, so
 // peers drop this node's routes at once: the end of a drain.
 func (g *GoBGP) Stop(ctx context.Context) error {
@@ -227,15 +233,51 @@ func toAPI(r Route) (*api.Path, error) {
 	return apiutil.NewPath(nlri, false, attrs, time.Now())
 }
 
-// received converts best-path events, leaving out this node's own paths.
+// events turns one watch response into stream events.
+func (g *GoBGP) events(r *api.WatchEventResponse) []Event {
+	if p := r.GetPeer(); p != nil {
+		if p.Type != api.WatchEventResponse_PeerEvent_STATE {
+			return nil
+		}
+		st := p.Peer.GetState()
+		return []Event{{Kind: EventPeer, Peer: st.GetNeighborAddress(), State: PeerState{Address: st.GetNeighborAddress(),
+			State: st.GetSessionState().String(), Established: st.GetSessionState() == api.PeerState_ESTABLISHED}}}
+	}
+	var out []Event
+	var paths []*api.Path
+	flush := func() {
+		if rs := g.received(paths); len(rs) > 0 {
+			// One UPDATE comes from one peer.
+			out = append(out, Event{Kind: EventPaths, Peer: rs[0].Peer, Paths: rs})
+		}
+		paths = nil
+	}
+	for _, p := range r.GetTable().GetPaths() {
+		if p.GetNlri() == nil {
+			// An End-of-RIB marker.
+			if p.GetFamily().GetAfi() == api.Family_AFI_L2VPN && p.GetFamily().GetSafi() == api.Family_SAFI_EVPN {
+				flush()
+				out = append(out, Event{Kind: EventEndOfRIB, Peer: p.GetNeighborIp()})
+			}
+			continue
+		}
+		paths = append(paths, p)
+	}
+	flush()
+	return out
+}
+
+// received converts paths, leaving out this node's own (its next hop): a
+// path of this node's RD from another next hop is another node's, and is
+// kept so the daemon can report the duplicate router ID.
 func (g *GoBGP) received(paths []*api.Path) []Received {
 	var out []Received
 	for _, p := range paths {
 		if p.GetFamily().GetAfi() != api.Family_AFI_L2VPN {
 			continue
 		}
-		r, err := fromAPI(p)
-		if err != nil || r.RD.Admin == g.cfg.RouterID || r.NextHop == g.cfg.Underlay {
+		r, err := fromAPI(p, g.cfg.RouteTargetASN)
+		if err != nil || r.NextHop == g.cfg.Underlay {
 			continue
 		}
 		out = append(out, r)
@@ -243,7 +285,9 @@ func (g *GoBGP) received(paths []*api.Path) []Received {
 	return out
 }
 
-func fromAPI(p *api.Path) (Received, error) {
+// fromAPI reads a type-5 path; rtASN is the route-target AS whose large
+// communities are galactic's.
+func fromAPI(p *api.Path, rtASN uint16) (Received, error) {
 	var r Received
 	nlri, err := apiutil.GetNativeNlri(p)
 	if err != nil {
@@ -288,7 +332,7 @@ func fromAPI(p *api.Path) (Received, error) {
 				switch ec := ec.(type) {
 				case *bgp.TwoOctetAsSpecificExtended:
 					if ec.SubType == bgp.EC_SUBTYPE_ROUTE_TARGET {
-						r.RTASN, r.VNI = ec.AS, ec.LocalAdmin
+						r.Targets = append(r.Targets, RouteTarget{ASN: ec.AS, Value: ec.LocalAdmin})
 					}
 				case *bgp.RouterMacExtended:
 					r.RouterMAC = ec.Mac
@@ -298,10 +342,21 @@ func fromAPI(p *api.Path) (Received, error) {
 			large = a.Values
 		}
 	}
+	// The VNI is the route target's under galactic's AS (another
+	// implementation may encode the label differently); a path of another
+	// AS keeps its first target for the record.
+	for i, t := range r.Targets {
+		if t.ASN == rtASN || i == 0 {
+			r.RTASN, r.VNI = t.ASN, t.Value
+		}
+		if t.ASN == rtASN {
+			break
+		}
+	}
 	// Only galactic's own large communities count: those under the route
 	// target's AS.
 	for _, lc := range large {
-		if lc.ASN != uint32(r.RTASN) {
+		if lc.ASN != uint32(rtASN) {
 			continue
 		}
 		switch lc.LocalData1 {

@@ -66,7 +66,7 @@ func TestAnIPv6PeerLeavesTheLocalAddressToTheKernel(t *testing.T) {
 	}
 }
 
-func TestReceivedLeavesOutThisNodesOwnPaths(t *testing.T) {
+func TestReceivedLeavesOutThisNodesOwnPathsButKeepsItsRDFromAnotherNode(t *testing.T) {
 	g := &GoBGP{cfg: testConfig(true)}
 	other := route("10.20.0.5/32")
 	other.RD.Admin, other.NextHop = netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("192.0.2.12")
@@ -85,7 +85,31 @@ func TestReceivedLeavesOutThisNodesOwnPaths(t *testing.T) {
 	// Another family is not ours to read.
 	paths = append(paths, &api.Path{Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}})
 	got := g.received(paths)
-	if len(got) != 1 || !got[0].Route.Equal(other) {
-		t.Fatalf("received %+v, want only the other node's path", got)
+	if len(got) != 2 || !got[0].Route.Equal(other) || !got[1].Route.Equal(ownRD) {
+		t.Fatalf("received %+v, want the other node's paths, the one with this node's RD included", got)
+	}
+}
+
+func TestOneWatchResponseBecomesOrderedEvents(t *testing.T) {
+	g := &GoBGP{cfg: testConfig(true)}
+	other := route("10.20.0.5/32")
+	other.RD.Admin, other.NextHop = netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("192.0.2.12")
+	p, err := toAPI(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.NeighborIp = "192.0.2.1"
+	eor := &api.Path{Family: &api.Family{Afi: api.Family_AFI_L2VPN, Safi: api.Family_SAFI_EVPN}, NeighborIp: "192.0.2.1"}
+	evs := g.events(&api.WatchEventResponse{Event: &api.WatchEventResponse_Table{Table: &api.WatchEventResponse_TableEvent{
+		Paths: []*api.Path{p, eor}}}})
+	if len(evs) != 2 || evs[0].Kind != EventPaths || len(evs[0].Paths) != 1 || evs[0].Peer != "192.0.2.1" ||
+		evs[1].Kind != EventEndOfRIB || evs[1].Peer != "192.0.2.1" {
+		t.Fatalf("events %+v, want the path, then End-of-RIB, from 192.0.2.1", evs)
+	}
+	peer := g.events(&api.WatchEventResponse{Event: &api.WatchEventResponse_Peer{Peer: &api.WatchEventResponse_PeerEvent{
+		Type: api.WatchEventResponse_PeerEvent_STATE,
+		Peer: &api.Peer{State: &api.PeerState{NeighborAddress: "192.0.2.1", SessionState: api.PeerState_ESTABLISHED}}}}})
+	if len(peer) != 1 || peer[0].Kind != EventPeer || !peer[0].State.Established || peer[0].Peer != "192.0.2.1" {
+		t.Fatalf("peer events %+v", peer)
 	}
 }

@@ -98,10 +98,19 @@ func (d *RD) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Received is a route a peer announced (or withdrew) as best path.
+// RouteTarget is a two-octet-AS route target <ASN>:<Value>.
+type RouteTarget struct {
+	ASN   uint16
+	Value uint32
+}
+
+// Received is a route a peer announced (or withdrew).
 type Received struct {
 	Route
-	// Withdrawn is true when the best path for the key went away.
+	// Targets are every route target the path carries; RTASN and VNI are
+	// the first under the receiver's route-target AS.
+	Targets []RouteTarget
+	// Withdrawn is true when the peer withdrew the path.
 	Withdrawn bool
 	// Stale is true while a restarting peer's path is kept by graceful
 	// restart.
@@ -110,9 +119,49 @@ type Received struct {
 	Peer string
 }
 
+// TargetVNIs are the values of the path's route targets under rtASN: the
+// VNIs of the VPCs it is imported into.
+func (r Received) TargetVNIs(rtASN uint16) []uint32 {
+	if len(r.Targets) == 0 {
+		if r.RTASN == rtASN {
+			return []uint32{r.VNI}
+		}
+		return nil
+	}
+	var out []uint32
+	for _, t := range r.Targets {
+		if t.ASN == rtASN {
+			out = append(out, t.Value)
+		}
+	}
+	return out
+}
+
 // PeerState is one neighbour's session.
 type PeerState struct {
 	Address     string
 	Established bool
 	State       string
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EventPaths is paths a peer announced or withdrew in an UPDATE.
+	EventPaths EventKind = iota
+	// EventEndOfRIB is a peer's End-of-RIB for l2vpn-evpn.
+	EventEndOfRIB
+	// EventPeer is a session state change.
+	EventPeer
+)
+
+// Event is one entry of the speaker's ordered stream: a peer's paths, its
+// End-of-RIB and its session changes arrive in the order the speaker
+// processed them, so an End-of-RIB never overtakes the routes it follows.
+type Event struct {
+	Kind  EventKind
+	Peer  string
+	Paths []Received
+	State PeerState
 }

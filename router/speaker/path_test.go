@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/apiutil"
@@ -48,7 +50,7 @@ func TestARouteSurvivesTheTripThroughGoBGPsAPI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := fromAPI(p)
+			got, err := fromAPI(p, tc.r.RTASN)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +118,7 @@ func TestTheVNIComesFromTheRouteTargetWhenTheLabelDiffers(t *testing.T) {
 	if p.Nlri, err = apiutil.MarshalNLRI(nlri); err != nil {
 		t.Fatal(err)
 	}
-	got, err := fromAPI(p)
+	got, err := fromAPI(p, 65000)
 	if err != nil || got.VNI != 10100 {
 		t.Fatalf("VNI %d (%v), want the route target's 10100", got.VNI, err)
 	}
@@ -128,7 +130,7 @@ func TestAWithdrawalFromAPeerComesBackWithdrawnFromThatPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.IsWithdraw, p.Stale, p.NeighborIp = true, true, "192.0.2.1"
-	got, err := fromAPI(p)
+	got, err := fromAPI(p, 65000)
 	if err != nil || !got.Withdrawn || !got.Stale || got.Peer != "192.0.2.1" {
 		t.Fatalf("got %+v (%v)", got, err)
 	}
@@ -212,5 +214,46 @@ func TestRoutesAreEqualOnlyWhenEveryAttributeIs(t *testing.T) {
 	}
 	if base.Key() != same.Key() || base.Key().String() != "192.0.2.11:7 10.20.0.5/32" {
 		t.Errorf("key %v", base.Key())
+	}
+}
+
+func TestEveryRouteTargetIsReadAndTheFencingOnlyUnderTheConfiguredAS(t *testing.T) {
+	r := route("10.20.0.5/32")
+	r.Generation = 8
+	p, err := toAPI(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put a foreign route target first and a second one of ours last, and
+	// a foreign AS's large community that looks like a drain.
+	attrs, _ := apiutil.GetNativePathAttributes(p)
+	var out []bgp.PathAttributeInterface
+	for _, a := range attrs {
+		switch a := a.(type) {
+		case *bgp.PathAttributeExtendedCommunities:
+			ecs := []bgp.ExtendedCommunityInterface{bgp.NewTwoOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, 65001, 7, true)}
+			ecs = append(ecs, a.Value...)
+			ecs = append(ecs, bgp.NewTwoOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, 65000, 10200, true))
+			out = append(out, bgp.NewPathAttributeExtendedCommunities(ecs))
+		case *bgp.PathAttributeLargeCommunities:
+			out = append(out, bgp.NewPathAttributeLargeCommunities(append(a.Values, bgp.NewLargeCommunity(65001, LargeCommunityDrain, 0))))
+		default:
+			out = append(out, a)
+		}
+	}
+	nlri, _ := apiutil.GetNativeNlri(p)
+	p, err = apiutil.NewPath(nlri, false, out, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fromAPI(p, 65000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vnis := got.TargetVNIs(65000); !slices.Equal(vnis, []uint32{10100, 10200}) {
+		t.Errorf("VNIs under 65000: %v, want 10100 and 10200", vnis)
+	}
+	if got.RTASN != 65000 || got.VNI != 10100 || got.Generation != 8 || got.Drained {
+		t.Errorf("got %+v: want RT 65000:10100, generation 8, not drained", got.Route)
 	}
 }

@@ -11,4 +11,10 @@ type Speaker interface {
 	Withdraw(ctx context.Context, k Key) error
 	// Peers lists the configured neighbours' sessions.
 	Peers(ctx context.Context) ([]PeerState, error)
+	// Rejected lists paths peers sent that the speaker refused (a loop by
+	// ORIGINATOR_ID: another node with this node's router ID, over a
+	// reflector); cheap when there are none.
+	Rejected(ctx context.Context) ([]Received, error)
+	// Stop ends every session with a Cease: the end of a drain.
+	Stop(ctx context.Context) error
 }

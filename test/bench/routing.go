@@ -79,6 +79,7 @@ type RoutingResult struct {
 	Moves         []MoveResult
 	Scale         *ScaleResult
 	Restart       *RestartResult
+	Faults        *FaultResult
 	Skipped       string
 }
 
@@ -207,6 +208,9 @@ func (b *bench) routing() error {
 	}
 	if err := b.moves(r, log, a, bn, mon, wc); err != nil {
 		return err
+	}
+	if err := b.faults(r, f, a, c, wc); err != nil {
+		return fmt.Errorf("faults: %w", err)
 	}
 	return b.routingScale(r, f, log)
 }
@@ -1297,6 +1301,7 @@ func renderRouting(w *strings.Builder, res *Results) {
 		}
 		p("")
 	}
+	renderFaults(p, r.Faults)
 	if s := r.Scale; s != nil {
 		named, codes := map[string]bool{}, map[int]int{}
 		for _, q := range s.Writes {

@@ -54,6 +54,9 @@ type FabricOptions struct {
 	// Port is where FRR listens (default 179); Password the TCP MD5 key.
 	Port     int
 	Password string
+	// GracefulRestartSeconds turns FRR's graceful restart on with this
+	// restart time; 0 leaves it off.
+	GracefulRestartSeconds int
 }
 
 // NewFabric makes the fabric namespace, bridge and route reflector; t's
@@ -208,6 +211,9 @@ func (f *Fabric) StartFRR() error {
 	extra, af := "", "  neighbor nodes route-reflector-client\n"
 	if o.Password != "" {
 		extra += " neighbor nodes password " + o.Password + "\n"
+	}
+	if o.GracefulRestartSeconds > 0 {
+		extra += fmt.Sprintf(" bgp graceful-restart\n bgp graceful-restart restart-time %d\n", o.GracefulRestartSeconds)
 	}
 	if o.NodeASN != o.ASN {
 		// eBGP: FRR passes the routes on unchanged, as a fabric would.

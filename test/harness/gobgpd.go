@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,9 +49,10 @@ const gobgpdNeighbor = `[[neighbors]]
     connect-retry = 1
     hold-time = 9
     keepalive-interval = 3
+    idle-hold-time-after-reset = 1
   [neighbors.transport.config]
     passive-mode = true
-  [neighbors.graceful-restart.config]
+%s  [neighbors.graceful-restart.config]
     enabled = true
     restart-time = 120
   [[neighbors.afi-safis]]
@@ -60,9 +62,27 @@ const gobgpdNeighbor = `[[neighbors]]
       enabled = true
 `
 
+// gobgpdReflectorClient makes a neighbour a route-reflector client.
+const gobgpdReflectorClient = `  [neighbors.route-reflector.config]
+    route-reflector-client = true
+    route-reflector-cluster-id = "192.0.2.2"
+`
+
 // StartGoBGPd runs gobgpd at 192.0.2.2 with the given nodes as passive
 // neighbours; t's cleanup stops it.
 func (f *Fabric) StartGoBGPd(t testing.TB, neighbors ...netip.Addr) *GoBGPd {
+	t.Helper()
+	return f.startGoBGPd(t, false, neighbors)
+}
+
+// StartGoBGPdReflector is StartGoBGPd with gobgpd reflecting l2vpn-evpn
+// between the nodes: a second route reflector beside FRR.
+func (f *Fabric) StartGoBGPdReflector(t testing.TB, neighbors ...netip.Addr) *GoBGPd {
+	t.Helper()
+	return f.startGoBGPd(t, true, neighbors)
+}
+
+func (f *Fabric) startGoBGPd(t testing.TB, reflector bool, neighbors []netip.Addr) *GoBGPd {
 	t.Helper()
 	RequireGoBGPd(t)
 	g := &GoBGPd{ns: NewNetns(t, "g"), f: f, Addr: netip.MustParseAddr("192.0.2.2"), apiPort: 50151}
@@ -80,7 +100,11 @@ func (f *Fabric) StartGoBGPd(t testing.TB, neighbors ...netip.Addr) *GoBGPd {
 	}
 	var ns string
 	for _, n := range neighbors {
-		ns += fmt.Sprintf(gobgpdNeighbor, n, FabricASN)
+		rr := ""
+		if reflector {
+			rr = gobgpdReflectorClient
+		}
+		ns += fmt.Sprintf(gobgpdNeighbor, n, FabricASN, rr)
 	}
 	conf := filepath.Join(f.dir, "gobgpd.toml")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(gobgpdConf, FabricASN, g.Addr, g.Addr, ns)), 0o644); err != nil {
@@ -148,4 +172,41 @@ func (g *GoBGPd) EVPNPaths() ([]GoBGPPath, error) {
 		}
 	}
 	return paths, nil
+}
+
+// RestartFlags are the graceful-restart flags the peer at addr sent in
+// its last OPEN, as gobgpd saw them: the Restart State bit, and the
+// forwarding-state bit of l2vpn-evpn.
+func (g *GoBGPd) RestartFlags(addr netip.Addr) (restart, forward bool, err error) {
+	out, err := g.CLI("neighbor", addr.String())
+	if err != nil {
+		return false, false, err
+	}
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "graceful-restart:") {
+			continue
+		}
+		remote := false
+		for _, m := range lines[i+1:] {
+			t := strings.TrimSpace(m)
+			if t == "" {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(t, "Remote:"):
+				remote = true
+				restart = strings.Contains(t, "restart flag set")
+			case strings.HasPrefix(t, "Local:"):
+				remote = false
+			case strings.HasPrefix(m, "    ") && !strings.HasPrefix(m, "     ") && strings.HasSuffix(strings.Fields(t)[0], ":"):
+				// The next capability.
+				return restart, forward, nil
+			case remote && strings.Contains(t, "l2vpn-evpn"):
+				forward = strings.Contains(t, "forward flag set")
+			}
+		}
+		return restart, forward, nil
+	}
+	return false, false, fmt.Errorf("gobgpd shows no graceful-restart capability of %s:\n%s", addr, out)
 }

@@ -23,6 +23,7 @@ type RouterConfig struct {
 	RouteTargetASN      int64             `json:"routeTargetASN,omitempty"`
 	GracefulRestart     map[string]any    `json:"gracefulRestart,omitempty"`
 	WithdrawHoldSeconds *int64            `json:"withdrawHoldSeconds,omitempty"`
+	StaleRoutesSeconds  *int64            `json:"staleRoutesSeconds,omitempty"`
 	Peers               []RouterPeer      `json:"peers"`
 	MetricsAddress      string            `json:"metricsAddress,omitempty"`
 	Extra               map[string]string `json:"-"`
@@ -200,10 +201,36 @@ func (r *Router) Metric(name string) (float64, error) {
 	return 0, fmt.Errorf("metric %s not found", name)
 }
 
+// LogCount is how many lines of the router's log so far contain s.
+func (r *Router) LogCount(s string) int { return strings.Count(r.Log(), s) }
+
 // Drain runs `galactic-router drain` in the node.
 func (r *Router) Drain() (string, error) {
 	cmd := exec.Command("ip", "netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "drain", "--config", r.ConfigPath)
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// CPUTime is the CPU time (user and system) the running router has used.
+func (r *Router) CPUTime() (time.Duration, error) {
+	pid := r.Pid()
+	if pid == 0 {
+		return 0, fmt.Errorf("router on %s is not running", r.Node.Name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	var utime, stime int64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	// USER_HZ is 100 on Linux.
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }

@@ -177,6 +177,7 @@ func routerFlags(fs *flag.FlagSet, o *install.Options) {
 	num("router-route-target-asn", "router.json routeTargetASN (default: asn when it fits 16 bits)", &r.RouteTargetASN)
 	num("router-listen-port", "router.json listenPort; -1 accepts no sessions", &r.ListenPort)
 	num("router-withdraw-hold-seconds", "router.json withdrawHoldSeconds", &r.WithdrawHoldSeconds)
+	num("router-stale-routes-seconds", "router.json staleRoutesSeconds", &r.StaleRoutesSeconds)
 	num("router-graceful-restart-seconds", "router.json gracefulRestart.restartSeconds", &r.RestartSeconds)
 	str("router-metrics-address", "router.json metricsAddress (<ip>:<port>; empty turns it off)", &r.MetricsAddress)
 }

@@ -48,6 +48,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("galactic-router "+verb, flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "router config (default $"+config.EnvConfig+" or "+config.DefaultPath+")")
 	resync := fs.Duration("resync", 30*time.Second, "longest time the kernel and the status go unchecked without an event")
+	bootIDFile := fs.String("boot-id-file", router.BootIDPath, "where the kernel's boot ID is read: a new one means the node rebooted and saved paths are not replayed")
 	nodeConfig := fs.String("node-config", "", "node settings file (default $"+settings.EnvConfig+" or "+settings.DefaultConfig+")")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,7 +75,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 		if *resync <= 0 {
 			return fmt.Errorf("--resync must be positive, got %s", *resync)
 		}
-		return serve(cfg, node, *resync)
+		return serve(cfg, node, *resync, *bootIDFile)
 	case "drain":
 		return drain(node, stdout)
 	case "help":
@@ -85,7 +86,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	return fmt.Errorf("unknown command %q", verb)
 }
 
-func serve(cfg *config.Config, node settings.Node, resync time.Duration) error {
+func serve(cfg *config.Config, node settings.Node, resync time.Duration, bootIDFile string) error {
 	if err := node.RequireNodeName(); err != nil {
 		return err
 	}
@@ -108,6 +109,10 @@ func serve(cfg *config.Config, node settings.Node, resync time.Duration) error {
 		Adverts: cs.BGPAdvertisements(node.Namespace), Leases: cs.Leases(node.Namespace),
 		LeaseSelector: names.HolderNodeSelector(node.NodeName), Judge: handoff.Availability,
 		Live: liveness.Netns, Log: log, Resync: resync,
+		BootID: func() (string, error) {
+			b, err := os.ReadFile(bootIDFile)
+			return strings.TrimSpace(string(b)), err
+		},
 	})
 	if err != nil {
 		return err

@@ -188,7 +188,7 @@ func TestDrainWithdrawsEveryRouteOfTheNode(t *testing.T) {
 	add(t, a.Node, red)
 	waitFRR(t, f, 1, append(blue.Prefixes(), red.Prefixes()...)...)
 	if out, err := a.Router.Drain(); err != nil {
-		t.Fatalf("drain: %v %s", err, out)
+		t.Fatalf("drain: %v %s\nrouter log:\n%s", err, out, a.Router.Log())
 	}
 	waitFRR(t, f, 0, append(blue.Prefixes(), red.Prefixes()...)...)
 	eventually(t, 10*time.Second, "the router exits after the drain", func() error {

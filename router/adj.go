@@ -1,0 +1,223 @@
+package router
+
+import (
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/galactic-cni/galactic/router/speaker"
+)
+
+// Adj is every peer's paths as the peer sent them. A session that goes
+// down withdraws nothing: its paths become stale, not gone (like
+// long-lived graceful restart, RFC 9494), and stay until the session's
+// next End-of-RIB sweeps what it did not send again, or until Stale has
+// passed. Only a withdrawal received on a live session removes a path.
+type Adj struct {
+	// Stale bounds how long a lost session's paths are kept; 0 drops them
+	// when the session goes down.
+	Stale time.Duration
+	// Sync is how long an established session may go without End-of-RIB
+	// before it counts as synced (a peer that sends none).
+	Sync  time.Duration
+	peers map[string]*adjPeer
+}
+
+type adjPeer struct {
+	paths map[speaker.Key]speaker.Received
+	// stale are the paths learnt before the current session.
+	stale       map[speaker.Key]bool
+	staleSince  time.Time
+	established bool
+	upSince     time.Time
+	// synced is true once the current session sent its End-of-RIB.
+	synced bool
+}
+
+func (a *Adj) peer(addr string) *adjPeer {
+	if a.peers == nil {
+		a.peers = map[string]*adjPeer{}
+	}
+	p := a.peers[addr]
+	if p == nil {
+		p = &adjPeer{paths: map[speaker.Key]speaker.Received{}, stale: map[speaker.Key]bool{}}
+		a.peers[addr] = p
+	}
+	return p
+}
+
+// Apply records one event of the speaker's stream at now; changed is false
+// for events that cannot change what is selected (session state changes
+// other than to or from Established).
+func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
+	p := a.peer(ev.Peer)
+	switch ev.Kind {
+	case speaker.EventPeer:
+		switch {
+		case ev.State.Established && !p.established:
+			p.established, p.upSince, p.synced = true, now, false
+			return true
+		case !ev.State.Established && p.established:
+			p.established, p.synced = false, false
+			p.goStale(now, a.Stale)
+			return true
+		}
+		return false
+	case speaker.EventPaths:
+		for _, r := range ev.Paths {
+			k := r.Key()
+			if !r.Withdrawn {
+				p.paths[k] = r
+				delete(p.stale, k)
+				continue
+			}
+			delete(p.paths, k)
+			delete(p.stale, k)
+			// A live session's withdrawal is newer than any stale copy.
+			for _, o := range a.peers {
+				if o.stale[k] {
+					delete(o.paths, k)
+					delete(o.stale, k)
+				}
+			}
+		}
+		return true
+	case speaker.EventEndOfRIB:
+		p.sweep()
+		return true
+	}
+	return false
+}
+
+// goStale marks every path of the peer stale, keeping when that began if
+// it already was.
+func (p *adjPeer) goStale(now time.Time, bound time.Duration) {
+	if bound <= 0 {
+		p.paths = map[speaker.Key]speaker.Received{}
+		p.stale = map[speaker.Key]bool{}
+		return
+	}
+	if len(p.stale) == 0 {
+		p.staleSince = now
+	}
+	for k := range p.paths {
+		p.stale[k] = true
+	}
+}
+
+// sweep ends the current session's sync: what it did not send again goes.
+func (p *adjPeer) sweep() {
+	for k := range p.stale {
+		delete(p.paths, k)
+	}
+	p.stale = map[speaker.Key]bool{}
+	p.synced = p.established
+}
+
+// Expire applies the bounds at now: stale paths older than Stale go, and
+// a session established for Sync without End-of-RIB counts as synced. next
+// is when the next bound ends, zero when none runs.
+func (a *Adj) Expire(now time.Time) (next time.Time) {
+	soonest := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for _, p := range a.peers {
+		if p.established && !p.synced {
+			if end := p.upSince.Add(a.Sync); now.Before(end) {
+				soonest(end)
+			} else {
+				p.sweep()
+			}
+		}
+		if len(p.stale) > 0 {
+			if end := p.staleSince.Add(a.Stale); now.Before(end) {
+				soonest(end)
+			} else {
+				for k := range p.stale {
+					delete(p.paths, k)
+				}
+				p.stale = map[speaker.Key]bool{}
+			}
+		}
+	}
+	return next
+}
+
+// RIB is the view selection works on: per key a current copy where a
+// live session has one, else a stale one (of the lowest peer address, so
+// the choice is stable).
+func (a *Adj) RIB() RIB {
+	addrs := make([]string, 0, len(a.peers))
+	for addr := range a.peers {
+		addrs = append(addrs, addr)
+	}
+	sort.Strings(addrs)
+	size := 0
+	for _, p := range a.peers {
+		size = max(size, len(p.paths))
+	}
+	out := make(RIB, size)
+	// Which keys hold a stale copy, only where a later peer may replace it.
+	staleCopy := map[speaker.Key]bool{}
+	for i, addr := range addrs {
+		p := a.peers[addr]
+		for k, r := range p.paths {
+			isStale := p.stale[k]
+			if _, have := out[k]; have && (!staleCopy[k] || isStale) {
+				continue
+			}
+			out[k] = r
+			if isStale && i < len(addrs)-1 {
+				staleCopy[k] = true
+			} else {
+				delete(staleCopy, k)
+			}
+		}
+	}
+	return out
+}
+
+// Sessions reports for the configured peers whether any session is
+// established, whether any has synced (sent its End-of-RIB) and whether
+// every one has.
+func (a *Adj) Sessions(peers []string) (anyUp, anySynced, allSynced bool) {
+	allSynced = len(peers) > 0
+	for _, addr := range peers {
+		p := a.peers[addr]
+		if p != nil && p.established {
+			anyUp = true
+		}
+		if p != nil && p.synced {
+			anySynced = true
+		} else {
+			allSynced = false
+		}
+	}
+	return anyUp, anySynced, allSynced
+}
+
+// Established reports each known peer's session.
+func (a *Adj) Established() map[string]bool {
+	out := map[string]bool{}
+	for addr, p := range a.peers {
+		out[addr] = p.established
+	}
+	return out
+}
+
+// Duplicates are the next hops (VTEPs) of other nodes' paths that carry
+// this node's router ID in their RD: another node is configured with it.
+func Duplicates(rib RIB, routerID, underlay netip.Addr) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	for _, r := range rib {
+		if r.RD.Admin == routerID && r.NextHop != underlay && r.NextHop.IsValid() && !seen[r.NextHop] {
+			seen[r.NextHop] = true
+			out = append(out, r.NextHop)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
