@@ -44,6 +44,8 @@ type GoBGP struct {
 	cfg  *config.Config
 	mu   sync.Mutex
 	uuid map[Key][]byte
+	// members is the import filter and RTC membership (rtc.go).
+	members membership
 }
 
 // connectRetry and idleHold bring a session back within a couple of
@@ -71,6 +73,10 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 	if err := s.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("starting BGP: %w", err)
+	}
+	if err := g.installFilter(ctx); err != nil {
+		s.Stop()
+		return nil, err
 	}
 	if o.OnReceived != nil {
 		req := &api.WatchEventRequest{Table: &api.WatchEventRequest_Table{
@@ -134,7 +140,7 @@ func (g *GoBGP) peer(p config.Peer, restarting bool) *api.Peer {
 		Transport: &api.Transport{RemotePort: uint32(p.Port), LocalAddress: c.Underlay.String()},
 		AfiSafis: []*api.AfiSafi{{
 			Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true},
-		}},
+		}, rtcAfiSafi(c.GracefulRestart)},
 	}
 	if p.Address.Is6() {
 		peer.Transport.LocalAddress = ""
