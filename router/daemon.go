@@ -63,6 +63,7 @@ type Daemon struct {
 	store   Store
 	saved   Saved
 	metrics *Metrics
+	scale   *scaleCollector
 
 	advInf   cache.SharedIndexInformer
 	leaseInf cache.SharedIndexInformer
@@ -106,6 +107,8 @@ func New(o Options) (*Daemon, error) {
 		holder:      Holder{Hold: o.Config.WithdrawHold},
 		metrics:     NewMetrics(),
 	}
+	d.scale = &scaleCollector{d: d}
+	d.metrics.reg.MustRegister(d.scale)
 	return d, nil
 }
 
@@ -356,6 +359,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		installed += len(remotes[vpc])
 	}
 	unlock()
+	d.syncMembership(ctx, vnis, devices)
 
 	if synced {
 		d.export(ctx, adverts, vnis, devices, anyPeer)

@@ -56,6 +56,14 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Role == config.RoleReflector {
+		// A reflector reads no node settings: it has no node, kernel state
+		// or API access.
+		if verb != "run" {
+			return fmt.Errorf("%s: not a command of role %q (only run)", verb, config.RoleReflector)
+		}
+		return serveReflector(cfg)
+	}
 	if *nodeConfig != "" {
 		prev := getenv
 		getenv = func(k string) string {
@@ -169,4 +177,22 @@ func drain(node settings.Node, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "no router runs: removed its VXLAN devices, routes and saved paths; peers drop its routes once its sessions are gone")
 	return nil
+}
+
+func serveReflector(cfg *config.Config) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "galactic-router", "role", config.RoleReflector)
+	r := router.NewReflector(cfg, log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if cfg.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metricsAddress: %w", err)
+		}
+		metrics := &http.Server{Handler: r.MetricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = metrics.Serve(ln) }()
+	}
+	// A stop signal exits without a Cease: clients keep the reflected
+	// routes as a graceful restart until the reflector is back.
+	return r.Run(ctx, nil)
 }

@@ -1,0 +1,71 @@
+package router
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/galactic-cni/galactic/router/dataplane"
+	"github.com/galactic-cni/galactic/router/speaker"
+)
+
+// syncMembership makes the speaker import the route targets of the VPCs
+// that have a routing domain here (the ones whose routes are installed):
+// routes of other VPCs are dropped where they arrive, and a reflector
+// that speaks rtc sends only these.
+func (d *Daemon) syncMembership(ctx context.Context, vnis map[string]uint32, devices map[string]*dataplane.Device) {
+	rts := make([]speaker.RouteTarget, 0, len(devices))
+	for vpc := range devices {
+		if vni, ok := vnis[vpc]; ok {
+			rts = append(rts, speaker.RouteTarget{ASN: d.cfg.RouteTargetASN, VNI: vni})
+		}
+	}
+	d.scale.spk.Store(d.spk)
+	if err := d.spk.SetMembership(ctx, rts); err != nil {
+		d.log.Error("route-target membership", "error", err)
+	}
+}
+
+var (
+	adjInDesc = prometheus.NewDesc("galactic_router_adj_rib_in_paths",
+		"l2vpn-evpn paths received from the peers (adj-RIB-in, before the import filter).", nil, nil)
+	filteredDesc = prometheus.NewDesc("galactic_router_import_filtered_paths",
+		"Received paths of route targets of no VPC on this node, dropped before the RIB.", nil, nil)
+	ribDesc = prometheus.NewDesc("galactic_router_rib_paths",
+		"Best paths of other nodes in the router's RIB.", nil, nil)
+	membersDesc = prometheus.NewDesc("galactic_router_route_target_memberships",
+		"Route targets this node imports (and advertises membership of to rtc peers).", nil, nil)
+)
+
+// scaleCollector reads the speaker's table sizes at scrape time; spk is
+// set by the loop, read by scrapes.
+type scaleCollector struct {
+	d   *Daemon
+	spk atomic.Pointer[speaker.GoBGP]
+}
+
+func (c *scaleCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{adjInDesc, filteredDesc, ribDesc, membersDesc} {
+		ch <- d
+	}
+}
+
+func (c *scaleCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.Lock()
+	rib := len(c.d.rib)
+	c.d.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(ribDesc, prometheus.GaugeValue, float64(rib))
+	spk := c.spk.Load()
+	if spk == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if in, filtered, err := spk.AdjIn(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(adjInDesc, prometheus.GaugeValue, float64(in))
+		ch <- prometheus.MustNewConstMetric(filteredDesc, prometheus.GaugeValue, float64(filtered))
+	}
+	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(len(spk.Membership())))
+}
