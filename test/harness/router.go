@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -190,14 +189,7 @@ func (r *Router) Metric(name string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			var v float64
-			_, err := fmt.Sscan(strings.TrimPrefix(line, name+" "), &v)
-			return v, err
-		}
-	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return metricValue(body, name)
 }
 
 // Drain runs `galactic-router drain` in the node.
