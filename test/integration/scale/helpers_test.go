@@ -75,6 +75,9 @@ type node struct {
 // topology is the fabric of a test: the simulated nodes and three real
 // ones, all peering with one reflector.
 type topology struct {
+	// id keeps attachment names (and their handoff leases) apart
+	// between the tests of one environment.
+	id    int
 	env   *harness.Env
 	f     *harness.Fabric
 	spec  scale.Spec
@@ -82,9 +85,12 @@ type topology struct {
 	nodes []*node
 }
 
+var topologies int
+
 func newTopology(t *testing.T, env *harness.Env, f *harness.Fabric, rr netip.Addr) *topology {
 	t.Helper()
-	top := &topology{env: env, f: f, spec: simSpec(rr)}
+	topologies++
+	top := &topology{id: topologies, env: env, f: f, spec: simSpec(rr)}
 	top.sims = scale.Start(t, f, top.spec)
 	for k := range hosted {
 		n := env.NewNode(t, fmt.Sprintf("node-%d", k))
@@ -108,7 +114,7 @@ func newTopology(t *testing.T, env *harness.Env, f *harness.Fabric, rr netip.Add
 // add attaches a workload of VPC v to n.
 func (top *topology) add(t *testing.T, n *node, v int) {
 	t.Helper()
-	name := fmt.Sprintf("w%d", n.k)
+	name := fmt.Sprintf("w%d-%d", top.id, n.k)
 	conf := map[string]any{"cniVersion": "1.1.0", "name": vpcName(v) + "-" + name, "plugins": []any{
 		map[string]any{"type": "galactic-cni", "vpc": vpcName(v), "attachment": name, "mode": "veth", "routing": "table",
 			"addresses": []string{realAddr(n.k, v).String() + "/24"}},

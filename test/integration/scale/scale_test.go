@@ -77,6 +77,12 @@ func TestThroughFRRTheImportFilterKeepsAbsentVPCsOutOfTheRIB(t *testing.T) {
 		})
 	}
 	top.checkKernels(t)
+	// Every best-path change the daemon was handed was one of its VPCs'.
+	for _, n := range top.nodes {
+		if got := metric(n, "galactic_router_received_updates_total"); int(got) != top.wantRIB(n) {
+			t.Errorf("%s received %v best-path changes, want %d: one per path of its VPCs", n.Name, got, top.wantRIB(n))
+		}
+	}
 
 	took := top.appear(t, top.nodes[0], 50)
 	t.Logf("a VPC appearing on %s had its routes installed %s after ADD (from the adj-RIB-in)", top.nodes[0].Name, took)
@@ -109,6 +115,20 @@ func TestARestartOfTheGalacticReflectorChangesNoKernelRoute(t *testing.T) {
 	if err := rr.Start(); err != nil {
 		t.Fatal(err)
 	}
+	for _, n := range top.nodes {
+		eventually(t, 30*time.Second, n.Name+"'s session back", func() error {
+			if v := metric(n, `galactic_router_peers{state="established"}`); v != 1 {
+				return fmt.Errorf("%v established", v)
+			}
+			return nil
+		})
+	}
+	eventually(t, 30*time.Second, "the reflector holds every route again", func() error {
+		if got, err := rr.Metric("galactic_router_reflector_paths"); err != nil || int(got) != top.spec.Routes()+30 {
+			return fmt.Errorf("%v paths (%v), want %d", got, err, top.spec.Routes()+30)
+		}
+		return nil
+	})
 	top.waitRIBs(t, top.wantRIB)
 	// Past the withdrawal hold, so a route the restart removed would have
 	// gone from the kernel by now.
