@@ -1,8 +1,10 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"time"
 )
 
@@ -148,4 +150,29 @@ func metricsAddress(v *string) (string, error) {
 		}
 	}
 	return *v, nil
+}
+
+// LoadWithUnderlay is Load with underlay filling the key of that name
+// when the file has none: a reflector set shares one file, and each
+// instance takes its own host's address (and so its router ID) from it.
+func LoadWithUnderlay(path, underlay string) (*Config, error) {
+	if underlay == "" {
+		return Load(path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading router config: %w", err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err == nil {
+		if _, ok := top["underlay"]; !ok {
+			top["underlay"], _ = json.Marshal(underlay)
+			data, _ = json.Marshal(top)
+		}
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("router config %s: %w", path, err)
+	}
+	return c, nil
 }

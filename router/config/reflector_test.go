@@ -2,6 +2,8 @@ package config
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -105,5 +107,36 @@ func TestANodeRefusesTheReflectorsKeys(t *testing.T) {
 	m["role"] = "node"
 	if c, err := Parse(encode(t, m)); err != nil || c.Role != RoleNode {
 		t.Errorf("explicit role node: %+v %v", c, err)
+	}
+}
+
+func TestAnUnderlayFlagFillsOnlyAnAbsentKey(t *testing.T) {
+	dir := t.TempDir()
+	m := reflectorFile()
+	delete(m, "routerID")
+	path := filepath.Join(dir, "router.json")
+	if err := os.WriteFile(path, encode(t, m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadWithUnderlay(path, "192.0.2.9")
+	if err != nil || c.RouterID != netip.MustParseAddr("192.0.2.9") || c.Underlay != c.RouterID {
+		t.Fatalf("%+v %v", c, err)
+	}
+	m["underlay"] = "192.0.2.4"
+	if err := os.WriteFile(path, encode(t, m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := LoadWithUnderlay(path, "192.0.2.9"); err != nil || c.Underlay != netip.MustParseAddr("192.0.2.4") {
+		t.Fatalf("the file's underlay must win: %+v %v", c, err)
+	}
+	if _, err := LoadWithUnderlay(path, "not-an-address"); err != nil {
+		t.Fatalf("an unused flag value was judged: %v", err)
+	}
+	delete(m, "underlay")
+	if err := os.WriteFile(path, encode(t, m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadWithUnderlay(path, "not-an-address"); err == nil || !strings.HasPrefix(err.Error(), "router config "+path+": underlay: ") {
+		t.Fatalf("a bad flag value must be named as the underlay: %v", err)
 	}
 }

@@ -49,10 +49,11 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	cfgPath := fs.String("config", "", "router config (default $"+config.EnvConfig+" or "+config.DefaultPath+")")
 	resync := fs.Duration("resync", 30*time.Second, "longest time the kernel and the status go unchecked without an event")
 	nodeConfig := fs.String("node-config", "", "node settings file (default $"+settings.EnvConfig+" or "+settings.DefaultConfig+")")
+	underlay := fs.String("underlay", "", "the underlay address when the config has none (a reflector set's shared config takes each host's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(config.Path(*cfgPath, getenv))
+	cfg, err := config.LoadWithUnderlay(config.Path(*cfgPath, getenv), *underlay)
 	if err != nil {
 		return err
 	}
