@@ -76,8 +76,6 @@ var (
 		"l2vpn-evpn paths the reflector holds from its clients.", nil, nil)
 	reflMemberships = prometheus.NewDesc("galactic_router_reflector_memberships",
 		"Route-target membership (RTC) paths the reflector holds from its clients.", nil, nil)
-	reflSent = prometheus.NewDesc("galactic_router_reflector_paths_sent",
-		"l2vpn-evpn paths sent to each client (its adj-RIB-out).", []string{"client"}, nil)
 )
 
 // reflectorCollector reads GoBGP's tables at scrape time, so the counts
@@ -85,7 +83,7 @@ var (
 type reflectorCollector struct{ r *Reflector }
 
 func (c reflectorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{reflClients, reflPaths, reflMemberships, reflSent} {
+	for _, d := range []*prometheus.Desc{reflClients, reflPaths, reflMemberships} {
 		ch <- d
 	}
 }
@@ -106,7 +104,6 @@ func (c reflectorCollector) Collect(ch chan<- prometheus.Metric) {
 		if cl.Established {
 			up++
 		}
-		ch <- prometheus.MustNewConstMetric(reflSent, prometheus.GaugeValue, float64(cl.Sent), cl.Address)
 	}
 	ch <- prometheus.MustNewConstMetric(reflClients, prometheus.GaugeValue, float64(up), "established")
 	ch <- prometheus.MustNewConstMetric(reflClients, prometheus.GaugeValue, float64(len(st.Clients)-up), "other")

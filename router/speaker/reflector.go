@@ -133,18 +133,11 @@ type ReflectorStats struct {
 	Paths int
 	// Memberships is the RTC paths it holds from clients.
 	Memberships int
-	// Clients are the sessions by address, with the paths each was
-	// sent (adj-RIB-out).
-	Clients []ClientStats
+	// Clients are the sessions.
+	Clients []PeerState
 }
 
-// ClientStats is one client's session.
-type ClientStats struct {
-	PeerState
-	Sent int
-}
-
-// Stats reads the counts from GoBGP.
+// Stats reads the counts from GoBGP; they cost no walk of the tables.
 func (r *Reflector) Stats(ctx context.Context) (ReflectorStats, error) {
 	var st ReflectorStats
 	if res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_GLOBAL, Family: evpnFamily}); err == nil {
@@ -154,18 +147,22 @@ func (r *Reflector) Stats(ctx context.Context) (ReflectorStats, error) {
 		// Less the reflector's own default membership.
 		st.Memberships = max(0, int(res.NumPath)-1)
 	}
-	err := r.s.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
+	err := r.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 		ps := p.GetState()
-		cs := ClientStats{PeerState: PeerState{Address: ps.GetNeighborAddress(), State: ps.GetSessionState().String(),
-			Established: ps.GetSessionState() == api.PeerState_ESTABLISHED}}
-		for _, af := range p.GetAfiSafis() {
-			if f := af.GetState().GetFamily(); f.GetAfi() == evpnFamily.Afi && f.GetSafi() == evpnFamily.Safi {
-				cs.Sent = int(af.GetState().GetAdvertised())
-			}
-		}
-		st.Clients = append(st.Clients, cs)
+		st.Clients = append(st.Clients, PeerState{Address: ps.GetNeighborAddress(), State: ps.GetSessionState().String(),
+			Established: ps.GetSessionState() == api.PeerState_ESTABLISHED})
 	})
 	return st, err
+}
+
+// SentTo counts the l2vpn-evpn paths the reflector sends client (its
+// adj-RIB-out); GoBGP computes it by walking the table.
+func (r *Reflector) SentTo(ctx context.Context, client string) (int, error) {
+	res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_ADJ_OUT, Family: evpnFamily, Name: client})
+	if err != nil {
+		return 0, err
+	}
+	return int(res.NumPath), nil
 }
 
 // Stop ends every session without withdrawing anything first.
