@@ -28,6 +28,17 @@ func (d *Daemon) syncMembership(ctx context.Context, vnis map[string]uint32, dev
 	}
 }
 
+// savedMembership is the route targets of the VPCs a previous run had
+// devices for, so a restarted router asks its peers for them from its
+// first session on, before the first pass.
+func savedMembership(rtASN uint16, vnis map[string]uint32) []speaker.RouteTarget {
+	rts := make([]speaker.RouteTarget, 0, len(vnis))
+	for _, vni := range vnis {
+		rts = append(rts, speaker.RouteTarget{ASN: rtASN, VNI: vni})
+	}
+	return rts
+}
+
 var (
 	adjInDesc = prometheus.NewDesc("galactic_router_adj_rib_in_paths",
 		"l2vpn-evpn paths received from the peers (adj-RIB-in, before the import filter).", nil, nil)

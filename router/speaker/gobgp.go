@@ -36,6 +36,9 @@ type Options struct {
 	OnPeer func(PeerState)
 	// OnEndOfRIB is called when a peer has sent all its routes.
 	OnEndOfRIB func(peer string)
+	// Membership is the route targets to import from the start (see
+	// SetMembership), before any session comes up.
+	Membership []RouteTarget
 }
 
 // GoBGP is the embedded GoBGP server behind the Speaker interface.
@@ -74,7 +77,7 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 		s.Stop()
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}
-	if err := g.installFilter(ctx); err != nil {
+	if err := g.installFilter(ctx, o.Membership); err != nil {
 		s.Stop()
 		return nil, err
 	}

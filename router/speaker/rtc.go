@@ -84,10 +84,11 @@ func filterRegexp(rts []RouteTarget) string {
 	return "^(?:" + strings.Join(alts, "|") + ")$"
 }
 
-// installFilter sets up the import policy before any peer is added: paths
-// of l2vpn-evpn from peers are accepted only with a route target of the
-// membership; this node's own paths and other families pass.
-func (g *GoBGP) installFilter(ctx context.Context) error {
+// installFilter sets up the import policy, with the initial membership,
+// before any peer is added: paths of l2vpn-evpn from peers are accepted
+// only with a route target of the membership; this node's own paths and
+// other families pass.
+func (g *GoBGP) installFilter(ctx context.Context, initial []RouteTarget) error {
 	g.members.pattern = "rt:" + filterRegexp(nil)
 	if err := g.s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{
 		DefinedType: api.DefinedType_EXT_COMMUNITY, Name: filterSet, List: []string{g.members.pattern},
@@ -115,7 +116,7 @@ func (g *GoBGP) installFilter(ctx context.Context) error {
 	}
 	g.members.rts = map[RouteTarget][]byte{}
 	g.members.init = true
-	return nil
+	return g.SetMembership(ctx, initial)
 }
 
 // SetMembership makes rts the route targets this node imports. Paths of

@@ -137,14 +137,16 @@ func serve(path string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for _, n := range s.Nodes {
-		cfg := s.nodeConfig(n)
-		g, err := speaker.Start(ctx, speaker.Options{Config: cfg, Log: log.With("node", n.Underlay.String())})
+		// Like a real node, a simulated one imports only its VPCs.
+		var rts []speaker.RouteTarget
+		for _, v := range n.VPCs {
+			rts = append(rts, speaker.RouteTarget{ASN: s.RTASN, VNI: v.VNI})
+		}
+		g, err := speaker.Start(ctx, speaker.Options{Config: s.nodeConfig(n), Log: log.With("node", n.Underlay.String()), Membership: rts})
 		if err != nil {
 			return fmt.Errorf("node %s: %w", n.Underlay, err)
 		}
-		var rts []speaker.RouteTarget
 		for i, v := range n.VPCs {
-			rts = append(rts, speaker.RouteTarget{ASN: s.RTASN, VNI: v.VNI})
 			for _, p := range v.Prefixes {
 				r := speaker.Route{RD: speaker.RD{Admin: n.Underlay, Assigned: uint16(i + 1)}, Prefix: p, VNI: v.VNI, RTASN: s.RTASN,
 					NextHop: n.Underlay, RouterMAC: routerMAC(n.Underlay, v.VNI), Generation: 1}
@@ -152,10 +154,6 @@ func serve(path string) error {
 					return fmt.Errorf("node %s: %w", n.Underlay, err)
 				}
 			}
-		}
-		// Like a real node, a simulated one imports only its VPCs.
-		if err := g.SetMembership(ctx, rts); err != nil {
-			return fmt.Errorf("node %s: %w", n.Underlay, err)
 		}
 	}
 	fmt.Println("simulated nodes started:", len(s.Nodes))
