@@ -144,7 +144,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.saved = saved
 	d.spk, err = speaker.Start(ctx, speaker.Options{
 		Config: d.cfg, Restarting: restarting && d.cfg.GracefulRestart, Log: d.log,
-		Membership: savedMembership(d.cfg.RouteTargetASN, d.saved.VNIs),
+		Membership: savedMembership(d.cfg.RouteTargetASN, d.saved.VNIs), RTCPeers: loadRTCPeers(d.o.StateDir),
 		OnReceived: func(rs []speaker.Received) {
 			d.mu.Lock()
 			d.rib.Apply(rs)

@@ -2,6 +2,11 @@ package router
 
 import (
 	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +31,43 @@ func (d *Daemon) syncMembership(ctx context.Context, vnis map[string]uint32, dev
 	if err := d.spk.SetMembership(ctx, rts); err != nil {
 		d.log.Error("route-target membership", "error", err)
 	}
+	peers, err := d.spk.RTCPeers(ctx)
+	if err != nil || slices.Equal(peers, d.scale.rtcPeers) {
+		return
+	}
+	if err := saveRTCPeers(d.o.StateDir, peers); err != nil {
+		d.log.Warn("saving the peers that negotiate rtc", "error", err)
+		return
+	}
+	d.scale.rtcPeers = peers
+}
+
+// rtcPeersPath keeps, across restarts, which peers negotiated rtc (see
+// speaker.Options.RTCPeers).
+func rtcPeersPath(stateDir string) string { return filepath.Join(stateDir, "router", "rtc-peers.json") }
+
+// loadRTCPeers is best effort: without the file a restart offers rtc to
+// no peer, which costs only the filtering.
+func loadRTCPeers(stateDir string) []netip.Addr {
+	var peers []netip.Addr
+	data, err := os.ReadFile(rtcPeersPath(stateDir))
+	if err == nil {
+		_ = json.Unmarshal(data, &peers)
+	}
+	return peers
+}
+
+func saveRTCPeers(stateDir string, peers []netip.Addr) error {
+	path := rtcPeersPath(stateDir)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	data, _ := json.Marshal(peers)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // savedMembership is the route targets of the VPCs a previous run had
@@ -55,6 +97,8 @@ var (
 type scaleCollector struct {
 	d   *Daemon
 	spk atomic.Pointer[speaker.GoBGP]
+	// rtcPeers is what was saved last; only the loop touches it.
+	rtcPeers []netip.Addr
 }
 
 func (c *scaleCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -39,6 +39,9 @@ type Options struct {
 	// Membership is the route targets to import from the start (see
 	// SetMembership), before any session comes up.
 	Membership []RouteTarget
+	// RTCPeers are the peers a previous run saw negotiate rtc: the only
+	// ones offered it while Restarting (see rtc.go).
+	RTCPeers []netip.Addr
 }
 
 // GoBGP is the embedded GoBGP server behind the Speaker interface.
@@ -77,7 +80,7 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 		s.Stop()
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}
-	if err := g.installFilter(ctx, o.Membership); err != nil {
+	if err := g.installFilter(ctx, o); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -143,7 +146,10 @@ func (g *GoBGP) peer(p config.Peer, restarting bool) *api.Peer {
 		Transport: &api.Transport{RemotePort: uint32(p.Port), LocalAddress: c.Underlay.String()},
 		AfiSafis: []*api.AfiSafi{{
 			Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true},
-		}, rtcAfiSafi(c.GracefulRestart)},
+		}},
+	}
+	if g.offerRTC(p.Address, restarting) {
+		peer.AfiSafis = append(peer.AfiSafis, rtcAfiSafi(c.GracefulRestart))
 	}
 	if p.Address.Is6() {
 		peer.Transport.LocalAddress = ""

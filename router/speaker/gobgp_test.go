@@ -30,8 +30,8 @@ func TestAPeerIsConfiguredForEVPNWithFastRetriesAndGracefulRestart(t *testing.T)
 	if tr := p.Transport; tr.RemotePort != 1179 || tr.LocalAddress != "192.0.2.11" {
 		t.Errorf("transport %+v: want port 1179 from the underlay", tr)
 	}
-	if len(p.AfiSafis) != 2 || p.AfiSafis[1].Config.Family.Safi != api.Family_SAFI_ROUTE_TARGET_CONSTRAINTS {
-		t.Fatalf("families %+v, want l2vpn-evpn and rtc", p.AfiSafis)
+	if len(p.AfiSafis) != 1 {
+		t.Fatalf("families %+v, want l2vpn-evpn only", p.AfiSafis)
 	}
 	af := p.AfiSafis[0]
 	if f := af.Config.Family; f.Afi != api.Family_AFI_L2VPN || f.Safi != api.Family_SAFI_EVPN || !af.Config.Enabled {

@@ -44,6 +44,10 @@ type membership struct {
 	init bool
 	// pattern is the filter's one entry.
 	pattern string
+	// known are the peers a previous run saw negotiate rtc; seen is what
+	// this run saw each peer negotiate.
+	known map[netip.Addr]bool
+	seen  map[netip.Addr]bool
 }
 
 // APIPath is the GoBGP path galactic-router announces for r, for programs
@@ -88,7 +92,11 @@ func filterRegexp(rts []RouteTarget) string {
 // before any peer is added: paths of l2vpn-evpn from peers are accepted
 // only with a route target of the membership; this node's own paths and
 // other families pass.
-func (g *GoBGP) installFilter(ctx context.Context, initial []RouteTarget) error {
+func (g *GoBGP) installFilter(ctx context.Context, o Options) error {
+	g.members.known, g.members.seen = map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	for _, a := range o.RTCPeers {
+		g.members.known[a] = true
+	}
 	g.members.pattern = "rt:" + filterRegexp(nil)
 	if err := g.s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{
 		DefinedType: api.DefinedType_EXT_COMMUNITY, Name: filterSet, List: []string{g.members.pattern},
@@ -116,7 +124,57 @@ func (g *GoBGP) installFilter(ctx context.Context, initial []RouteTarget) error 
 	}
 	g.members.rts = map[RouteTarget][]byte{}
 	g.members.init = true
-	return g.SetMembership(ctx, initial)
+	return g.SetMembership(ctx, o.Membership)
+}
+
+// offerRTC says whether a session to peer offers rtc. GoBGP, as a
+// restarting speaker, sends End-of-RIB for every configured family, also
+// one the peer did not negotiate, and FRR resets the session on an rtc
+// End-of-RIB. So a restarting router offers rtc only to the peers a
+// previous run saw negotiate it; a fresh start offers it to every peer.
+func (g *GoBGP) offerRTC(peer netip.Addr, restarting bool) bool {
+	if !restarting {
+		return true
+	}
+	g.members.mu.Lock()
+	defer g.members.mu.Unlock()
+	return g.members.known[peer]
+}
+
+// RTCPeers are the peers known to negotiate rtc: what the sessions up
+// now negotiated, and for the others what was known before.
+func (g *GoBGP) RTCPeers(ctx context.Context) ([]netip.Addr, error) {
+	up := map[netip.Addr]bool{}
+	err := g.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		st := p.GetState()
+		addr, err := netip.ParseAddr(st.GetNeighborAddress())
+		if err != nil || st.GetSessionState() != api.PeerState_ESTABLISHED {
+			return
+		}
+		up[addr] = false
+		for _, c := range st.GetRemoteCap() {
+			var mp api.MultiProtocolCapability
+			if c.UnmarshalTo(&mp) == nil && mp.GetFamily().GetAfi() == rtcFamily.Afi && mp.GetFamily().GetSafi() == rtcFamily.Safi {
+				up[addr] = true
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.members.mu.Lock()
+	defer g.members.mu.Unlock()
+	for a, rtc := range up {
+		g.members.seen[a] = rtc
+	}
+	var out []netip.Addr
+	for _, p := range g.cfg.Peers {
+		rtc, seen := g.members.seen[p.Address]
+		if rtc || (!seen && g.members.known[p.Address]) {
+			out = append(out, p.Address)
+		}
+	}
+	return out, nil
 }
 
 // SetMembership makes rts the route targets this node imports. Paths of

@@ -184,3 +184,20 @@ func TestWithoutRTCTheImportFilterKeepsOtherVPCsOutOfTheRIBAndFollowsTheMembersh
 }
 
 func TestWithRTCThePeerSendsOnlyTheMembersRoutes(t *testing.T) { testMembership(t, true) }
+
+func TestRTCIsOfferedOnAFreshStartAndOnARestartOnlyToPeersKnownToNegotiateIt(t *testing.T) {
+	rr, frr := netip.MustParseAddr("192.0.2.3"), netip.MustParseAddr("192.0.2.1")
+	g := &GoBGP{cfg: testConfig(true), members: membership{known: map[netip.Addr]bool{rr: true}}}
+	families := func(addr netip.Addr, restarting bool) int {
+		return len(g.peer(config.Peer{Address: addr, ASN: 65000, Port: 179, Hold: 9 * time.Second, Keepalive: 3 * time.Second}, restarting).AfiSafis)
+	}
+	if families(frr, false) != 2 || families(rr, false) != 2 {
+		t.Error("a fresh start must offer rtc to every peer")
+	}
+	if families(rr, true) != 2 {
+		t.Error("a restart must offer rtc to a peer known to negotiate it")
+	}
+	if families(frr, true) != 1 {
+		t.Error("a restart must not offer rtc to a peer not known to negotiate it (GoBGP would send it an rtc End-of-RIB)")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -284,4 +285,35 @@ func (m *routeMonitor) lines() []string {
 		}
 	}
 	return out
+}
+
+// restartRouter kills n's router and starts it again, and waits until it
+// has taken over: its session up and its RIB synced.
+func restartRouter(t *testing.T, n *node) {
+	t.Helper()
+	synced := strings.Count(n.Router.Log(), `"msg":"RIB synced"`)
+	n.Router.Kill()
+	if err := n.Router.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, n.Name+"'s restarted router synced", func() error {
+		if strings.Count(n.Router.Log(), `"msg":"RIB synced"`) <= synced {
+			return fmt.Errorf("no End-of-RIB yet")
+		}
+		if v := metric(n, `galactic_router_peers{state="established"}`); v != 1 {
+			return fmt.Errorf("%v sessions established", v)
+		}
+		return nil
+	})
+}
+
+// frrSessionsLost counts the sessions FRR lost with addr since its log
+// offset from.
+func frrSessionsLost(t *testing.T, f *harness.Fabric, from int64, addr netip.Addr) int {
+	t.Helper()
+	data, err := os.ReadFile(f.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data[from:]), addr.String()+" went from Established to")
 }

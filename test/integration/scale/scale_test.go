@@ -15,11 +15,14 @@ import (
 const appearBound = 3 * time.Second
 
 // appear attaches a first workload of VPC v to n and returns how long its
-// remote routes took to be installed after the ADD returned.
+// remote routes took to be installed, from the start of the ADD (the
+// advertisement the router reacts to is written at its end).
 func (top *topology) appear(t *testing.T, n *node, v int) time.Duration {
 	t.Helper()
+	start := time.Now()
 	top.add(t, n, v)
-	return eventually(t, 30*time.Second, fmt.Sprintf("%s's routes of the new %s", n.Name, vpcName(v)), func() error {
+	added := time.Since(start)
+	eventually(t, 30*time.Second, fmt.Sprintf("%s's routes of the new %s", n.Name, vpcName(v)), func() error {
 		got, err := remoteRoutes(n, v)
 		if err != nil {
 			return err
@@ -29,6 +32,10 @@ func (top *topology) appear(t *testing.T, n *node, v int) time.Duration {
 		}
 		return nil
 	})
+	took := time.Since(start)
+	t.Logf("%s: a first workload of %s; ADD took %s, its %d remote routes were installed %s after the ADD began",
+		n.Name, vpcName(v), added, len(top.want(n, v)), took)
+	return took
 }
 
 func TestThroughTheGalacticReflectorEveryNodeReceivesOnlyItsVPCsRoutes(t *testing.T) {
@@ -52,12 +59,18 @@ func TestThroughTheGalacticReflectorEveryNodeReceivesOnlyItsVPCsRoutes(t *testin
 		t.Errorf("the reflector holds %v paths (%v), want %d", got, err, top.spec.Routes()+30)
 	}
 
-	took := top.appear(t, top.nodes[0], 50)
-	t.Logf("a VPC appearing on %s had its %d routes installed %s after ADD", top.nodes[0].Name, len(top.want(top.nodes[0], 50)), took)
-	if took > appearBound {
+	if took := top.appear(t, top.nodes[0], 50); took > appearBound {
 		t.Errorf("a new VPC's routes took %s, want at most %s", took, appearBound)
 	}
 	top.waitRIBs(t, top.wantRIB)
+
+	// A restarted router still negotiates rtc and still receives only its
+	// VPCs' routes.
+	restartRouter(t, top.nodes[1])
+	top.waitRIBs(t, top.wantRIB)
+	if got := metric(top.nodes[1], "galactic_router_import_filtered_paths"); got != 0 {
+		t.Errorf("after a restart %s filtered %v paths: it did not negotiate rtc again", top.nodes[1].Name, got)
+	}
 }
 
 func TestThroughFRRTheImportFilterKeepsAbsentVPCsOutOfTheRIB(t *testing.T) {
@@ -84,10 +97,19 @@ func TestThroughFRRTheImportFilterKeepsAbsentVPCsOutOfTheRIB(t *testing.T) {
 		}
 	}
 
-	took := top.appear(t, top.nodes[0], 50)
-	t.Logf("a VPC appearing on %s had its routes installed %s after ADD (from the adj-RIB-in)", top.nodes[0].Name, took)
-	if took > appearBound {
+	if took := top.appear(t, top.nodes[0], 50); took > appearBound {
 		t.Errorf("a new VPC's routes took %s, want at most %s", took, appearBound)
+	}
+
+	// A restart keeps its one session with FRR: the restarting router
+	// offers rtc only to peers known to speak it, so FRR is never sent
+	// what it cannot parse.
+	n := top.nodes[1]
+	from := f.LogOffset()
+	restartRouter(t, n)
+	top.waitRIBs(t, top.everyRoute)
+	if lost := frrSessionsLost(t, f, from, n.Underlay); lost != 1 {
+		t.Errorf("FRR lost %d sessions with %s across one restart, want the one the kill took", lost, n.Name)
 	}
 }
 
