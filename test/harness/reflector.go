@@ -128,6 +128,16 @@ func (r *Reflector) Kill() {
 	}
 }
 
+// Pid is the running reflector's process ID, 0 when it is stopped.
+func (r *Reflector) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 // Log is the reflector's log so far.
 func (r *Reflector) Log() string {
 	b, _ := os.ReadFile(r.LogPath)

@@ -203,7 +203,8 @@ func Start(t testing.TB, f *harness.Fabric, s Spec) *Sims {
 	}
 	go func() { _ = sims.cmd.Wait(); log.Close(); close(sims.done) }()
 	t.Cleanup(sims.Stop)
-	deadline := time.Now().Add(30 * time.Second)
+	// Starting takes about a second per hundred routes on a busy machine.
+	deadline := time.Now().Add(30*time.Second + time.Duration(s.Routes())*10*time.Millisecond)
 	for !strings.Contains(sims.Log(), "simulated nodes started") {
 		select {
 		case <-sims.done:
@@ -217,6 +218,9 @@ func Start(t testing.TB, f *harness.Fabric, s Spec) *Sims {
 	}
 	return sims
 }
+
+// Pid is the process's ID (ip netns exec execs it in place).
+func (s *Sims) Pid() int { return s.cmd.Process.Pid }
 
 // Log is the process's output so far.
 func (s *Sims) Log() string {

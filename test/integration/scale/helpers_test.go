@@ -22,16 +22,28 @@ import (
 
 func TestMain(m *testing.M) { scale.Main(m) }
 
-// The fabric: vpcs VPCs; every VPC is announced by two of the simulated
-// nodes with simPrefixes prefixes each; real node k hosts hosted[k]
-// (nodes 0 and 1 share five VPCs, so they route to each other too).
-const (
-	vpcs        = 100
-	simNodes    = 10
-	simPrefixes = 5
-)
+// shape is a fabric: vpcs VPCs; every VPC is announced by two of the
+// sims simulated nodes with prefixes prefixes each; real node k hosts
+// hosted[k].
+type shape struct {
+	vpcs, sims, prefixes int
+	hosted               [][]int
+	// simNet puts the simulated nodes in 198.18.0.0/16 instead of
+	// 192.0.2.100 and up, for more than a hundred of them.
+	simNet bool
+}
 
-var hosted = [][]int{span(0, 10), span(5, 15), span(20, 30)}
+// simUnderlay is simulated node i's address.
+func (sh shape) simUnderlay(i int) netip.Addr {
+	if sh.simNet {
+		return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+	}
+	return netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)})
+}
+
+// small is the fabric of the CI tests: nodes 0 and 1 share five VPCs, so
+// they route to each other too.
+var small = shape{vpcs: 100, sims: 10, prefixes: 5, hosted: [][]int{span(0, 10), span(5, 15), span(20, 30)}}
 
 func span(from, to int) []int {
 	var out []int
@@ -41,20 +53,26 @@ func span(from, to int) []int {
 	return out
 }
 
-func vpcName(v int) string { return fmt.Sprintf("vpc-%03d", v) }
+func vpcName(v int) string { return fmt.Sprintf("vpc-%04d", v) }
 func vni(v int) uint32     { return 20000 + uint32(v) }
 
+// vpcAddr is address n of VPC v: 10.<v/256>.<v%256>.<n>.
+func vpcAddr(v, n int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(v >> 8), byte(v), byte(n)})
+}
+
 // simSpec is the simulated nodes at 192.0.2.100 and up, peering with rr.
-func simSpec(rr netip.Addr) scale.Spec {
+func (sh shape) simSpec(rr netip.Addr) scale.Spec {
 	s := scale.Spec{ASN: harness.FabricASN, RTASN: harness.FabricASN, Reflectors: []netip.Addr{rr}}
-	for i := 0; i < simNodes; i++ {
-		s.Nodes = append(s.Nodes, scale.Node{Underlay: netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)})})
+	for i := 0; i < sh.sims; i++ {
+		s.Nodes = append(s.Nodes, scale.Node{Underlay: sh.simUnderlay(i)})
 	}
-	for v := 0; v < vpcs; v++ {
-		for _, i := range []int{v % simNodes, (v + 3) % simNodes} {
+	for v := 0; v < sh.vpcs; v++ {
+		for j, i := range []int{v % sh.sims, (v + 3) % sh.sims} {
 			vpc := scale.VPC{VNI: vni(v)}
-			for k := 0; k < simPrefixes; k++ {
-				vpc.Prefixes = append(vpc.Prefixes, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(v), byte(i), byte(k + 1)}), 32))
+			for k := 0; k < sh.prefixes; k++ {
+				// .1 is the gateway of the real nodes' workloads.
+				vpc.Prefixes = append(vpc.Prefixes, netip.PrefixFrom(vpcAddr(v, 2+j*sh.prefixes+k), 32))
 			}
 			s.Nodes[i].VPCs = append(s.Nodes[i].VPCs, vpc)
 		}
@@ -63,7 +81,7 @@ func simSpec(rr netip.Addr) scale.Spec {
 }
 
 // realAddr is real node k's workload in VPC v.
-func realAddr(k, v int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(v), byte(100 + k), 5}) }
+func realAddr(k, v int) netip.Addr { return vpcAddr(v, 200+k) }
 
 type node struct {
 	*harness.Node
@@ -90,10 +108,22 @@ var topologies int
 
 func newTopology(t *testing.T, env *harness.Env, f *harness.Fabric, rr netip.Addr) *topology {
 	t.Helper()
+	return small.topology(t, env, f, rr)
+}
+
+func (sh shape) topology(t *testing.T, env *harness.Env, f *harness.Fabric, rr netip.Addr) *topology {
+	t.Helper()
 	topologies++
-	top := &topology{id: topologies, env: env, f: f, spec: simSpec(rr)}
+	top := &topology{id: topologies, env: env, f: f, spec: sh.simSpec(rr)}
 	top.sims = scale.Start(t, f, top.spec)
-	for k := range hosted {
+	return sh.withTopology(t, top, rr)
+}
+
+// withTopology adds the real nodes to a fabric of simulated ones.
+func (sh shape) withTopology(t *testing.T, top *topology, rr netip.Addr) *topology {
+	t.Helper()
+	env, f := top.env, top.f
+	for k := range sh.hosted {
 		n := env.NewNode(t, fmt.Sprintf("node-%d", k))
 		ul := f.Attach(t, n)
 		cfg := f.FabricRouterConfig(ul)
@@ -105,7 +135,7 @@ func newTopology(t *testing.T, env *harness.Env, f *harness.Fabric, rr netip.Add
 		top.nodes = append(top.nodes, &node{Node: n, k: k, Underlay: ul, Router: r})
 	}
 	for _, n := range top.nodes {
-		for _, v := range hosted[n.k] {
+		for _, v := range sh.hosted[n.k] {
 			top.add(t, n, v)
 		}
 	}
