@@ -27,15 +27,23 @@ func rss(pid int) float64 {
 	return -1
 }
 
-// TestAtTheIssuesScale is the issue's fabric: 200 simulated nodes, 1,000
-// VPCs of 100 routes (100,000 routes), one real node hosting 20 VPCs,
-// through the galactic reflector. It takes minutes and a lot of memory,
-// so it runs only with GALACTIC_SCALE_LARGE=1, and reports what it saw.
+// TestAtTheIssuesScale is by default the issue's fabric: 200 simulated
+// nodes, 1,000 VPCs of 100 routes (two nodes of 50 each: 100,000 routes),
+// one real node hosting 20 VPCs, through the galactic reflector. It takes
+// minutes and a lot of memory, so it runs only when GALACTIC_SCALE_LARGE
+// is set: to 1 for that size, or to "<nodes>,<vpcs>,<prefixes per node
+// and VPC>"; it reports what it saw.
 func TestAtTheIssuesScale(t *testing.T) {
-	if os.Getenv("GALACTIC_SCALE_LARGE") == "" {
-		t.Skip("the large fabric: set GALACTIC_SCALE_LARGE=1")
+	size := os.Getenv("GALACTIC_SCALE_LARGE")
+	if size == "" {
+		t.Skip("the large fabric: set GALACTIC_SCALE_LARGE=1 (or <nodes>,<vpcs>,<prefixes>)")
 	}
 	sh := shape{vpcs: 1000, sims: 200, prefixes: 50, hosted: [][]int{span(0, 20)}, simNet: true}
+	if size != "1" {
+		if _, err := fmt.Sscanf(size, "%d,%d,%d", &sh.sims, &sh.vpcs, &sh.prefixes); err != nil || sh.vpcs < 20 || sh.sims < 4 || sh.prefixes > 99 {
+			t.Fatalf("GALACTIC_SCALE_LARGE=%q: want 1 or <nodes>,<vpcs>,<prefixes> (vpcs at least 20, nodes at least 4, prefixes below 100)", size)
+		}
+	}
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
 	cfg := f.FabricReflectorConfig()
