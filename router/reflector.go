@@ -31,7 +31,7 @@ func NewReflector(cfg *config.Config, log *slog.Logger) *Reflector {
 // Run serves until ctx ends and returns without a Cease, so the clients,
 // helping the graceful restart, keep the reflected routes while a
 // restarted reflector comes back.
-func (r *Reflector) Run(ctx context.Context, started func()) error {
+func (r *Reflector) Run(ctx context.Context) error {
 	spk, err := speaker.StartReflector(ctx, speaker.ReflectorOptions{Config: r.cfg, Log: r.log,
 		OnPeer: func(p speaker.PeerState) { r.log.Info("client", "address", p.Address, "state", p.State) }})
 	if err != nil {
@@ -40,9 +40,6 @@ func (r *Reflector) Run(ctx context.Context, started func()) error {
 	r.spk = spk
 	r.log.Info("reflector started", "asn", r.cfg.ASN, "routerID", r.cfg.RouterID, "clusterID", r.cfg.ClusterID,
 		"clientRanges", fmt.Sprint(r.cfg.ClientRanges), "peers", len(r.cfg.Peers))
-	if started != nil {
-		started()
-	}
 	<-ctx.Done()
 	return nil
 }

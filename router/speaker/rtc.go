@@ -50,10 +50,6 @@ type membership struct {
 	seen  map[netip.Addr]bool
 }
 
-// APIPath is the GoBGP path galactic-router announces for r, for programs
-// that speak for simulated nodes.
-func APIPath(r Route) (*api.Path, error) { return toAPI(r) }
-
 // rtcAfiSafi is the rtc family of a session, with the same graceful
 // restart as l2vpn-evpn and a wait for the peer's memberships.
 func rtcAfiSafi(gr bool) *api.AfiSafi {

@@ -70,7 +70,7 @@ func upstream(t *testing.T, port int, withRTC bool) *server.BgpServer {
 	for vni := uint32(1); vni <= 3; vni++ {
 		r := Route{RD: RD{Admin: netip.MustParseAddr("127.0.0.2"), Assigned: uint16(vni)}, Prefix: netip.MustParsePrefix("10.0.0.1/32"),
 			VNI: vni, RTASN: 65000, NextHop: netip.MustParseAddr("127.0.0.2"), RouterMAC: net.HardwareAddr{2, 0, 0, 0, 0, byte(vni)}}
-		p, err := APIPath(r)
+		p, err := toAPI(r)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -195,5 +195,5 @@ func serveReflector(cfg *config.Config) error {
 	}
 	// A stop signal exits without a Cease: clients keep the reflected
 	// routes as a graceful restart until the reflector is back.
-	return r.Run(ctx, nil)
+	return r.Run(ctx)
 }
