@@ -40,7 +40,9 @@ func TestTheReflectorSendsEachClientOnlyTheRoutesOfItsMembership(t *testing.T) {
 	ctx := context.Background()
 	rr, err := StartReflector(ctx, ReflectorOptions{Config: &config.Config{Role: config.RoleReflector, ASN: 65000,
 		RouterID: rrAddr, Underlay: rrAddr, ClusterID: rrAddr, ListenPort: int32(port), GracefulRestart: true, RestartTime: 120 * time.Second,
-		ClientRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+		// a is listed, b accepted from a range.
+		Peers:        []config.Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: 179, Hold: 9 * time.Second, Keepalive: 3 * time.Second}},
+		ClientRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
