@@ -94,6 +94,7 @@ type Daemon struct {
 	saved   Saved
 	bootID  string
 	metrics *Metrics
+	scale   *scaleCollector
 
 	advInf   cache.SharedIndexInformer
 	leaseInf cache.SharedIndexInformer
@@ -157,6 +158,8 @@ func New(o Options) (*Daemon, error) {
 		holder:       Holder{Hold: o.Config.WithdrawHold},
 		metrics:      NewMetrics(),
 	}
+	d.scale = &scaleCollector{d: d}
+	d.metrics.reg.MustRegister(d.scale)
 	return d, nil
 }
 
@@ -253,7 +256,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.spk, err = d.o.Speaker(ctx, speaker.Options{
 		Config: d.cfg, Restarting: restarting && d.cfg.GracefulRestart, Log: d.log,
-		OnEvent: d.onEvent,
+		OnEvent:    d.onEvent,
+		Membership: savedMembership(d.cfg.RouteTargetASN, d.saved.VNIs), RTCPeers: loadRTCPeers(d.o.StateDir),
 	})
 	if err != nil {
 		return err
@@ -486,6 +490,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		installed += len(remotes[vpc])
 	}
 	unlock()
+	d.syncMembership(ctx, vnis, devices)
 
 	if apiSynced {
 		d.export(ctx, adverts, vnis, devices, anyPeer)

@@ -57,6 +57,10 @@ func (f *fakeSpeaker) Peers(context.Context) ([]speaker.PeerState, error) { retu
 
 func (f *fakeSpeaker) Rejected(context.Context) ([]speaker.Received, error) { return nil, nil }
 
+func (f *fakeSpeaker) SetMembership(context.Context, []speaker.RouteTarget) error { return nil }
+
+func (f *fakeSpeaker) RTCPeers(context.Context) ([]netip.Addr, error) { return nil, nil }
+
 func (f *fakeSpeaker) Stop(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

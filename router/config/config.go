@@ -53,6 +53,9 @@ type File struct {
 	StaleRoutesSeconds  *int64           `json:"staleRoutesSeconds"`
 	Peers               []PeerFile       `json:"peers"`
 	MetricsAddress      *string          `json:"metricsAddress"`
+	Role                *string          `json:"role"`
+	ClusterID           string           `json:"clusterID"`
+	ClientRanges        []string         `json:"clientRanges"`
 }
 
 // GracefulRestart is the gracefulRestart object.
@@ -87,6 +90,11 @@ type Config struct {
 	StaleRoutes    time.Duration
 	Peers          []Peer
 	MetricsAddress string
+	// Role is RoleNode or RoleReflector.
+	Role string
+	// ClusterID and ClientRanges are a reflector's (see reflector.go).
+	ClusterID    netip.Addr
+	ClientRanges []netip.Prefix
 }
 
 // Peer is a validated BGP neighbour.
@@ -157,7 +165,7 @@ func Parse(data []byte) (*Config, error) {
 
 // Keys allowed in each object of the file.
 var (
-	topKeys  = []string{"asn", "routerID", "underlay", "listenPort", "routeTargetASN", "gracefulRestart", "withdrawHoldSeconds", "staleRoutesSeconds", "peers", "metricsAddress"}
+	topKeys  = []string{"asn", "routerID", "underlay", "listenPort", "routeTargetASN", "gracefulRestart", "withdrawHoldSeconds", "staleRoutesSeconds", "peers", "metricsAddress", "role", "clusterID", "clientRanges"}
 	grKeys   = []string{"enabled", "restartSeconds"}
 	peerKeys = []string{"address", "asn", "port", "holdSeconds", "keepaliveSeconds", "password"}
 )
@@ -234,8 +242,15 @@ func seconds(key string, v *int64, def, lo, hi int64) (time.Duration, error) {
 }
 
 func (f File) validate() (*Config, error) {
+	role, err := f.role()
+	if err != nil {
+		return nil, err
+	}
+	if role == RoleReflector {
+		return f.validateReflector()
+	}
 	var c Config
-	var err error
+	c.Role = RoleNode
 	if c.ASN, err = asn("asn", f.ASN); err != nil {
 		return nil, err
 	}

@@ -159,7 +159,7 @@ func TestAbsentKeysTakeTheirDefaults(t *testing.T) {
 		GracefulRestart: true, RestartTime: 120 * time.Second, WithdrawHold: 10 * time.Second, StaleRoutes: time.Hour,
 		Peers: []Peer{{Address: netip.MustParseAddr("192.0.2.1"), ASN: 65000, Port: 179,
 			Hold: 9 * time.Second, Keepalive: 3 * time.Second}},
-		MetricsAddress: "127.0.0.1:9655",
+		MetricsAddress: "127.0.0.1:9655", Role: RoleNode,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -185,6 +185,7 @@ func TestGivenKeysOverrideTheDefaults(t *testing.T) {
 		ListenPort: -1, RouteTargetASN: 65000, GracefulRestart: false, RestartTime: 300 * time.Second,
 		Peers: []Peer{{Address: netip.MustParseAddr("2001:db8::1"), ASN: 65000, Port: 1179,
 			Hold: 3 * time.Second, Keepalive: time.Second, Password: "s3cret"}},
+		Role: RoleNode,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -32,8 +33,15 @@ type Options struct {
 	Log *slog.Logger
 	// OnEvent gets the ordered stream of what peers send (their paths as
 	// received, before any best-path choice, and End-of-RIB) and of session
-	// changes, one call at a time.
+	// changes, one call at a time. Paths of route targets outside the
+	// membership (SetMembership) are left out.
 	OnEvent func(Event)
+	// Membership is the route targets to import from the start (see
+	// SetMembership), before any session comes up.
+	Membership []RouteTarget
+	// RTCPeers are the peers a previous run saw negotiate rtc: the only
+	// ones offered it while Restarting (see rtc.go).
+	RTCPeers []netip.Addr
 }
 
 // GoBGP is the embedded GoBGP server behind the Speaker interface.
@@ -42,6 +50,15 @@ type GoBGP struct {
 	cfg  *config.Config
 	mu   sync.Mutex
 	uuid map[Key][]byte
+	// members is the import filter and RTC membership (rtc.go).
+	members membership
+	// onEvent is Options.OnEvent; deliver serialises its calls, from the
+	// watcher and from SetMembership's catch-up, so the daemon sees one
+	// ordered stream.
+	onEvent func(Event)
+	deliver sync.Mutex
+	// rejected caches Rejected's answer while the peers' counts stay.
+	rejected rejectedCache
 }
 
 // connectRetry and idleHold bring a session back within a couple of
@@ -70,7 +87,12 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 		s.Stop()
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}
+	if err := g.installFilter(ctx, o); err != nil {
+		s.Stop()
+		return nil, err
+	}
 	if o.OnEvent != nil {
+		g.onEvent = o.OnEvent
 		// One watcher for paths, End-of-RIB and sessions: GoBGP delivers a
 		// watcher's events in the order it processed them. Paths are read
 		// as each peer sends them (Adj-RIB-In), so a session that goes
@@ -83,6 +105,8 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 			}},
 		}
 		if err := s.WatchEvent(ctx, req, func(r *api.WatchEventResponse) {
+			g.deliver.Lock()
+			defer g.deliver.Unlock()
 			for _, ev := range g.events(r) {
 				o.OnEvent(ev)
 			}
@@ -112,6 +136,9 @@ func (g *GoBGP) peer(p config.Peer, restarting bool) *api.Peer {
 		AfiSafis: []*api.AfiSafi{{
 			Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true},
 		}},
+	}
+	if g.offerRTC(p.Address, restarting) {
+		peer.AfiSafis = append(peer.AfiSafis, rtcAfiSafi(c.GracefulRestart))
 	}
 	if p.Address.Is6() {
 		peer.Transport.LocalAddress = ""
@@ -175,16 +202,25 @@ func (g *GoBGP) Peers(ctx context.Context) ([]PeerState, error) {
 // ListPeer.
 func (g *GoBGP) Rejected(ctx context.Context) ([]Received, error) {
 	var peers []string
+	counts := map[string][2]uint64{}
 	err := g.s.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: false}, func(p *api.Peer) {
 		for _, af := range p.GetAfiSafis() {
 			st := af.GetState()
 			if st.GetFamily().GetAfi() == api.Family_AFI_L2VPN && st.GetReceived() > st.GetAccepted() {
-				peers = append(peers, p.GetConf().GetNeighborAddress())
+				addr := p.GetConf().GetNeighborAddress()
+				peers = append(peers, addr)
+				counts[addr] = [2]uint64{st.GetReceived(), st.GetAccepted()}
 			}
 		}
 	})
 	if err != nil || len(peers) == 0 {
 		return nil, err
+	}
+	// The import filter refuses the paths of other VPCs too, so a peer of
+	// an FRR fabric always holds more than it accepted: list its table
+	// again only when its counts moved.
+	if out, ok := g.rejected.get(counts); ok {
+		return out, nil
 	}
 	var out []Received
 	for _, addr := range peers {
@@ -194,9 +230,38 @@ func (g *GoBGP) Rejected(ctx context.Context) ([]Received, error) {
 		if err != nil {
 			return out, fmt.Errorf("listing what %s sent: %w", addr, err)
 		}
-		out = append(out, g.received(paths)...)
+		for _, r := range g.convert(paths, false) {
+			// Only paths of this node's RD tell of a duplicate router ID.
+			if r.RD.Admin == g.cfg.RouterID {
+				out = append(out, r)
+			}
+		}
 	}
+	g.rejected.put(counts, out)
 	return out, nil
+}
+
+// rejectedCache is Rejected's last answer and the peer counts it was
+// read at.
+type rejectedCache struct {
+	mu     sync.Mutex
+	counts map[string][2]uint64
+	out    []Received
+}
+
+func (c *rejectedCache) get(counts map[string][2]uint64) ([]Received, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil || !maps.Equal(c.counts, counts) {
+		return nil, false
+	}
+	return c.out, true
+}
+
+func (c *rejectedCache) put(counts map[string][2]uint64, out []Received) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts, c.out = counts, out
 }
 
 // Stop withdraws nothing itself but ends every session with a Cease, so
@@ -267,17 +332,28 @@ func (g *GoBGP) events(r *api.WatchEventResponse) []Event {
 	return out
 }
 
-// received converts paths, leaving out this node's own (its next hop): a
-// path of this node's RD from another next hop is another node's, and is
-// kept so the daemon can report the duplicate router ID.
-func (g *GoBGP) received(paths []*api.Path) []Received {
+// received converts paths, leaving out this node's own (its next hop)
+// and, unless withdrawn, those of no member route target (the import
+// filter, before any RIB copy): a path of this node's RD from another
+// next hop is another node's, and is kept so the daemon can report the
+// duplicate router ID.
+func (g *GoBGP) received(paths []*api.Path) []Received { return g.convert(paths, true) }
+
+func (g *GoBGP) convert(paths []*api.Path, filter bool) []Received {
 	var out []Received
+	members := g.members.set.Load()
 	for _, p := range paths {
 		if p.GetFamily().GetAfi() != api.Family_AFI_L2VPN {
 			continue
 		}
 		r, err := fromAPI(p, g.cfg.RouteTargetASN)
 		if err != nil || r.NextHop == g.cfg.Underlay {
+			continue
+		}
+		// A withdrawal always passes: it may carry no route target, and
+		// withdrawing what the daemon never held costs nothing.
+		if filter && members != nil && !r.Withdrawn && !members.any(r) {
+			g.members.dropped.Add(1)
 			continue
 		}
 		out = append(out, r)

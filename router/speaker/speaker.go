@@ -1,6 +1,9 @@
 package speaker
 
-import "context"
+import (
+	"context"
+	"net/netip"
+)
 
 // Speaker is what the reconcilers need of a BGP speaker.
 type Speaker interface {
@@ -17,4 +20,9 @@ type Speaker interface {
 	Rejected(ctx context.Context) ([]Received, error)
 	// Stop ends every session with a Cease: the end of a drain.
 	Stop(ctx context.Context) error
+	// SetMembership makes rts the route targets imported (and asked for
+	// from peers that speak rtc); paths of others are left out.
+	SetMembership(ctx context.Context, rts []RouteTarget) error
+	// RTCPeers are the peers known to negotiate rtc.
+	RTCPeers(ctx context.Context) ([]netip.Addr, error)
 }

@@ -86,17 +86,8 @@ func (f *Fabric) startGoBGPd(t testing.TB, reflector bool, neighbors []netip.Add
 	t.Helper()
 	RequireGoBGPd(t)
 	g := &GoBGPd{ns: NewNetns(t, "g"), f: f, Addr: netip.MustParseAddr("192.0.2.2"), apiPort: 50151}
-	host := fmt.Sprintf("fg%d", os.Getpid()%100000)
-	for _, s := range [][]string{
-		{"ip", "link", "add", host, "type", "veth", "peer", "name", "ul0", "netns", g.ns.Name},
-		{"ip", "link", "set", host, "netns", f.Netns.Name},
-		{"ip", "-n", f.Netns.Name, "link", "set", host, "master", "br0", "up"},
-		{"ip", "-n", g.ns.Name, "addr", "add", "192.0.2.2/24", "dev", "ul0"},
-		{"ip", "-n", g.ns.Name, "link", "set", "ul0", "up"},
-	} {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v %s", s, err, out)
-		}
+	if err := f.joinBridge(g.ns, fmt.Sprintf("fg%d", os.Getpid()%100000), g.Addr); err != nil {
+		t.Fatal(err)
 	}
 	var ns string
 	for _, n := range neighbors {

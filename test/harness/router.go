@@ -191,14 +191,7 @@ func (r *Router) Metric(name string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			var v float64
-			_, err := fmt.Sscan(strings.TrimPrefix(line, name+" "), &v)
-			return v, err
-		}
-	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return metricValue(body, name)
 }
 
 // LogCount is how many lines of the router's log so far contain s.

@@ -50,12 +50,21 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	resync := fs.Duration("resync", 30*time.Second, "longest time the kernel and the status go unchecked without an event")
 	bootIDFile := fs.String("boot-id-file", router.BootIDPath, "where the kernel's boot ID is read: a new one means the node rebooted and saved paths are not replayed")
 	nodeConfig := fs.String("node-config", "", "node settings file (default $"+settings.EnvConfig+" or "+settings.DefaultConfig+")")
+	underlay := fs.String("underlay", "", "the underlay address when the config has none (a reflector set's shared config takes each host's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(config.Path(*cfgPath, getenv))
+	cfg, err := config.LoadWithUnderlay(config.Path(*cfgPath, getenv), *underlay)
 	if err != nil {
 		return err
+	}
+	if cfg.Role == config.RoleReflector {
+		// A reflector reads no node settings: it has no node, kernel state
+		// or API access.
+		if verb != "run" {
+			return fmt.Errorf("%s: not a command of role %q (only run)", verb, config.RoleReflector)
+		}
+		return serveReflector(cfg)
 	}
 	if *nodeConfig != "" {
 		prev := getenv
@@ -174,4 +183,22 @@ func drain(node settings.Node, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "no router runs: removed its VXLAN devices, routes and saved paths; peers drop its routes once its sessions are gone")
 	return nil
+}
+
+func serveReflector(cfg *config.Config) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "galactic-router", "role", config.RoleReflector)
+	r := router.NewReflector(cfg, log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if cfg.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metricsAddress: %w", err)
+		}
+		metrics := &http.Server{Handler: r.MetricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = metrics.Serve(ln) }()
+	}
+	// A stop signal exits without a Cease: clients keep the reflected
+	// routes as a graceful restart until the reflector is back.
+	return r.Run(ctx)
 }

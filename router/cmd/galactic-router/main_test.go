@@ -41,3 +41,17 @@ func TestAnUnknownCommandIsRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestAReflectorConfigRefusesDrainAndNeedsNoNodeSettings(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "router.json")
+	if err := os.WriteFile(path, []byte(`{"role":"reflector","asn":65000,"routerID":"192.0.2.3","clientRanges":["192.0.2.0/24"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// No node name and an unreadable node config: a reflector reads neither.
+	env := map[string]string{"GALACTIC_NODE_CONFIG": dir}
+	err := run([]string{"drain", "--config", path}, func(k string) string { return env[k] }, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `not a command of role "reflector"`) {
+		t.Fatalf("drain on a reflector: %v", err)
+	}
+}

@@ -1,0 +1,166 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ReflectorAddr is where StartReflector puts galactic's reflector on the
+// fabric (FRR holds 192.0.2.1, gobgpd 192.0.2.2).
+var ReflectorAddr = netip.MustParseAddr("192.0.2.3")
+
+// joinBridge connects ns to the fabric's bridge with a veth (host is the
+// fabric end's name, ul0 the namespace's) and gives ns addr/24.
+func (f *Fabric) joinBridge(ns *Netns, host string, addr netip.Addr) error {
+	for _, s := range [][]string{
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", "ul0", "netns", ns.Name},
+		{"ip", "link", "set", host, "netns", f.Netns.Name},
+		{"ip", "-n", f.Netns.Name, "link", "set", host, "master", "br0", "up"},
+		{"ip", "-n", ns.Name, "addr", "add", addr.String() + "/24", "dev", "ul0"},
+		{"ip", "-n", ns.Name, "link", "set", "ul0", "up"},
+		{"ip", "-n", ns.Name, "link", "set", "lo", "up"},
+	} {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %v %s", s, err, out)
+		}
+	}
+	return nil
+}
+
+// ReflectorConfig is the router.json of a galactic reflector.
+type ReflectorConfig struct {
+	Role            string         `json:"role"`
+	ASN             int64          `json:"asn"`
+	RouterID        string         `json:"routerID,omitempty"`
+	Underlay        string         `json:"underlay,omitempty"`
+	ClusterID       string         `json:"clusterID,omitempty"`
+	ClientRanges    []string       `json:"clientRanges,omitempty"`
+	Peers           []RouterPeer   `json:"peers,omitempty"`
+	GracefulRestart map[string]any `json:"gracefulRestart,omitempty"`
+	MetricsAddress  string         `json:"metricsAddress,omitempty"`
+}
+
+// Reflector is galactic-router in role reflector, in a namespace of its
+// own on the fabric bridge.
+type Reflector struct {
+	Netns   *Netns
+	Addr    netip.Addr
+	Config  ReflectorConfig
+	LogPath string
+	bin     string
+	conf    string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// FabricReflectorConfig is a reflector at ReflectorAddr in the fabric's
+// AS that accepts every node of the fabric's /24.
+func (f *Fabric) FabricReflectorConfig() ReflectorConfig {
+	return ReflectorConfig{Role: "reflector", ASN: f.Options.ASN, Underlay: ReflectorAddr.String(),
+		ClientRanges: []string{"192.0.2.0/24"}, MetricsAddress: "127.0.0.1:9656"}
+}
+
+// StartReflector runs env's galactic-router with cfg at cfg's underlay
+// (default ReflectorAddr); t's cleanup kills it.
+func (f *Fabric) StartReflector(t testing.TB, env *Env, cfg ReflectorConfig) *Reflector {
+	t.Helper()
+	addr := ReflectorAddr
+	if cfg.Underlay != "" {
+		addr = netip.MustParseAddr(cfg.Underlay)
+	}
+	r := &Reflector{Netns: NewNetns(t, "r"), Addr: addr, Config: cfg, bin: filepath.Join(env.BinDir, "galactic-router"),
+		conf: filepath.Join(f.dir, "reflector.json"), LogPath: filepath.Join(f.dir, "reflector.log")}
+	if err := f.joinBridge(r.Netns, fmt.Sprintf("fr%d", os.Getpid()%100000), addr); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(r.conf, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Kill)
+	return r
+}
+
+// Start starts the process (again, after Kill).
+func (r *Reflector) Start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return fmt.Errorf("the reflector is already running")
+	}
+	log, err := os.OpenFile(r.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("ip", "netns", "exec", r.Netns.Name, r.bin, "run", "--config", r.conf)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	r.cmd, r.done = cmd, done
+	return nil
+}
+
+// Kill stops the reflector with SIGKILL, as a crash would: no Cease.
+func (r *Reflector) Kill() {
+	r.mu.Lock()
+	cmd, done := r.cmd, r.done
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd != nil {
+		stopProcess(cmd.Process, done, syscall.SIGKILL, 15*time.Second)
+	}
+}
+
+// Pid is the running reflector's process ID, 0 when it is stopped.
+func (r *Reflector) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+// Log is the reflector's log so far.
+func (r *Reflector) Log() string {
+	b, _ := os.ReadFile(r.LogPath)
+	return string(b)
+}
+
+// Metric is one metric line's value (name with its labels, as printed).
+func (r *Reflector) Metric(name string) (float64, error) {
+	body, err := r.Netns.Run("curl", "-s", "-f", "http://"+r.Config.MetricsAddress+"/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, body)
+	}
+	return metricValue(body, name)
+}
+
+// metricValue finds one metric line in a Prometheus text page.
+func metricValue(body, name string) (float64, error) {
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			var v float64
+			_, err := fmt.Sscan(strings.TrimPrefix(line, name+" "), &v)
+			return v, err
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}

@@ -1,0 +1,349 @@
+package scale
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/router/dataplane"
+	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/scale"
+)
+
+func TestMain(m *testing.M) { scale.Main(m) }
+
+// shape is a fabric: vpcs VPCs; every VPC is announced by two of the
+// sims simulated nodes with prefixes prefixes each; real node k hosts
+// hosted[k].
+type shape struct {
+	vpcs, sims, prefixes int
+	hosted               [][]int
+	// simNet puts the simulated nodes in 198.18.0.0/16 instead of
+	// 192.0.2.100 and up, for more than a hundred of them.
+	simNet bool
+}
+
+// simUnderlay is simulated node i's address.
+func (sh shape) simUnderlay(i int) netip.Addr {
+	if sh.simNet {
+		return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+	}
+	return netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)})
+}
+
+// small is the fabric of the CI tests: nodes 0 and 1 share five VPCs, so
+// they route to each other too.
+var small = shape{vpcs: 100, sims: 10, prefixes: 5, hosted: [][]int{span(0, 10), span(5, 15), span(20, 30)}}
+
+func span(from, to int) []int {
+	var out []int
+	for v := from; v < to; v++ {
+		out = append(out, v)
+	}
+	return out
+}
+
+func vpcName(v int) string { return fmt.Sprintf("vpc-%04d", v) }
+func vni(v int) uint32     { return 20000 + uint32(v) }
+
+// vpcAddr is address n of VPC v: 10.<v/256>.<v%256>.<n>.
+func vpcAddr(v, n int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(v >> 8), byte(v), byte(n)})
+}
+
+// simSpec is the simulated nodes at 192.0.2.100 and up, peering with rr.
+func (sh shape) simSpec(rr netip.Addr) scale.Spec {
+	s := scale.Spec{ASN: harness.FabricASN, RTASN: harness.FabricASN, Reflectors: []netip.Addr{rr}}
+	for i := 0; i < sh.sims; i++ {
+		s.Nodes = append(s.Nodes, scale.Node{Underlay: sh.simUnderlay(i)})
+	}
+	for v := 0; v < sh.vpcs; v++ {
+		for j, i := range []int{v % sh.sims, (v + 3) % sh.sims} {
+			vpc := scale.VPC{VNI: vni(v)}
+			for k := 0; k < sh.prefixes; k++ {
+				// .1 is the gateway of the real nodes' workloads.
+				vpc.Prefixes = append(vpc.Prefixes, netip.PrefixFrom(vpcAddr(v, 2+j*sh.prefixes+k), 32))
+			}
+			s.Nodes[i].VPCs = append(s.Nodes[i].VPCs, vpc)
+		}
+	}
+	return s
+}
+
+// realAddr is real node k's workload in VPC v.
+func realAddr(k, v int) netip.Addr { return vpcAddr(v, 200+k) }
+
+type node struct {
+	*harness.Node
+	k        int
+	Underlay netip.Addr
+	Router   *harness.Router
+	vpcs     []int
+}
+
+// topology is the fabric of a test: the simulated nodes and three real
+// ones, all peering with one reflector.
+type topology struct {
+	// id keeps attachment names (and their handoff leases) apart
+	// between the tests of one environment.
+	id    int
+	env   *harness.Env
+	f     *harness.Fabric
+	spec  scale.Spec
+	sims  *scale.Sims
+	nodes []*node
+}
+
+var topologies int
+
+func newTopology(t *testing.T, env *harness.Env, f *harness.Fabric, rr netip.Addr) *topology {
+	t.Helper()
+	return small.topology(t, env, f, rr)
+}
+
+func (sh shape) topology(t *testing.T, env *harness.Env, f *harness.Fabric, rr netip.Addr) *topology {
+	t.Helper()
+	topologies++
+	top := &topology{id: topologies, env: env, f: f, spec: sh.simSpec(rr)}
+	top.sims = scale.Start(t, f, top.spec)
+	return sh.withTopology(t, top, rr)
+}
+
+// withTopology adds the real nodes to a fabric of simulated ones.
+func (sh shape) withTopology(t *testing.T, top *topology, rr netip.Addr) *topology {
+	t.Helper()
+	env, f := top.env, top.f
+	for k := range sh.hosted {
+		n := env.NewNode(t, fmt.Sprintf("node-%d", k))
+		ul := f.Attach(t, n)
+		cfg := f.FabricRouterConfig(ul)
+		cfg.Peers[0].Address = rr.String()
+		if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
+			t.Fatalf("enabling forwarding: %v %s", err, out)
+		}
+		r := n.StartRouter(t, cfg, "--resync", "5s")
+		top.nodes = append(top.nodes, &node{Node: n, k: k, Underlay: ul, Router: r})
+	}
+	for _, n := range top.nodes {
+		for _, v := range sh.hosted[n.k] {
+			top.add(t, n, v)
+		}
+	}
+	return top
+}
+
+// add attaches a workload of VPC v to n.
+func (top *topology) add(t *testing.T, n *node, v int) {
+	t.Helper()
+	name := fmt.Sprintf("w%d-%d", top.id, n.k)
+	conf := map[string]any{"cniVersion": "1.1.0", "name": vpcName(v) + "-" + name, "plugins": []any{
+		map[string]any{"type": "galactic-cni", "vpc": vpcName(v), "attachment": name, "mode": "veth", "routing": "table",
+			"addresses": []string{realAddr(n.k, v).String() + "/24"}},
+		map[string]any{"type": "galactic-bgp", "vpc": vpcName(v), "attachment": name, "vni": vni(v)},
+	}}
+	n.WriteConflist(t, conf)
+	if out, err := n.CNITool("add", vpcName(v)+"-"+name, harness.NewContainer(t), "net0"); err != nil {
+		t.Fatalf("ADD in %s on %s: %v %s", vpcName(v), n.Name, err, out)
+	}
+	n.vpcs = append(n.vpcs, v)
+}
+
+// want is what n must install for VPC v: the simulated nodes' prefixes
+// and the workloads of the other real nodes in v.
+func (top *topology) want(n *node, v int) []netip.Prefix {
+	out := top.spec.PrefixesOf(vni(v))
+	for _, o := range top.nodes {
+		if o != n && slices.Contains(o.vpcs, v) {
+			out = append(out, netip.PrefixFrom(realAddr(o.k, v), 32))
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out
+}
+
+// wantRIB is how many paths n's RIB must hold: those of its VPCs.
+func (top *topology) wantRIB(n *node) int {
+	total := 0
+	for _, v := range n.vpcs {
+		total += len(top.want(n, v))
+	}
+	return total
+}
+
+// everyRoute is every route of the fabric but n's own.
+func (top *topology) everyRoute(n *node) int {
+	total := top.spec.Routes()
+	for _, o := range top.nodes {
+		if o != n {
+			total += len(o.vpcs)
+		}
+	}
+	return total
+}
+
+// remoteRoutes are the routes n's router installed in VPC v's table.
+func remoteRoutes(n *node, v int) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	err := n.Do(func() error {
+		d, err := routing.Find(vpcName(v))
+		if err != nil || d == nil {
+			return err
+		}
+		rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: d.Table, Protocol: dataplane.Protocol},
+			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.Dst != nil {
+				p, _ := netip.AddrFromSlice(r.Dst.IP.To4())
+				bits, _ := r.Dst.Mask.Size()
+				out = append(out, netip.PrefixFrom(p, bits))
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out, err
+}
+
+// eventually polls cond every 20 ms until it returns nil or limit passes.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(limit)
+	for {
+		err := cond()
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, limit, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func metric(n *node, name string) float64 {
+	v, err := n.Router.Metric(name)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// waitRIBs waits until every node's RIB holds exactly its VPCs' paths and
+// its adj-RIB-in holds adjIn(n).
+func (top *topology) waitRIBs(t *testing.T, adjIn func(*node) int) {
+	t.Helper()
+	for _, n := range top.nodes {
+		eventually(t, 90*time.Second, n.Name+"'s RIB", func() error {
+			rib, in := metric(n, "galactic_router_rib_paths"), metric(n, "galactic_router_adj_rib_in_paths")
+			if int(rib) != top.wantRIB(n) || int(in) != adjIn(n) {
+				return fmt.Errorf("RIB %v paths, adj-RIB-in %v; want %d and %d", rib, in, top.wantRIB(n), adjIn(n))
+			}
+			return nil
+		})
+	}
+}
+
+// checkKernels waits until every node's tables hold exactly its VPCs'
+// remote routes.
+func (top *topology) checkKernels(t *testing.T) {
+	t.Helper()
+	for _, n := range top.nodes {
+		for _, v := range n.vpcs {
+			eventually(t, 30*time.Second, fmt.Sprintf("%s's routes of %s", n.Name, vpcName(v)), func() error {
+				got, err := remoteRoutes(n, v)
+				if err != nil {
+					return err
+				}
+				if want := top.want(n, v); !slices.Equal(got, want) {
+					return fmt.Errorf("installed %v, want %v", got, want)
+				}
+				return nil
+			})
+		}
+	}
+}
+
+// routeMonitor records `ip monitor route` in a node.
+type routeMonitor struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (m *routeMonitor) Write(b []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.out.Write(b)
+}
+
+func monitorRoutes(t *testing.T, n *node) *routeMonitor {
+	t.Helper()
+	m := &routeMonitor{done: make(chan struct{})}
+	m.cmd = exec.Command("ip", "-n", n.Netns.Name, "monitor", "route")
+	m.cmd.Stdout = m
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = m.cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() { _ = m.cmd.Process.Kill(); <-m.done })
+	return m
+}
+
+// lines are the monitor's lines about galactic-router's routes.
+func (m *routeMonitor) lines() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(m.out.String(), "\n") {
+		if strings.Contains(l, fmt.Sprintf("proto %d", dataplane.Protocol)) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// restartRouter kills n's router and starts it again, and waits until it
+// has taken over: its session up and its RIB synced.
+func restartRouter(t *testing.T, n *node) {
+	t.Helper()
+	synced := strings.Count(n.Router.Log(), `"msg":"RIB synced"`)
+	n.Router.Kill()
+	if err := n.Router.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, n.Name+"'s restarted router synced", func() error {
+		if strings.Count(n.Router.Log(), `"msg":"RIB synced"`) <= synced {
+			return fmt.Errorf("no End-of-RIB yet")
+		}
+		if v := metric(n, `galactic_router_peers{state="established"}`); v != 1 {
+			return fmt.Errorf("%v sessions established", v)
+		}
+		return nil
+	})
+}
+
+// frrSessionsLost counts the sessions FRR lost with addr since its log
+// offset from.
+func frrSessionsLost(t *testing.T, f *harness.Fabric, from int64, addr netip.Addr) int {
+	t.Helper()
+	data, err := os.ReadFile(f.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data[from:]), addr.String()+" went from Established to")
+}

@@ -1,0 +1,242 @@
+// Package scale runs simulated galactic nodes for scale tests: many GoBGP
+// speakers in one process, each with its own router ID, underlay address
+// and sessions to the fabric's reflectors, announcing EVPN type-5 routes
+// with galactic-router's own speaker code (router/speaker), so what they
+// send is what a node sends. They run inside the fabric namespace, next
+// to real nodes running galactic-router.
+package scale
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/galactic-cni/galactic/router/config"
+	"github.com/galactic-cni/galactic/router/speaker"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+// envSpec names the spec file of a process that is to run simulated
+// nodes instead of tests.
+const envSpec = "GALACTIC_SIMNODES_SPEC"
+
+// Spec is the simulated part of a fabric.
+type Spec struct {
+	// ASN is every simulated node's AS, RTASN the route-target AS.
+	ASN   uint32 `json:"asn"`
+	RTASN uint16 `json:"rtASN"`
+	// Reflectors are the addresses every node peers with (port 179).
+	Reflectors []netip.Addr `json:"reflectors"`
+	Nodes      []Node       `json:"nodes"`
+}
+
+// Node is one simulated node.
+type Node struct {
+	Underlay netip.Addr `json:"underlay"`
+	VPCs     []VPC      `json:"vpcs"`
+}
+
+// VPC is what a simulated node announces in one VPC.
+type VPC struct {
+	VNI      uint32         `json:"vni"`
+	Prefixes []netip.Prefix `json:"prefixes"`
+}
+
+// Routes is every route the spec announces.
+func (s Spec) Routes() int {
+	n := 0
+	for _, node := range s.Nodes {
+		for _, v := range node.VPCs {
+			n += len(v.Prefixes)
+		}
+	}
+	return n
+}
+
+// RoutesOf counts the routes of one VNI.
+func (s Spec) RoutesOf(vni uint32) int {
+	n := 0
+	for _, node := range s.Nodes {
+		for _, v := range node.VPCs {
+			if v.VNI == vni {
+				n += len(v.Prefixes)
+			}
+		}
+	}
+	return n
+}
+
+// PrefixesOf are the prefixes announced for one VNI.
+func (s Spec) PrefixesOf(vni uint32) []netip.Prefix {
+	var out []netip.Prefix
+	for _, node := range s.Nodes {
+		for _, v := range node.VPCs {
+			if v.VNI == vni {
+				out = append(out, v.Prefixes...)
+			}
+		}
+	}
+	return out
+}
+
+// Main runs the package's tests, or, in a process Start made, the
+// simulated nodes until it is told to stop.
+func Main(m *testing.M) {
+	if path := os.Getenv(envSpec); path != "" {
+		if err := serve(path); err != nil {
+			fmt.Fprintln(os.Stderr, "simulated nodes:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	harness.Main(m)
+}
+
+// routerMAC is a simulated node's router MAC in a VPC: locally
+// administered, from its underlay and VNI.
+func routerMAC(underlay netip.Addr, vni uint32) net.HardwareAddr {
+	a := underlay.As4()
+	return net.HardwareAddr{0x02, a[3], byte(vni >> 16), byte(vni >> 8), byte(vni), 0x01}
+}
+
+// nodeConfig is a simulated node's router config: the way the installer
+// configures a real node, with timers short enough for tests.
+func (s Spec) nodeConfig(n Node) *config.Config {
+	c := &config.Config{Role: config.RoleNode, ASN: s.ASN, RouterID: n.Underlay, Underlay: n.Underlay, ListenPort: -1,
+		RouteTargetASN: s.RTASN, GracefulRestart: true, RestartTime: 120 * time.Second}
+	for _, rr := range s.Reflectors {
+		c.Peers = append(c.Peers, config.Peer{Address: rr, ASN: s.ASN, Port: 179, Hold: 9 * time.Second, Keepalive: 3 * time.Second})
+	}
+	return c
+}
+
+// serve starts every simulated node of the spec at path and announces
+// its routes; it returns when the process is told to stop.
+func serve(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var s Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	for _, n := range s.Nodes {
+		// Like a real node, a simulated one imports only its VPCs.
+		var rts []speaker.RouteTarget
+		for _, v := range n.VPCs {
+			rts = append(rts, speaker.RouteTarget{ASN: s.RTASN, Value: v.VNI})
+		}
+		g, err := speaker.Start(ctx, speaker.Options{Config: s.nodeConfig(n), Log: log.With("node", n.Underlay.String()), Membership: rts})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n.Underlay, err)
+		}
+		for i, v := range n.VPCs {
+			for _, p := range v.Prefixes {
+				r := speaker.Route{RD: speaker.RD{Admin: n.Underlay, Assigned: uint16(i + 1)}, Prefix: p, VNI: v.VNI, RTASN: s.RTASN,
+					NextHop: n.Underlay, RouterMAC: routerMAC(n.Underlay, v.VNI), Generation: 1}
+				if err := g.Announce(ctx, r); err != nil {
+					return fmt.Errorf("node %s: %w", n.Underlay, err)
+				}
+			}
+		}
+	}
+	fmt.Println("simulated nodes started:", len(s.Nodes))
+	<-ctx.Done()
+	return nil
+}
+
+// Sims is a running process of simulated nodes.
+type Sims struct {
+	Spec    Spec
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	once    sync.Once
+}
+
+// Start gives every simulated node its underlay address on the fabric's
+// bridge and runs them all in one process in the fabric namespace; t's
+// cleanup stops it.
+func Start(t testing.TB, f *harness.Fabric, s Spec) *Sims {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range s.Nodes {
+		if out, err := f.Run("ip", "addr", "add", n.Underlay.String()+"/32", "dev", "br0"); err != nil {
+			t.Fatalf("underlay of %s: %v %s", n.Underlay, err, out)
+		}
+	}
+	data, _ := json.Marshal(s)
+	spec := filepath.Join(dir, "spec.json")
+	if err := os.WriteFile(spec, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sims := &Sims{Spec: s, LogPath: filepath.Join(dir, "sims.log"), done: make(chan struct{})}
+	log, err := os.Create(sims.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sims.cmd = exec.Command("ip", "netns", "exec", f.Netns.Name, self)
+	sims.cmd.Env = append(os.Environ(), envSpec+"="+spec)
+	sims.cmd.Stdout, sims.cmd.Stderr = log, log
+	if err := sims.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sims.cmd.Wait(); log.Close(); close(sims.done) }()
+	t.Cleanup(sims.Stop)
+	// Starting takes about a second per hundred routes on a busy machine.
+	deadline := time.Now().Add(30*time.Second + time.Duration(s.Routes())*10*time.Millisecond)
+	for !strings.Contains(sims.Log(), "simulated nodes started") {
+		select {
+		case <-sims.done:
+			t.Fatalf("the simulated nodes exited: %s", sims.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the simulated nodes did not start: %s", sims.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return sims
+}
+
+// Pid is the process's ID (ip netns exec execs it in place).
+func (s *Sims) Pid() int { return s.cmd.Process.Pid }
+
+// Log is the process's output so far.
+func (s *Sims) Log() string {
+	b, _ := os.ReadFile(s.LogPath)
+	return string(b)
+}
+
+// Stop ends the process (its sessions go with it).
+func (s *Sims) Stop() {
+	s.once.Do(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+}
