@@ -26,6 +26,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -46,6 +47,9 @@ type Spec struct {
 	Routing string
 	// Addresses are the workload's addresses with their prefix length.
 	Addresses []netip.Prefix
+	// AllowedSourcePrefixes are sources the workload may use beyond its
+	// addresses (a router or NAT appliance).
+	AllowedSourcePrefixes []netip.Prefix
 	// MTU of the host interface (and the container end); 0 keeps the
 	// kernel's default.
 	MTU int
@@ -157,6 +161,13 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		rollback.push(func() error { return routing.Remove(spec.VPC) })
 	}
 	att = &Attached{Domain: *d}
+	var own []netip.Addr
+	for _, p := range spec.Addresses {
+		own = append(own, p.Addr())
+	}
+	if err := d.ClaimAddresses(own); err != nil {
+		return nil, err
+	}
 
 	var link netlink.Link
 	switch spec.Mode {
@@ -208,11 +219,23 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		}
 	}
 
+	var sandboxMAC net.HardwareAddr
+	if att.Sandbox != nil {
+		sandboxMAC, _ = net.ParseMAC(att.Sandbox.MAC)
+	}
+	if err := filter.Add(spec.filterAttachment(sandboxMAC)); err != nil {
+		return nil, fmt.Errorf("adding %s to the packet filter: %w", att.Host.Name, err)
+	}
+	if !att.AdoptedTap {
+		rollback.push(func() error { return filter.Remove(att.Host.Name) })
+	}
+
 	att.Record = state.Record{
 		Network: spec.Network, ContainerID: spec.ContainerID, IfName: spec.IfName, Netns: spec.Netns,
 		VPC: spec.VPC, Attachment: spec.Attachment, Mode: spec.Mode, Routing: spec.Routing,
 		HostInterface: att.Host.Name, HostIfIndex: att.Host.Index, Table: d.Table,
-		Addresses: prefixStrings(spec.Addresses),
+		Addresses: prefixStrings(spec.Addresses), AllowedSourcePrefixes: prefixStrings(spec.AllowedSourcePrefixes),
+		SandboxMAC: sandboxMAC.String(),
 		Holder:    spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
 		Created: h.now(),
 	}
@@ -315,6 +338,9 @@ func configureLink(l netlink.Link, spec Spec) error {
 		if err := netlink.LinkSetMTU(l, spec.MTU); err != nil {
 			return fmt.Errorf("setting MTU %d on %s: %w", spec.MTU, name, err)
 		}
+	}
+	if err := setHostSysctls(name); err != nil {
+		return fmt.Errorf("refusing router advertisements and redirects on %s: %w", name, err)
 	}
 	// A VM that configures its address with the subnet's prefix ARPs for
 	// its neighbours directly; the host answers for those its VPC routes.
@@ -553,6 +579,7 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
 		}
 	}
+	errs = append(errs, filter.Remove(name))
 	if d != nil {
 		errs = append(errs, d.RemoveInterface(name))
 		slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
@@ -666,8 +693,19 @@ func (h Host) Check(spec Spec) error {
 			diffs = append(diffs, err.Error())
 		}
 	}
+	var mac net.HardwareAddr
 	if spec.Mode == names.ModeVeth {
-		diffs = append(diffs, checkSandbox(spec, l)...)
+		var sandboxDiffs []string
+		sandboxDiffs, mac = checkSandbox(spec, l)
+		diffs = append(diffs, sandboxDiffs...)
+	}
+	if err := filter.Check(spec.filterAttachment(mac)); err != nil {
+		diffs = append(diffs, "packet filter: "+err.Error())
+	}
+	for _, s := range hostSysctls {
+		if b, err := os.ReadFile(filepath.Join(s.dir, name, s.key)); err == nil && strings.TrimSpace(string(b)) != "0" {
+			diffs = append(diffs, fmt.Sprintf("%s has %s/%s %s, not 0", name, filepath.Base(s.dir), s.key, strings.TrimSpace(string(b))))
+		}
 	}
 	if len(diffs) > 0 {
 		return errors.New(strings.Join(diffs, "; "))
@@ -675,7 +713,9 @@ func (h Host) Check(spec Spec) error {
 	return nil
 }
 
-func checkSandbox(spec Spec, host netlink.Link) []string {
+// checkSandbox reports what differs in the container of a veth, and the
+// container end's MAC.
+func checkSandbox(spec Spec, host netlink.Link) ([]string, net.HardwareAddr) {
 	var diffs []string
 	var mac net.HardwareAddr
 	err := ns.WithNetNSPath(spec.Netns, func(ns.NetNS) error {
@@ -717,14 +757,14 @@ func checkSandbox(spec Spec, host netlink.Link) []string {
 		return nil
 	})
 	if err != nil {
-		return append(diffs, fmt.Sprintf("container netns %s: %v", spec.Netns, err))
+		return append(diffs, fmt.Sprintf("container netns %s: %v", spec.Netns, err)), nil
 	}
 	if mac == nil {
-		return diffs
+		return diffs, nil
 	}
 	neighs, err := netlink.NeighList(host.Attrs().Index, netlink.FAMILY_ALL)
 	if err != nil {
-		return append(diffs, err.Error())
+		return append(diffs, err.Error()), mac
 	}
 	for _, p := range spec.Addresses {
 		if !slices.ContainsFunc(neighs, func(n netlink.Neigh) bool {
@@ -733,5 +773,5 @@ func checkSandbox(spec Spec, host netlink.Link) []string {
 			diffs = append(diffs, fmt.Sprintf("%s lacks permanent neighbour %s lladdr %s", host.Attrs().Name, p.Addr(), mac))
 		}
 	}
-	return diffs
+	return diffs, mac
 }
