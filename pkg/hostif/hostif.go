@@ -236,7 +236,7 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		HostInterface: att.Host.Name, HostIfIndex: att.Host.Index, Table: d.Table,
 		Addresses: prefixStrings(spec.Addresses), AllowedSourcePrefixes: prefixStrings(spec.AllowedSourcePrefixes),
 		SandboxMAC: sandboxMAC.String(),
-		Holder:    spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
+		Holder:     spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
 		Created: h.now(),
 	}
 	if err := h.Store().Put(att.Record); err != nil {
