@@ -275,7 +275,7 @@ func setBroadcast(c net.PacketConn) error {
 // prefix, as a guest playing router sends it.
 func routerAdvert(src netip.Addr, mac net.HardwareAddr) []byte {
 	body := []byte{64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0} // hop limit, flags, lifetime 1800 s, reachable, retrans
-	body = append(body, 3, 4, 64, 0xc0)                         // prefix information: on-link, autonomous
+	body = append(body, 3, 4, 64, 0xc0)                       // prefix information: on-link, autonomous
 	body = binary.BigEndian.AppendUint32(body, 86400)
 	body = binary.BigEndian.AppendUint32(body, 14400)
 	body = append(body, 0, 0, 0, 0)
