@@ -9,6 +9,7 @@ import (
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/packet"
 )
 
 // world is two routed nodes on a fabric: blue and red workloads on node-a
@@ -89,7 +90,7 @@ func spoofing(t *testing.T, w *world) {
 
 	for _, sender := range []*workload{w.blue1, w.tap} {
 		t.Run(sender.mode(), func(t *testing.T) {
-			spoof, own := harness.NewMarker(), harness.NewMarker()
+			spoof, own := packet.NewMarker(), packet.NewMarker()
 			r, nss := w.everywhere(t, spoof, own)
 			// The sender's own frames and the node's copy of them as they
 			// arrive on its host interface are where they start, not where
@@ -105,29 +106,29 @@ func spoofing(t *testing.T, w *world) {
 			var bad [][]byte
 			for _, src := range spoofed4 {
 				for _, dst := range dst4 {
-					bad = append(bad, harness.UDP(src, dst, sport, dport, spoof))
+					bad = append(bad, packet.UDP(src, dst, sport, dport, spoof))
 				}
 			}
 			for _, src := range spoofed6 {
 				for _, dst := range dst6 {
-					bad = append(bad, harness.UDP(src, dst, sport, dport, spoof))
+					bad = append(bad, packet.UDP(src, dst, sport, dport, spoof))
 				}
 			}
 			// A guest playing DHCP server for its neighbours.
-			bad = append(bad, harness.UDP(sender.Addr(false), w.blue2.Addr(false), 67, 68, spoof))
+			bad = append(bad, packet.UDP(sender.Addr(false), w.blue2.Addr(false), 67, 68, spoof))
 			sender.send(t, bad...)
 			if sender.tap == nil {
 				// The veth's own addresses with another MAC.
 				other := net.HardwareAddr{0x02, 0xde, 0xad, 0, 0, 1}
-				sender.sendFrom(t, other, harness.UDP(sender.Addr(false), w.blue2.Addr(false), sport, dport, spoof),
-					harness.UDP(sender.Addr(true), w.blue2.Addr(true), sport, dport, spoof))
+				sender.sendFrom(t, other, packet.UDP(sender.Addr(false), w.blue2.Addr(false), sport, dport, spoof),
+					packet.UDP(sender.Addr(true), w.blue2.Addr(true), sport, dport, spoof))
 			}
 			// The attachment's own traffic goes where it is sent, after
 			// the spoofed packets on the same paths.
 			var good [][]byte
 			for _, v6 := range []bool{false, true} {
 				for _, dst := range []*workload{w.blue2, w.remote} {
-					good = append(good, harness.UDP(sender.Addr(v6), dst.Addr(v6), sport, dport, own))
+					good = append(good, packet.UDP(sender.Addr(v6), dst.Addr(v6), sport, dport, own))
 				}
 			}
 			sender.send(t, good...)
@@ -145,7 +146,7 @@ func spoofing(t *testing.T, w *world) {
 }
 
 func optOut(t *testing.T, w *world) {
-	allowed, other := harness.NewMarker(), harness.NewMarker()
+	allowed, other := packet.NewMarker(), packet.NewMarker()
 	r, nss := w.everywhere(t, allowed, other)
 	for i, n := range nss {
 		if n == w.nat.c {
@@ -156,12 +157,12 @@ func optOut(t *testing.T, w *world) {
 		}
 	}
 	w.nat.send(t,
-		harness.UDP(addr("192.168.8.9"), w.blue2.Addr(false), sport, dport, other),
-		harness.UDP(addr("fd99:8::9"), w.blue2.Addr(true), sport, dport, other),
-		harness.UDP(w.blue1.Addr(false), w.blue2.Addr(false), sport, dport, other),
-		harness.UDP(addr("192.168.7.9"), w.blue2.Addr(false), sport, dport, allowed),
-		harness.UDP(addr("fd99:7::9"), w.blue2.Addr(true), sport, dport, allowed),
-		harness.UDP(addr("192.168.7.10"), w.remote.Addr(false), sport, dport, allowed),
+		packet.UDP(addr("192.168.8.9"), w.blue2.Addr(false), sport, dport, other),
+		packet.UDP(addr("fd99:8::9"), w.blue2.Addr(true), sport, dport, other),
+		packet.UDP(w.blue1.Addr(false), w.blue2.Addr(false), sport, dport, other),
+		packet.UDP(addr("192.168.7.9"), w.blue2.Addr(false), sport, dport, allowed),
+		packet.UDP(addr("fd99:7::9"), w.blue2.Addr(true), sport, dport, allowed),
+		packet.UDP(addr("192.168.7.10"), w.remote.Addr(false), sport, dport, allowed),
 	)
 	for i, n := range nss {
 		if n == w.blue2.c || n == w.remote.c {
@@ -193,9 +194,9 @@ func vxlanFrames(t *testing.T, w *world, marker []byte) [][]byte {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner := harness.Ethernet(mac, net.HardwareAddr{0x02, 0xbe, 0xef, 0, 0, 1}, harness.EtherTypeOf(vpc.src),
-			harness.UDP(vpc.src, vpc.dst, sport, dport, marker))
-		out = append(out, harness.VXLAN(vpc.vni, inner))
+		inner := packet.Ethernet(mac, net.HardwareAddr{0x02, 0xbe, 0xef, 0, 0, 1}, packet.EtherTypeOf(vpc.src),
+			packet.UDP(vpc.src, vpc.dst, sport, dport, marker))
+		out = append(out, packet.VXLAN(vpc.vni, inner))
 	}
 	return out
 }
@@ -222,7 +223,7 @@ func sendUDP(t *testing.T, ns *harness.Netns, laddr, raddr netip.AddrPort, paylo
 }
 
 func vxlanInjection(t *testing.T, w *world) {
-	injected, fromPeer := harness.NewMarker(), harness.NewMarker()
+	injected, fromPeer := packet.NewMarker(), packet.NewMarker()
 	r, nss := w.everywhere(t, injected, fromPeer)
 	for i, n := range nss {
 		switch n {
@@ -243,11 +244,11 @@ func vxlanInjection(t *testing.T, w *world) {
 		var pkts [][]byte
 		for _, dst := range []netip.Addr{addr("10.20.0.1"), addr("255.255.255.255"), addr("10.20.0.255"), w.a.Underlay} {
 			for _, v := range vxlanFrames(t, w, injected) {
-				pkts = append(pkts, harness.UDP(sender.Addr(false), dst, 43000, 4789, v))
+				pkts = append(pkts, packet.UDP(sender.Addr(false), dst, 43000, 4789, v))
 			}
 		}
 		for _, v := range vxlanFrames(t, w, injected) {
-			pkts = append(pkts, harness.UDP(sender.Addr(true), addr("fd20::1"), 43000, 4789, v))
+			pkts = append(pkts, packet.UDP(sender.Addr(true), addr("fd20::1"), 43000, 4789, v))
 		}
 		sender.send(t, pkts...)
 	}
@@ -268,7 +269,7 @@ func vxlanInjection(t *testing.T, w *world) {
 }
 
 func fromOutside(t *testing.T, w *world) {
-	plain, control := harness.NewMarker(), harness.NewMarker()
+	plain, control := packet.NewMarker(), packet.NewMarker()
 	r, nss := w.everywhere(t, plain, control)
 	for i, n := range nss {
 		switch n {
@@ -293,12 +294,12 @@ func fromOutside(t *testing.T, w *world) {
 			if v6 {
 				src = addr("2001:db8:f::1")
 			}
-			p := harness.UDP(src, wl.Addr(v6), sport, dport, plain)
-			frames = append(frames, harness.Ethernet(ul0, br0, harness.EtherTypeOf(src), p))
+			p := packet.UDP(src, wl.Addr(v6), sport, dport, plain)
+			frames = append(frames, packet.Ethernet(ul0, br0, packet.EtherTypeOf(src), p))
 		}
 	}
 	// Then one to the node itself, on the same path, as the barrier.
-	frames = append(frames, harness.Ethernet(ul0, br0, harness.EtherTypeIPv4, harness.UDP(w.f.RR, w.a.Underlay, sport, dport, control)))
+	frames = append(frames, packet.Ethernet(ul0, br0, packet.EtherTypeIPv4, packet.UDP(w.f.RR, w.a.Underlay, sport, dport, control)))
 	if err := w.f.SendFrames("br0", frames...); err != nil {
 		t.Fatal(err)
 	}

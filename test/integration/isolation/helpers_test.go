@@ -12,6 +12,7 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/packet"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -117,11 +118,11 @@ func (w *workload) sendFrom(t *testing.T, mac net.HardwareAddr, packets ...[]byt
 	t.Helper()
 	var frames [][]byte
 	for _, p := range packets {
-		et := uint16(harness.EtherTypeIPv4)
+		et := uint16(packet.EtherTypeIPv4)
 		if p[0]>>4 == 6 {
-			et = harness.EtherTypeIPv6
+			et = packet.EtherTypeIPv6
 		}
-		frames = append(frames, harness.Ethernet(w.hostMAC, mac, et, p))
+		frames = append(frames, packet.Ethernet(w.hostMAC, mac, et, p))
 	}
 	if w.tap != nil {
 		for _, f := range frames {

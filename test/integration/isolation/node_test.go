@@ -18,6 +18,7 @@ import (
 	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/packet"
 )
 
 // plainNode is a node with forwarding on and no router.
@@ -162,7 +163,7 @@ func TestAWorkloadReachesNoNodeSocketThroughAnyAddressButPingsItsGateway(t *test
 		return nil
 	})
 
-	marker := harness.NewMarker()
+	marker := packet.NewMarker()
 	targets := map[*workload][]string{
 		subnet: {"10.20.0.1", "fd20::1", "192.0.2.1", "2001:db8::1", "127.0.0.1", linkLocal(t, n.Netns, subnet.HostIf()).String() + "%" + ifName},
 		host:   {"169.254.0.1", "fe80::1%" + ifName, "192.0.2.1", "2001:db8::1"},
@@ -241,7 +242,7 @@ func TestAWorkloadReachesNoNodeSocketThroughAnyAddressButPingsItsGateway(t *test
 			return err
 		}
 		defer c.Close()
-		_, err = c.Write(append(harness.NewMarker()[:0], "barrier-barrier!"...))
+		_, err = c.Write(append(packet.NewMarker()[:0], "barrier-barrier!"...))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -281,20 +282,20 @@ func routerAdvert(src netip.Addr, mac net.HardwareAddr) []byte {
 	body = append(body, 0, 0, 0, 0)
 	body = append(body, addr("2001:db8:77::").AsSlice()...)
 	body = append(append(body, 1, 1), mac...) // source link-layer address
-	return harness.ICMP(src, addr("ff02::1"), 134, 0, body)
+	return packet.ICMP(src, addr("ff02::1"), 134, 0, body)
 }
 
 // redirect6 tells the node to reach dst through target.
 func redirect6(src, target, dst netip.Addr) []byte {
 	body := append(append([]byte{0, 0, 0, 0}, target.AsSlice()...), dst.AsSlice()...)
-	return harness.ICMP(src, addr("ff02::1"), 137, 0, body)
+	return packet.ICMP(src, addr("ff02::1"), 137, 0, body)
 }
 
 // redirect4 tells the node to reach dst through gw, quoting a packet of
 // the node's to dst.
 func redirect4(src, to, gw, dst netip.Addr) []byte {
-	quoted := harness.UDP(to, dst, 5000, 5001, nil)
-	return harness.ICMP(src, to, 5, 1, append(gw.AsSlice(), quoted[:28]...))
+	quoted := packet.UDP(to, dst, 5000, 5001, nil)
+	return packet.ICMP(src, to, 5, 1, append(gw.AsSlice(), quoted[:28]...))
 }
 
 // nodeNetState is what a router advertisement or redirect could change on

@@ -1,4 +1,8 @@
-package harness
+// Package packet builds raw frames and packets for tests that act as an
+// attacker would: every header is built here, so a source, a MAC or a VNI
+// can be anything. It has no dependencies, so the VM guest scenarios use
+// it too.
+package packet
 
 import (
 	"crypto/rand"
@@ -6,9 +10,6 @@ import (
 	"net"
 	"net/netip"
 )
-
-// Raw packets for tests that act as an attacker would: every header is
-// built here, so a source, a MAC or a VNI can be anything.
 
 // EtherType values.
 const (
@@ -59,7 +60,7 @@ func IPPacket(src, dst netip.Addr, proto, ttl byte, payload []byte) []byte {
 		b[8], b[9] = ttl, proto
 		copy(b[12:], src.AsSlice())
 		copy(b[16:], dst.AsSlice())
-		binary.BigEndian.PutUint16(b[10:], checksum(b))
+		binary.BigEndian.PutUint16(b[10:], Checksum(b))
 		return append(b, payload...)
 	}
 	b := make([]byte, 40, 40+len(payload))
@@ -83,7 +84,7 @@ func pseudoChecksum(src, dst netip.Addr, proto byte, msg []byte) uint16 {
 		ph = binary.BigEndian.AppendUint32(ph, uint32(len(msg)))
 		ph = append(ph, 0, 0, 0, proto)
 	}
-	return checksum(append(ph, msg...))
+	return Checksum(append(ph, msg...))
 }
 
 // UDP is an IP packet carrying a UDP datagram.
@@ -107,7 +108,7 @@ func UDP(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
 func ICMP(src, dst netip.Addr, typ, code byte, body []byte) []byte {
 	m := append([]byte{typ, code, 0, 0}, body...)
 	if src.Is4() {
-		binary.BigEndian.PutUint16(m[2:], checksum(m))
+		binary.BigEndian.PutUint16(m[2:], Checksum(m))
 		return IPPacket(src, dst, ProtoICMP, 64, m)
 	}
 	binary.BigEndian.PutUint16(m[2:], pseudoChecksum(src, dst, ProtoICMPv6, m))
@@ -121,4 +122,19 @@ func VXLAN(vni uint32, inner []byte) []byte {
 	b[0] = 0x08
 	binary.BigEndian.PutUint32(b[4:], vni<<8)
 	return append(b, inner...)
+}
+
+// Checksum is the Internet checksum (RFC 1071) of b.
+func Checksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = (sum & 0xffff) + sum>>16
+	}
+	return ^uint16(sum)
 }
