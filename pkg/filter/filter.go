@@ -83,14 +83,22 @@ func Cover(ps []netip.Prefix) []netip.Prefix {
 func (a Attachment) elements() []element {
 	name := ifKey(a.Interface)
 	var out []element
+	// Host prefixes go to hash sets; only wider prefixes need an interval
+	// set, whose updates cost more the more elements it holds.
 	for _, p := range Cover(a.Sources) {
-		set := setSrc4
-		if p.Addr().Is6() {
-			set = setSrc6
+		key := append(slices.Clone(name), p.Addr().AsSlice()...)
+		switch {
+		case p.IsSingleIP() && p.Addr().Is4():
+			out = append(out, element{set: setSrc4, key: key})
+		case p.IsSingleIP():
+			out = append(out, element{set: setSrc6, key: key})
+		default:
+			set := setNet4
+			if p.Addr().Is6() {
+				set = setNet6
+			}
+			out = append(out, element{set: set, key: key, end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
 		}
-		out = append(out, element{set: set,
-			key: append(slices.Clone(name), p.Addr().AsSlice()...),
-			end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
 	}
 	seen := map[netip.Addr]bool{}
 	for _, g := range a.Gateways {
@@ -149,7 +157,7 @@ func conn() (*nftables.Conn, error) {
 
 // ruleTag marks each rule with its place, so a changed or partial ruleset
 // is told from galactic's own.
-func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v1", chain, i) }
+func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v2", chain, i) }
 
 // Missing describes what of galactic's table, chains and rules the kernel
 // lacks; empty when everything is in place.
@@ -287,7 +295,7 @@ func listElements(c *nftables.Conn, names ...string) ([]element, error) {
 	return out, nil
 }
 
-var attachmentSets = []string{setSrc4, setSrc6, setGw4, setGw6, setMAC}
+var attachmentSets = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC}
 
 func toSetElements(es []element) map[string][]nftables.SetElement {
 	out := map[string][]nftables.SetElement{}
@@ -319,22 +327,65 @@ func apply(c *nftables.Conn, add, del []element) error {
 	return nil
 }
 
-// Add ensures the table and adds a's elements, replacing any other
-// elements its interface had (a re-ADD with other addresses).
-func Add(a Attachment) error {
+// Add restores the table if it is gone and adds a's elements. previous
+// are what the node's records say the interface had before (a re-ADD, a
+// replacement); their elements a does not have are removed in the same
+// batch. Without an exact previous (an interface whose earlier ADD was
+// interrupted, say) Add falls back to reading the sets and replacing
+// every element of the interface.
+func Add(a Attachment, previous ...Attachment) error {
 	c, err := conn()
 	if err != nil {
 		return err
 	}
-	if _, err := ensure(c); err != nil {
+	if err := ensureQuick(c); err != nil {
 		return err
+	}
+	want := a.elements()
+	var stale []element
+	for _, p := range previous {
+		stale = append(stale, p.elements()...)
+	}
+	_, del := diff(stale, want, func(e element) bool { return e.iface() == a.Interface })
+	if err := apply(c, want, dedupe(del)); err == nil {
+		return nil
 	}
 	have, err := listElements(c, attachmentSets...)
 	if err != nil {
 		return err
 	}
-	add, del := diff(have, a.elements(), func(e element) bool { return e.iface() == a.Interface })
+	add, del := diff(have, want, func(e element) bool { return e.iface() == a.Interface })
 	return apply(c, add, del)
+}
+
+func dedupe(es []element) []element {
+	seen := map[string]bool{}
+	var out []element
+	for _, e := range es {
+		if !seen[e.id()] {
+			seen[e.id()] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ensureQuick restores the table when it or its prerouting rules are gone
+// (a flush): two reads instead of Ensure's full comparison, which CHECK,
+// the GC and the router make.
+func ensureQuick(c *nftables.Conn) error {
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err == nil {
+		for _, cs := range chains() {
+			if cs.chain.Name != "prerouting" {
+				continue
+			}
+			if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
+				return nil
+			}
+		}
+	}
+	_, err := ensure(c)
+	return err
 }
 
 // diff returns what to add and delete so that the elements of have for
@@ -364,13 +415,24 @@ func diff(have, want []element, mine func(element) bool) (add, del []element) {
 }
 
 // Remove deletes every element of the interface; what is already gone,
-// the table included, is not an error.
-func Remove(iface string) error {
+// the table included, is not an error. known are the attachments the
+// node's records say the interface had: when their elements are all
+// there, they are deleted without reading the sets.
+func Remove(iface string, known ...Attachment) error {
 	c, err := conn()
 	if err != nil {
 		return err
 	}
 	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	var exact []element
+	for _, k := range known {
+		if k.Interface == iface {
+			exact = append(exact, k.elements()...)
+		}
+	}
+	if len(exact) > 0 && apply(c, nil, dedupe(exact)) == nil {
 		return nil
 	}
 	have, err := listElements(c, attachmentSets...)

@@ -34,7 +34,9 @@ func TestLastAddrIsTheEndOfThePrefix(t *testing.T) {
 }
 
 // inNetns runs f in a fresh network namespace; it needs root.
-func inNetns(t *testing.T, f func()) {
+func inNetns(t *testing.T, f func()) { inNetnsB(t, f) }
+
+func inNetnsB(t testing.TB, f func()) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a network namespace")
@@ -98,16 +100,29 @@ func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 		if n, err := Elements(); err != nil || n != 8 {
 			t.Fatalf("elements = %d, %v; want 8", n, err)
 		}
-		// A re-ADD with other sources replaces them.
+		// A re-ADD with other sources replaces those of the previous record.
 		narrowed := blue()
 		narrowed.Sources = narrowed.Sources[:2]
-		if err := Add(narrowed); err != nil {
+		if err := Add(narrowed, blue()); err != nil {
 			t.Fatal(err)
 		}
 		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "lacks gv0123456789abc . 192.168.0.0-192.168.255.255") {
 			t.Fatalf("CHECK should name the missing source prefix, got %v", err)
 		}
-		if err := Remove(narrowed.Interface); err != nil {
+		// Without the previous record, an overlapping leftover is found by
+		// reading the sets.
+		overlapping := narrowed
+		overlapping.Sources = append(slices.Clone(narrowed.Sources), netip.MustParsePrefix("192.168.1.0/24"))
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		if err := Add(overlapping); err != nil {
+			t.Fatalf("an ADD over an overlapping leftover: %v", err)
+		}
+		if err := Check(overlapping); err != nil {
+			t.Fatal(err)
+		}
+		if err := Remove(narrowed.Interface, overlapping); err != nil {
 			t.Fatal(err)
 		}
 		if err := Remove(narrowed.Interface); err != nil {

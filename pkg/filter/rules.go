@@ -26,6 +26,8 @@ const (
 const (
 	setSrc4  = "workload_src4"
 	setSrc6  = "workload_src6"
+	setNet4  = "workload_net4"
+	setNet6  = "workload_net6"
 	setGw4   = "workload_gw4"
 	setGw6   = "workload_gw6"
 	setMAC   = "workload_mac"
@@ -66,8 +68,10 @@ func sets() map[string]*nftables.Set {
 		return &nftables.Set{Table: table, Name: name, KeyType: key, Interval: interval, Concatenation: len(nftables.ConcatSetTypeElements(key)) > 1}
 	}
 	return map[string]*nftables.Set{
-		setSrc4:  mk(setSrc4, concat(nftables.TypeIFName, nftables.TypeIPAddr), true),
-		setSrc6:  mk(setSrc6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), true),
+		setSrc4:  mk(setSrc4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
+		setSrc6:  mk(setSrc6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
+		setNet4:  mk(setNet4, concat(nftables.TypeIFName, nftables.TypeIPAddr), true),
+		setNet6:  mk(setNet6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), true),
 		setGw4:   mk(setGw4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
 		setGw6:   mk(setGw6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
 		setMAC:   mk(setMAC, concat(nftables.TypeIFName, nftables.TypeEtherAddr), false),
@@ -77,7 +81,7 @@ func sets() map[string]*nftables.Set {
 }
 
 // setOrder is the order sets are created in.
-var setOrder = []string{setSrc4, setSrc6, setGw4, setGw6, setMAC, setVTEP4, setVTEP6}
+var setOrder = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC, setVTEP4, setVTEP6}
 
 // chainSpec is one chain and its rules, each rule a list of expressions.
 type chainSpec struct {
@@ -266,6 +270,8 @@ func chains() []chainSpec {
 		rule(unspecifiedSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setSrc4), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setSrc6), accept),
+		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setNet4), accept),
+		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setNet6), accept),
 		rule(drop),
 	}}
 	remote := chainSpec{chain: regularChain("from_vxlan"), rules: [][]expr.Any{

@@ -45,6 +45,19 @@ func RecordFilter(r state.Record) filter.Attachment {
 	return FilterAttachment(recordInterface(r), addrs, allowed, mac)
 }
 
+// recordedFilters are the filter views of the node's records of the host
+// interface hostIf. Callers hold the node lock.
+func (h Host) recordedFilters(hostIf string) []filter.Attachment {
+	recs, _ := h.Store().List()
+	var out []filter.Attachment
+	for _, r := range recs {
+		if recordInterface(r) == hostIf {
+			out = append(out, RecordFilter(r))
+		}
+	}
+	return out
+}
+
 // hostSysctls keep a host interface from taking configuration from its
 // workload: a guest's router advertisement or redirect changes no route
 // or address of the node. They are set before the interface comes up.

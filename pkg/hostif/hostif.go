@@ -223,7 +223,7 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 	if att.Sandbox != nil {
 		sandboxMAC, _ = net.ParseMAC(att.Sandbox.MAC)
 	}
-	if err := filter.Add(spec.filterAttachment(sandboxMAC)); err != nil {
+	if err := filter.Add(spec.filterAttachment(sandboxMAC), h.recordedFilters(att.Host.Name)...); err != nil {
 		return nil, fmt.Errorf("adding %s to the packet filter: %w", att.Host.Name, err)
 	}
 	if !att.AdoptedTap {
@@ -511,7 +511,8 @@ func (h Host) Teardown(rec state.Record) error {
 		errs = append(errs, err)
 	}
 	if other == nil && err == nil {
-		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses)))
+		known := append(h.recordedFilters(name), RecordFilter(rec))
+		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses), known))
 	}
 	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
 		errs = append(errs, fmt.Errorf("deleting the node record: %w", err))
@@ -547,13 +548,14 @@ func (h Host) RemoveInterface(name string) error {
 			return &BusyError{Interface: name, Holders: st.Holders}
 		}
 	}
-	return errors.Join(removeInterface(name, vpc, attachment, nil), h.removeDomainIfUnused(vpc))
+	return errors.Join(removeInterface(name, vpc, attachment, nil, nil), h.removeDomainIfUnused(vpc))
 }
 
-// removeInterface deletes a host interface of vpc/attachment and the rules
-// and host routes that lead to it: those of addrs and those the domain's
-// table routes to it.
-func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
+// removeInterface deletes a host interface of vpc/attachment, the rules
+// and host routes that lead to it (those of addrs and those the domain's
+// table routes to it) and its packet filter elements (known: what the
+// records say they are).
+func removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []filter.Attachment) error {
 	d, err := routing.Find(vpc)
 	if err != nil {
 		return err
@@ -579,7 +581,7 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
 		}
 	}
-	errs = append(errs, filter.Remove(name))
+	errs = append(errs, filter.Remove(name, known...))
 	if d != nil {
 		errs = append(errs, d.RemoveInterface(name))
 		slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
