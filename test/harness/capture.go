@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -33,6 +34,8 @@ type Capture struct {
 	markers [][]byte
 	mu      sync.Mutex
 	counts  map[int]map[frameKey]int // marker index -> where -> frames
+	// sources are the IP sources of the frames, by marker, for messages.
+	sources map[int]map[int]map[string]bool
 	// reads counts the reader's empty polls; Settle waits for one more.
 	polls int
 	cond  *sync.Cond
@@ -43,7 +46,7 @@ type Capture struct {
 // Capture starts counting the frames with any of markers in the namespace;
 // t's cleanup stops it.
 func (n *Netns) Capture(markers ...[]byte) (*Capture, error) {
-	c := &Capture{ns: n, fd: -1, markers: markers, counts: map[int]map[frameKey]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	c := &Capture{ns: n, fd: -1, markers: markers, counts: map[int]map[frameKey]int{}, sources: map[int]map[int]map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	err := n.Do(func() error {
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
@@ -95,6 +98,13 @@ func (c *Capture) read() {
 					c.counts[i] = map[frameKey]int{}
 				}
 				c.counts[i][frameKey{ll.Ifindex, ll.Pkttype == unix.PACKET_OUTGOING}]++
+				if c.sources[i] == nil {
+					c.sources[i] = map[int]map[string]bool{}
+				}
+				if c.sources[i][ll.Ifindex] == nil {
+					c.sources[i][ll.Ifindex] = map[string]bool{}
+				}
+				c.sources[i][ll.Ifindex][ipSource(buf[:n])] = true
 				c.mu.Unlock()
 			}
 		}
@@ -168,7 +178,57 @@ func (c *Capture) Describe(i int, except ...string) string {
 		parts = append(parts, fmt.Sprintf("%s: %d", name, n))
 	}
 	sort.Strings(parts)
-	return c.ns.Name + " {" + strings.Join(parts, ", ") + "}"
+	names := c.ifNames()
+	c.mu.Lock()
+	var srcs []string
+	for idx, ss := range c.sources[i] {
+		if _, counted := f[names[idx]]; !counted {
+			continue
+		}
+		for s := range ss {
+			srcs = append(srcs, s)
+		}
+	}
+	c.mu.Unlock()
+	sort.Strings(srcs)
+	return c.ns.Name + " {" + strings.Join(parts, ", ") + "} from " + strings.Join(srcs, " ")
+}
+
+// Sources are, after Settle, the IP sources of the frames of marker i seen
+// on ifName.
+func (c *Capture) Sources(i int, ifName string) []string {
+	c.Settle()
+	names := c.ifNames()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for idx, ss := range c.sources[i] {
+		if names[idx] == ifName {
+			for s := range ss {
+				out = append(out, s)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ipSource is the source address of an Ethernet frame's IP packet, "?"
+// for anything else.
+func ipSource(f []byte) string {
+	if len(f) < 14 {
+		return "?"
+	}
+	p := f[14:]
+	switch {
+	case f[12] == 0x08 && f[13] == 0x00 && len(p) >= 20:
+		a, _ := netip.AddrFromSlice(p[12:16])
+		return a.String()
+	case f[12] == 0x86 && f[13] == 0xdd && len(p) >= 40:
+		a, _ := netip.AddrFromSlice(p[8:24])
+		return a.String()
+	}
+	return "?"
 }
 
 func (c *Capture) ifNames() map[int]string {
