@@ -705,8 +705,9 @@ func (h Host) Check(spec Spec) error {
 		diffs = append(diffs, "packet filter: "+err.Error())
 	}
 	for _, s := range hostSysctls {
-		if b, err := os.ReadFile(filepath.Join(s.dir, name, s.key)); err == nil && strings.TrimSpace(string(b)) != "0" {
-			diffs = append(diffs, fmt.Sprintf("%s has %s/%s %s, not 0", name, filepath.Base(s.dir), s.key, strings.TrimSpace(string(b))))
+		p := filepath.Join(s.dir, name, s.key)
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "0" {
+			diffs = append(diffs, fmt.Sprintf("%s is %s, not 0", strings.TrimPrefix(p, "/proc/sys/"), strings.TrimSpace(string(b))))
 		}
 	}
 	if len(diffs) > 0 {
