@@ -127,7 +127,7 @@ func icmpType(v6 bool, typ byte) []expr.Any {
 	return join(l4proto(proto), transportByte(0, typ))
 }
 
-// udpSport matches UDP from port.
+// udpPort matches UDP to (dst) or from port.
 func udpPort(dst bool, port uint16) []expr.Any {
 	off := uint32(0)
 	if dst {
