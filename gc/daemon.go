@@ -39,9 +39,11 @@ func NewCollector(node settings.Node, log *slog.Logger) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
+	kernel := NodeKernel{Host: hostif.Host{StateDir: node.StateDir, Live: liveness.Netns, Now: time.Now}}
 	return &Collector{
 		StateDir: node.StateDir,
-		Kernel:   NodeKernel{Host: hostif.Host{StateDir: node.StateDir, Live: liveness.Netns, Now: time.Now}},
+		Kernel:   kernel,
+		Filter:   kernel.SyncFilter,
 		Adverts:  NodeAdverts{Node: node.NodeName, Adv: advert.New(cs.BGPAdvertisements(node.Namespace))},
 		Leases:   HandoffLeases{Leases: cs.Leases(node.Namespace), Namespace: node.Namespace},
 		Live:     liveness.Netns,
@@ -73,7 +75,8 @@ func Run(ctx context.Context, c *Collector, opts Options) error {
 		metrics.Observe(r, err, took, time.Now())
 		attrs := []any{"duration", took.String(), "entriesPruned", r.EntriesPruned, "advertisementsDeleted", r.AdvertisementsDeleted,
 			"recordsRemoved", r.RecordsRemoved, "tapsDetached", r.TapsDetached, "tapsReclaimed", r.TapsReclaimed,
-			"tapsKept", r.TapsKept, "leasesRenewed", r.LeasesRenewed, "leasesReleased", r.LeasesReleased, "errors", r.Errors}
+			"tapsKept", r.TapsKept, "leasesRenewed", r.LeasesRenewed, "leasesReleased", r.LeasesReleased,
+			"filterRebuilt", r.FilterRebuilt, "filterElementsAdded", r.FilterElementsAdded, "filterElementsRemoved", r.FilterElementsRemoved, "errors", r.Errors}
 		if err != nil {
 			opts.Log.Error("gc pass finished with errors", append(attrs, "error", err.Error())...)
 		} else {

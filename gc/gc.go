@@ -84,7 +84,9 @@ type Collector struct {
 	Leases Leases
 	// Live reports whether a container's netns still exists.
 	Live func(netns string) bool
-	Log  *slog.Logger
+	// Filter restores the packet filter; nil skips it.
+	Filter FilterSync
+	Log    *slog.Logger
 }
 
 // Report is what one pass did.
@@ -97,6 +99,11 @@ type Report struct {
 	TapsKept              map[string]int
 	LeasesRenewed         int
 	LeasesReleased        int
+	// FilterRebuilt says the pass restored galactic's nftables table;
+	// FilterElementsAdded and FilterElementsRemoved count set elements.
+	FilterRebuilt         bool
+	FilterElementsAdded   int
+	FilterElementsRemoved int
 	// Errors counts failures by kind; the pass goes on past each.
 	Errors map[string]int
 }
@@ -165,6 +172,7 @@ func (c *Collector) Pass(ctx context.Context) (Report, error) {
 	c.collectRecords(store, records, &r, fail)
 	c.collectTaps(ctx, store, mem, apiOK, liveRecord, advertisedHere, &r, fail)
 	c.keepLeases(ctx, records, &r, fail)
+	c.syncFilter(&r, fail)
 
 	mem.forgetUnseen()
 	if mem.path != "" {

@@ -489,6 +489,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.metrics.kernelChanges.Add(float64(ch.Added + ch.Replaced + ch.Removed))
 		installed += len(remotes[vpc])
 	}
+	d.syncFilter(remotes)
 	unlock()
 	d.syncMembership(ctx, vnis, devices)
 

@@ -292,6 +292,7 @@ func Uninstall(o Options) error {
 	// The router withdraws its routes and removes its kernel state while
 	// its config and the node settings are still there.
 	o.drainRouter(p)
+	o.removeFilter()
 	prefix := ""
 	if o.DryRun {
 		prefix = "would "

@@ -26,6 +26,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -46,6 +47,9 @@ type Spec struct {
 	Routing string
 	// Addresses are the workload's addresses with their prefix length.
 	Addresses []netip.Prefix
+	// AllowedSourcePrefixes are sources the workload may use beyond its
+	// addresses (a router or NAT appliance).
+	AllowedSourcePrefixes []netip.Prefix
 	// MTU of the host interface (and the container end); 0 keeps the
 	// kernel's default.
 	MTU int
@@ -162,6 +166,13 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		rollback.push(func() error { return routing.Remove(spec.VPC) })
 	}
 	att = &Attached{Domain: *d}
+	var own []netip.Addr
+	for _, p := range spec.Addresses {
+		own = append(own, p.Addr())
+	}
+	if err := d.ClaimAddresses(own); err != nil {
+		return nil, err
+	}
 
 	var link netlink.Link
 	switch spec.Mode {
@@ -216,12 +227,24 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		}
 	}
 
+	var sandboxMAC net.HardwareAddr
+	if att.Sandbox != nil {
+		sandboxMAC, _ = net.ParseMAC(att.Sandbox.MAC)
+	}
+	if err := filter.Add(spec.filterAttachment(sandboxMAC), h.recordedFilters(att.Host.Name)...); err != nil {
+		return nil, fmt.Errorf("adding %s to the packet filter: %w", att.Host.Name, err)
+	}
+	if !att.AdoptedTap {
+		rollback.push(func() error { return filter.Remove(att.Host.Name) })
+	}
+
 	att.Record = state.Record{
 		Network: spec.Network, ContainerID: spec.ContainerID, IfName: spec.IfName, Netns: spec.Netns,
 		VPC: spec.VPC, Attachment: spec.Attachment, Mode: spec.Mode, Routing: spec.Routing,
 		HostInterface: att.Host.Name, HostIfIndex: att.Host.Index, Table: d.Table,
-		Addresses: prefixStrings(spec.Addresses),
-		Holder:    spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
+		Addresses: prefixStrings(spec.Addresses), AllowedSourcePrefixes: prefixStrings(spec.AllowedSourcePrefixes),
+		SandboxMAC: sandboxMAC.String(),
+		Holder:     spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
 		Standby: spec.Standby, WaitSeconds: spec.WaitSeconds,
 		Created: h.now(),
 	}
@@ -329,6 +352,9 @@ func configureLink(l netlink.Link, spec Spec) error {
 		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
 			return fmt.Errorf("setting MAC %s on %s: %w", mac, name, err)
 		}
+	}
+	if err := setHostSysctls(name); err != nil {
+		return fmt.Errorf("refusing router advertisements and redirects on %s: %w", name, err)
 	}
 	// A VM that configures its address with the subnet's prefix ARPs for
 	// its neighbours directly; the host answers for those its VPC routes.
@@ -499,7 +525,8 @@ func (h Host) Teardown(rec state.Record) error {
 		errs = append(errs, err)
 	}
 	if other == nil && err == nil {
-		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses)))
+		known := append(h.recordedFilters(name), RecordFilter(rec))
+		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses), known))
 	}
 	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
 		errs = append(errs, fmt.Errorf("deleting the node record: %w", err))
@@ -535,13 +562,14 @@ func (h Host) RemoveInterface(name string) error {
 			return &BusyError{Interface: name, Holders: st.Holders}
 		}
 	}
-	return errors.Join(removeInterface(name, vpc, attachment, nil), h.removeDomainIfUnused(vpc))
+	return errors.Join(removeInterface(name, vpc, attachment, nil, nil), h.removeDomainIfUnused(vpc))
 }
 
-// removeInterface deletes a host interface of vpc/attachment and the rules
-// and host routes that lead to it: those of addrs and those the domain's
-// table routes to it.
-func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
+// removeInterface deletes a host interface of vpc/attachment, the rules
+// and host routes that lead to it (those of addrs and those the domain's
+// table routes to it) and its packet filter elements (known: what the
+// records say they are).
+func removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []filter.Attachment) error {
 	d, err := routing.Find(vpc)
 	if err != nil {
 		return err
@@ -567,6 +595,7 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr) error {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
 		}
 	}
+	errs = append(errs, filter.Remove(name, known...))
 	if d != nil {
 		errs = append(errs, d.RemoveInterface(name))
 		slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
@@ -682,8 +711,20 @@ func (h Host) Check(spec Spec) error {
 			diffs = append(diffs, err.Error())
 		}
 	}
+	var mac net.HardwareAddr
 	if spec.Mode == names.ModeVeth {
-		diffs = append(diffs, checkSandbox(spec, l)...)
+		var sandboxDiffs []string
+		sandboxDiffs, mac = checkSandbox(spec, l)
+		diffs = append(diffs, sandboxDiffs...)
+	}
+	if err := filter.Check(spec.filterAttachment(mac)); err != nil {
+		diffs = append(diffs, "packet filter: "+err.Error())
+	}
+	for _, s := range hostSysctls {
+		p := filepath.Join(s.dir, name, s.key)
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "0" {
+			diffs = append(diffs, fmt.Sprintf("%s is %s, not 0", strings.TrimPrefix(p, "/proc/sys/"), strings.TrimSpace(string(b))))
+		}
 	}
 	if len(diffs) > 0 {
 		return errors.New(strings.Join(diffs, "; "))
@@ -691,7 +732,9 @@ func (h Host) Check(spec Spec) error {
 	return nil
 }
 
-func checkSandbox(spec Spec, host netlink.Link) []string {
+// checkSandbox reports what differs in the container of a veth, and the
+// container end's MAC.
+func checkSandbox(spec Spec, host netlink.Link) ([]string, net.HardwareAddr) {
 	var diffs []string
 	var mac net.HardwareAddr
 	err := ns.WithNetNSPath(spec.Netns, func(ns.NetNS) error {
@@ -733,14 +776,14 @@ func checkSandbox(spec Spec, host netlink.Link) []string {
 		return nil
 	})
 	if err != nil {
-		return append(diffs, fmt.Sprintf("container netns %s: %v", spec.Netns, err))
+		return append(diffs, fmt.Sprintf("container netns %s: %v", spec.Netns, err)), nil
 	}
 	if mac == nil {
-		return diffs
+		return diffs, nil
 	}
 	neighs, err := netlink.NeighList(host.Attrs().Index, netlink.FAMILY_ALL)
 	if err != nil {
-		return append(diffs, err.Error())
+		return append(diffs, err.Error()), mac
 	}
 	for _, p := range spec.Addresses {
 		if !slices.ContainsFunc(neighs, func(n netlink.Neigh) bool {
@@ -749,5 +792,5 @@ func checkSandbox(spec Spec, host netlink.Link) []string {
 			diffs = append(diffs, fmt.Sprintf("%s lacks permanent neighbour %s lladdr %s", host.Attrs().Name, p.Addr(), mac))
 		}
 	}
-	return diffs
+	return diffs, mac
 }

@@ -25,6 +25,8 @@ const (
 	AnnotationVNI       = "network.galactic.dev/vni"
 	// AnnotationStandby is "true" on a live-migration target's pod.
 	AnnotationStandby = "network.galactic.dev/standby"
+	// AnnotationAllowedSourcePrefixes is a comma-separated list of CIDRs.
+	AnnotationAllowedSourcePrefixes = "network.galactic.dev/allowed-source-prefixes"
 )
 
 // RuntimeConfig is the part of a stanza's runtimeConfig galactic reads.
@@ -91,19 +93,30 @@ func (rc RuntimeConfig) Mode(stanza string) (mode, key string) {
 // an empty list stands), else the pod's comma-separated list; key names the
 // annotation when the value came from it.
 func (rc RuntimeConfig) Addresses(stanza []string) (addresses []string, key string) {
+	return rc.list(stanza, AnnotationAddresses)
+}
+
+// AllowedSourcePrefixes is the stanza's allowedSourcePrefixes, else the
+// pod's comma-separated list, as Addresses.
+func (rc RuntimeConfig) AllowedSourcePrefixes(stanza []string) (prefixes []string, key string) {
+	return rc.list(stanza, AnnotationAllowedSourcePrefixes)
+}
+
+func (rc RuntimeConfig) list(stanza []string, key string) ([]string, string) {
 	if stanza != nil {
 		return stanza, ""
 	}
-	v := rc.annotation(AnnotationAddresses)
+	v := rc.annotation(key)
 	if v == "" {
 		return nil, ""
 	}
+	var out []string
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
-			addresses = append(addresses, s)
+			out = append(out, s)
 		}
 	}
-	return addresses, AnnotationAddresses
+	return out, key
 }
 
 // VNI is the stanza's vni, else the pod's; key names the annotation when

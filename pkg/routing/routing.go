@@ -429,7 +429,10 @@ func (r rule) matches(k netlink.Rule) bool {
 }
 
 func (r rule) String() string {
-	if r.iif != "" {
+	switch {
+	case r.dst.IsValid() && r.iif != "":
+		return fmt.Sprintf("rule to %s iif %s lookup %d", r.dst, r.iif, r.table)
+	case r.iif != "":
 		return fmt.Sprintf("rule iif %s lookup %d", r.iif, r.table)
 	}
 	return fmt.Sprintf("rule to %s lookup %d", r.dst, r.table)
@@ -472,7 +475,21 @@ func (d *Domain) iifRules(ifName string) []rule {
 	return rs
 }
 
+// LocalInterface is the iif of the node's own traffic in a rule lookup.
+const LocalInterface = "lo"
+
+// dstRule leads the node's own traffic to a workload address into the
+// table: `iif lo`, so a packet arriving from any interface (the fabric, say)
+// is never routed into a VPC by its destination alone.
 func (d *Domain) dstRule(addr netip.Addr) rule {
+	r := d.anyIifDstRule(addr)
+	r.iif = LocalInterface
+	return r
+}
+
+// anyIifDstRule is the `to <address>` rule without `iif lo` that earlier
+// versions installed; AddHostRoute replaces it.
+func (d *Domain) anyIifDstRule(addr netip.Addr) rule {
 	f := netlink.FAMILY_V4
 	if addr.Is6() {
 		f = netlink.FAMILY_V6
@@ -524,7 +541,11 @@ func (d *Domain) AddHostRoute(link netlink.Link, addr netip.Addr) error {
 		return fmt.Errorf("adding route %s dev %s table %d: %w", HostPrefix(addr), link.Attrs().Name, d.Table, err)
 	}
 	if d.Kind == KindTable {
-		return ensureRule(d.dstRule(addr))
+		if err := ensureRule(d.dstRule(addr)); err != nil {
+			return err
+		}
+		old := d.anyIifDstRule(addr)
+		return deleteRules(func(k netlink.Rule) bool { return old.matches(k) })
 	}
 	return nil
 }
@@ -537,10 +558,43 @@ func (d *Domain) RemoveHostRoute(addr netip.Addr) error {
 		errs = append(errs, fmt.Errorf("deleting route %s table %d: %w", HostPrefix(addr), d.Table, err))
 	}
 	if d.Kind == KindTable {
-		dr := d.dstRule(addr)
-		errs = append(errs, deleteRules(func(k netlink.Rule) bool { return dr.matches(k) }))
+		dr, old := d.dstRule(addr), d.anyIifDstRule(addr)
+		errs = append(errs, deleteRules(func(k netlink.Rule) bool { return dr.matches(k) || old.matches(k) }))
 	}
 	return errors.Join(errs...)
+}
+
+// ErrOverlap is returned when table routing is asked to hold an address
+// another VPC already holds on this node.
+var ErrOverlap = errors.New("address already in use by another VPC on this node")
+
+// ClaimAddresses fails, wrapping ErrOverlap, when another VPC's table on
+// this node already routes one of addrs to the node's own traffic. With
+// table routing the node has one `to <address>` rule per address, so the
+// node's packets to an address two VPCs share (its replies to either
+// workload) would all reach one of them; vrf routing keeps the VPCs apart.
+func (d *Domain) ClaimAddresses(addrs []netip.Addr) error {
+	if d.Kind != KindTable {
+		return nil
+	}
+	for _, f := range families {
+		rules, err := netlinksafe.RuleList(f)
+		if err != nil {
+			return fmt.Errorf("listing rules: %w", err)
+		}
+		for _, k := range rules {
+			if k.Priority != DstPriority || k.Table == d.Table || int(k.Protocol) != Protocol {
+				continue
+			}
+			dst, _ := PrefixOf(k.Dst)
+			for _, a := range addrs {
+				if dst == HostPrefix(a) {
+					return fmt.Errorf("%w: %s is routed to table %d; with \"routing\": \"table\" the node's replies to an address two VPCs share reach only one of them, so give the VPCs distinct addresses on this node or use \"routing\": \"vrf\" (needs CONFIG_NET_VRF)", ErrOverlap, a, k.Table)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Verify reports what differs between the kernel and a domain that holds

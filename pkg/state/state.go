@@ -37,6 +37,11 @@ type Record struct {
 	Table int `json:"table"`
 	// Addresses are the attachment's addresses (CIDR) as configured.
 	Addresses []string `json:"addresses,omitempty"`
+	// AllowedSourcePrefixes are the sources the workload may send from
+	// beyond its addresses; SandboxMAC is a veth's container-end MAC. The
+	// packet filter's elements are made from them (pkg/filter).
+	AllowedSourcePrefixes []string `json:"allowedSourcePrefixes,omitempty"`
+	SandboxMAC            string   `json:"sandboxMAC,omitempty"`
 	// Holder is the handoff lease holder identity this ADD acquired, empty
 	// without handoff; HolderGeneration is the lease's fencing token then.
 	Holder           string `json:"holder,omitempty"`

@@ -40,6 +40,9 @@ type NetConf struct {
 	Mode string `json:"mode,omitempty"`
 	// Addresses are the attachment's addresses as CIDRs; may be empty.
 	Addresses []string `json:"addresses,omitempty"`
+	// AllowedSourcePrefixes are sources the workload may send from beyond
+	// its addresses (router or NAT appliances); see sources.go.
+	AllowedSourcePrefixes []string `json:"allowedSourcePrefixes,omitempty"`
 	// MTU of the host interface (and the container end); unset keeps the
 	// kernel default.
 	MTU *int `json:"mtu,omitempty"`
@@ -72,6 +75,8 @@ type Config struct {
 	Mode      string
 	Routing   string
 	Addresses []netip.Prefix
+	// AllowedSourcePrefixes are validated network prefixes.
+	AllowedSourcePrefixes []netip.Prefix
 	// MTU is 0 when the stanza leaves it out.
 	MTU     int
 	Handoff Handoff
@@ -103,6 +108,8 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 		return nil, err
 	}
 	c := &Config{PluginConf: n.PluginConf, Attachment: n.Attachment}
+	var err *types.Error
+	var h Handoff
 	var modeKey, addressesKey string
 	n.Mode, modeKey = n.RuntimeConfig.Mode(n.Mode)
 	n.Addresses, addressesKey = n.RuntimeConfig.Addresses(n.Addresses)
@@ -140,6 +147,11 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 		c.Addresses = append(c.Addresses, p)
 	}
 
+	allowed, allowedKey := n.RuntimeConfig.AllowedSourcePrefixes(n.AllowedSourcePrefixes)
+	if c.AllowedSourcePrefixes, err = parseAllowedSources(allowed, allowedKey); err != nil {
+		return nil, err
+	}
+
 	if n.MTU != nil {
 		m := *n.MTU
 		if m < minMTU || m > maxMTU {
@@ -151,13 +163,13 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 		c.MTU = m
 	}
 
-	h, terr := parseHandoff(n.Handoff)
-	if terr != nil {
-		return nil, terr
+	h, err = parseHandoff(n.Handoff)
+	if err != nil {
+		return nil, err
 	}
 	c.Handoff = h
-	if c.Standby, terr = parseStandby(n, h.Enabled); terr != nil {
-		return nil, terr
+	if c.Standby, err = parseStandby(n, h.Enabled); err != nil {
+		return nil, err
 	}
 
 	if err := version.ParsePrevResult(&c.PluginConf); err != nil {

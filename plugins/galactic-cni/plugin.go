@@ -78,7 +78,7 @@ func (c *Config) spec(args *skel.CmdArgs) hostif.Spec {
 	return hostif.Spec{
 		Network: c.Name, ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns,
 		VPC: c.VPC, Attachment: c.Attachment.Attachment, Mode: c.Mode, Routing: c.Routing,
-		Addresses: c.Addresses, MTU: c.MTU,
+		Addresses: c.Addresses, AllowedSourcePrefixes: c.AllowedSourcePrefixes, MTU: c.MTU,
 		Standby: c.Standby, WaitSeconds: int32(c.Handoff.Wait / time.Second),
 	}
 }
@@ -107,7 +107,7 @@ func setupError(err error) *types.Error {
 	switch {
 	case errors.As(err, &busy):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
-	case errors.Is(err, routing.ErrNoVRF), errors.Is(err, routing.ErrKindMismatch):
+	case errors.Is(err, routing.ErrNoVRF), errors.Is(err, routing.ErrKindMismatch), errors.Is(err, routing.ErrOverlap):
 		return netconf.InvalidConfig(err.Error())
 	}
 	return types.NewError(types.ErrInternal, err.Error(), "")
@@ -267,6 +267,7 @@ func recordDiffs(c *Config, args *skel.CmdArgs, rec state.Record) []string {
 	field("routing", rec.Routing, c.Routing)
 	field("netns", rec.Netns, args.Netns)
 	field("addresses", strings.Join(rec.Addresses, ","), strings.Join(prefixStrings(c.Addresses), ","))
+	field("allowedSourcePrefixes", strings.Join(rec.AllowedSourcePrefixes, ","), strings.Join(prefixStrings(c.AllowedSourcePrefixes), ","))
 	return diffs
 }
 

@@ -3,7 +3,6 @@ package harness
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -275,8 +274,6 @@ func (n *Node) CountSent(ifName string, dst netip.Addr) (*TapCounter, error) {
 	go c.read()
 	return c, nil
 }
-
-func htons(v uint16) uint16 { return binary.BigEndian.Uint16(binary.NativeEndian.AppendUint16(nil, v)) }
 
 func (c *TapCounter) read() {
 	defer close(c.done)

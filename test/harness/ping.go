@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	"github.com/galactic-cni/galactic/test/packet"
 )
 
 var errUnreachable = errors.New("destination unreachable")
@@ -75,7 +77,7 @@ func (e echoKind) echoRequest(addr netip.Addr, id, seq uint16) []byte {
 	binary.BigEndian.PutUint16(msg[6:], seq)
 	if addr.Is4() {
 		// The kernel fills in the ICMPv6 checksum, not the ICMP one.
-		binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+		binary.BigEndian.PutUint16(msg[2:], packet.Checksum(msg))
 	}
 	return msg
 }
@@ -141,18 +143,4 @@ func (e echoKind) quotesOurs(inner []byte, id uint16) bool {
 		hdr = int(inner[0]&0x0f) * 4
 	}
 	return len(inner) >= hdr+8 && inner[hdr] == e.request && binary.BigEndian.Uint16(inner[hdr+4:]) == id
-}
-
-func checksum(b []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum>>16 != 0 {
-		sum = (sum & 0xffff) + sum>>16
-	}
-	return ^uint16(sum)
 }

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/galactic-cni/galactic/test/packet"
 )
 
 // Pinger sends an ICMP echo request from a namespace every interval and
@@ -71,7 +73,7 @@ func (p *Pinger) send() {
 		binary.BigEndian.PutUint16(msg[4:], p.id)
 		binary.BigEndian.PutUint16(msg[6:], seq)
 		if p.addr.Is4() {
-			binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+			binary.BigEndian.PutUint16(msg[2:], packet.Checksum(msg))
 		}
 		p.mu.Lock()
 		p.sent[seq] = time.Now()

@@ -25,6 +25,8 @@ const (
 	MarkerUptime = "GALACTIC-VM: UPTIME "
 	// MarkerStatusEnd ends what the guest prints for "status".
 	MarkerStatusEnd = "GALACTIC-VM: END OF STATUS"
+	// MarkerSent and the tag follow a "send".
+	MarkerSent = "GALACTIC-VM: SENT "
 )
 
 // GuestModules are what the network guest loads: the virtio NIC qemu gives
@@ -67,8 +69,8 @@ for a in $addrs; do
 done
 for g in $gateways; do
 	case "$g" in
-	*:*) ip -6 route add "$g" dev $dev && ip -6 route add default via "$g" dev $dev || exit 6 ;;
-	*) ip route add default via "$g" dev $dev || exit 6 ;;
+	*:*) gw6=$g; ip -6 route add "$g" dev $dev && ip -6 route add default via "$g" dev $dev || exit 6 ;;
+	*) gw4=$g; ip route add default via "$g" dev $dev || exit 6 ;;
 	esac
 done
 nc -ll -p ` + strconv.Itoa(EchoPort) + ` -e cat &
@@ -76,10 +78,27 @@ echo "` + MarkerMTU + `$(cat /sys/class/net/$dev/mtu)"
 echo "` + MarkerUptime + `$(cut -d' ' -f1 /proc/uptime)"
 echo "` + MarkerReady + `"
 while read -r cmd; do
-	case "$(echo "$cmd" | tr -d '\r')" in
+	c=$(echo "$cmd" | tr -d '\r')
+	case "$c" in
 	poweroff) break ;;
 	status) ip addr; ip route; ip -6 route; ip neigh; echo "` + MarkerStatusEnd + `" ;;
 	uptime) echo "` + MarkerUptime + `$(cut -d' ' -f1 /proc/uptime)" ;;
+	send\ *)
+		# send SOURCE DESTINATION PORT TAG: a UDP datagram (a TFTP read
+		# request for the file TAG) from any source, as a tenant that
+		# gives itself another address sends it.
+		set -- $c
+		fam=-4; len=32; gw=$gw4
+		case "$2" in *:*) fam=-6; len=128; gw=$gw6 ;; esac
+		added=
+		if ! ip $fam addr show dev $dev | grep -q " $2/"; then
+			ip $fam addr add "$2/$len" dev $dev && added=1
+		fi
+		ip $fam route replace "$3" via "$gw" dev $dev src "$2"
+		timeout 1 tftp -g -r "$5" -l /dev/null "$3" "$4" 2>/dev/null
+		ip $fam route del "$3" dev $dev
+		[ -n "$added" ] && ip $fam addr del "$2/$len" dev $dev
+		echo "` + MarkerSent + `$5" ;;
 	esac
 done
 kill $! 2>/dev/null
@@ -361,6 +380,27 @@ func (g *Guest) Uptime() time.Duration {
 		}
 	}
 	return 0
+}
+
+// Send has the guest send a UDP datagram carrying tag (ASCII, no spaces)
+// from src to dst:port, src being any address the guest gives itself for
+// the moment, and returns once it has.
+func (g *Guest) Send(src, dst netip.Addr, port int, tag string, timeout time.Duration) error {
+	from := len(g.Console())
+	if _, err := fmt.Fprintf(g.stdin, "send %s %s %d %s\n", src, dst, port, tag); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for !g.Exited() {
+		if strings.Contains(g.Console()[from:], MarkerSent+tag) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the guest did not send %s from %s to %s: %s", tag, src, dst, g.Console()[from:])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("qemu has exited")
 }
 
 // Poweroff asks the guest on its console to power off and waits until

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/router/dataplane"
@@ -66,7 +67,15 @@ func program(t *testing.T, n *node, p dataplane.Plane, vpc string, vni uint32, r
 		if dev, err = p.EnsureDevice(vpc, vni, d); err != nil {
 			return err
 		}
-		_, err = p.Sync(dev, d, remotes)
+		if _, err = p.Sync(dev, d, remotes); err != nil {
+			return err
+		}
+		// The router accepts VXLAN only from the next hops it installed.
+		var vteps []netip.Addr
+		for _, r := range remotes {
+			vteps = append(vteps, r.NextHop)
+		}
+		_, err = filter.SetVTEPs(vteps)
 		return err
 	})
 	return dev

@@ -1,0 +1,33 @@
+// Package filter keeps galactic's packet filter: one nftables table,
+// `inet galactic`, whose chains and rules are fixed and whose sets hold
+// what changes with the attachments on the node. ADD and DEL add and remove
+// set elements, never rules, so the cost per packet is a few hash or
+// interval lookups whatever the number of attachments.
+//
+// What the rules enforce, for every workload host interface (a name with
+// the tap or veth prefix, so an interface whose elements are missing is
+// closed, not open):
+//   - prerouting: a packet is let through only when `iifname . saddr` is in
+//     the attachment's source set (its addresses and allowedSourcePrefixes),
+//     or it is ICMPv6 from a link-local or the unspecified source (neighbour
+//     discovery, DAD). Router advertisements, redirects and DHCP server
+//     replies are dropped whatever their source; a veth's frames must carry
+//     the container end's MAC.
+//   - input: from a workload the node accepts neighbour discovery, replies
+//     of connections the node opened, and ICMP echo requests to the
+//     interface's own gateways; everything else addressed to the node
+//     (any socket, broadcast, multicast, link-local) is dropped. From a
+//     VPC's VXLAN device only echo requests and replies of the node's own
+//     connections are accepted.
+//   - input: VXLAN (UDP 4789) is accepted only from a VTEP in the vtep sets,
+//     which galactic-router keeps equal to the next hops it installed.
+//   - forward: a packet towards a workload interface must come from a
+//     workload interface, a VPC's VXLAN device or a VRF, never from the
+//     underlay or any other interface.
+//
+// Every operation runs in one netlink batch, which the kernel applies
+// atomically. Ensure rebuilds the table's rules when they are missing or
+// not galactic's current ones (another agent flushed the ruleset), keeping
+// the sets and their elements; it is safe to call from several processes
+// at once, since each rebuild flushes the table's rules before adding them.
+package filter

@@ -1,0 +1,549 @@
+package filter
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+// Attachment is what the filter holds for one workload host interface.
+type Attachment struct {
+	// Interface is the host interface (tap or veth host end).
+	Interface string
+	// Sources are the prefixes the workload may send from: its addresses
+	// as host prefixes and its allowedSourcePrefixes.
+	Sources []netip.Prefix
+	// Gateways are the interface's gateway addresses, the only ones a
+	// workload may ping.
+	Gateways []netip.Addr
+	// MAC is the container end's MAC of a veth; nil for a tap, whose
+	// guest chooses its own.
+	MAC net.HardwareAddr
+}
+
+// element is one set element: the set's name, its key and, for an interval
+// set, the key's end.
+type element struct {
+	set      string
+	key, end []byte
+}
+
+func (e element) id() string { return e.set + "/" + string(e.key) + "/" + string(e.end) }
+
+func ifKey(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+// lastAddr is the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	host := len(b)*8 - p.Bits()
+	for i := len(b) - 1; i >= 0 && host > 0; i-- {
+		n := min(host, 8)
+		b[i] |= byte(1<<n - 1)
+		host -= n
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// Cover returns ps without the prefixes another one contains, masked and
+// sorted: an interval set refuses overlapping elements.
+func Cover(ps []netip.Prefix) []netip.Prefix {
+	var in []netip.Prefix
+	for _, p := range ps {
+		in = append(in, p.Masked())
+	}
+	slices.SortFunc(in, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	var out []netip.Prefix
+	for _, p := range in {
+		if len(out) > 0 && out[len(out)-1].Overlaps(p) {
+			continue // sorted by start then size: the earlier one contains p
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// elements are the set elements of a.
+func (a Attachment) elements() []element {
+	name := ifKey(a.Interface)
+	var out []element
+	// Host prefixes go to hash sets; only wider prefixes need an interval
+	// set, whose updates cost more the more elements it holds.
+	for _, p := range Cover(a.Sources) {
+		key := append(slices.Clone(name), p.Addr().AsSlice()...)
+		switch {
+		case p.IsSingleIP() && p.Addr().Is4():
+			out = append(out, element{set: setSrc4, key: key})
+		case p.IsSingleIP():
+			out = append(out, element{set: setSrc6, key: key})
+		default:
+			set := setNet4
+			if p.Addr().Is6() {
+				set = setNet6
+			}
+			out = append(out, element{set: set, key: key, end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, g := range a.Gateways {
+		if seen[g] {
+			continue
+		}
+		seen[g] = true
+		set := setGw4
+		if g.Is6() {
+			set = setGw6
+		}
+		out = append(out, element{set: set, key: append(slices.Clone(name), g.AsSlice()...)})
+	}
+	if len(a.MAC) == 6 {
+		out = append(out, element{set: setMAC, key: append(append(slices.Clone(name), a.MAC...), 0, 0)})
+	}
+	return out
+}
+
+// describe names an element the way `nft list` would show it.
+func (e element) describe() string {
+	name := string(bytes.TrimRight(e.key[:min(len(e.key), unix.IFNAMSIZ)], "\x00"))
+	rest := e.key[min(len(e.key), unix.IFNAMSIZ):]
+	switch e.set {
+	case setMAC:
+		return fmt.Sprintf("%s . %s", name, net.HardwareAddr(rest[:6]))
+	case setVTEP4, setVTEP6:
+		a, _ := netip.AddrFromSlice(e.key)
+		return a.String()
+	}
+	a, _ := netip.AddrFromSlice(rest)
+	if len(e.end) == 0 {
+		return fmt.Sprintf("%s . %s", name, a)
+	}
+	b, _ := netip.AddrFromSlice(e.end[unix.IFNAMSIZ:])
+	if a == b {
+		return fmt.Sprintf("%s . %s", name, a)
+	}
+	return fmt.Sprintf("%s . %s-%s", name, a, b)
+}
+
+func (e element) iface() string {
+	if e.set == setVTEP4 || e.set == setVTEP6 || len(e.key) < unix.IFNAMSIZ {
+		return ""
+	}
+	return string(bytes.TrimRight(e.key[:unix.IFNAMSIZ], "\x00"))
+}
+
+func conn() (*nftables.Conn, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("opening nftables netlink: %w", err)
+	}
+	return c, nil
+}
+
+// ruleTag marks each rule with its place, so a changed or partial ruleset
+// is told from galactic's own.
+func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v2", chain, i) }
+
+// Missing describes what of galactic's table, chains and rules the kernel
+// lacks; empty when everything is in place.
+func Missing() ([]string, error) {
+	c, err := conn()
+	if err != nil {
+		return nil, err
+	}
+	return missing(c)
+}
+
+func missing(c *nftables.Conn) ([]string, error) {
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return []string{"nftables table inet " + TableName + " is missing"}, nil
+		}
+		return nil, fmt.Errorf("reading nftables table inet %s: %w", TableName, err)
+	}
+	var out []string
+	have, err := c.GetSets(table)
+	if err != nil {
+		return nil, fmt.Errorf("listing the sets of inet %s: %w", TableName, err)
+	}
+	for _, name := range setOrder {
+		if !slices.ContainsFunc(have, func(s *nftables.Set) bool { return s.Name == name }) {
+			out = append(out, fmt.Sprintf("set inet %s %s is missing", TableName, name))
+		}
+	}
+	for _, cs := range chains() {
+		rules, err := c.GetRules(table, cs.chain)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				out = append(out, fmt.Sprintf("chain inet %s %s is missing", TableName, cs.chain.Name))
+				continue
+			}
+			return nil, fmt.Errorf("listing chain inet %s %s: %w", TableName, cs.chain.Name, err)
+		}
+		ok := len(rules) == len(cs.rules)
+		for i := 0; ok && i < len(rules); i++ {
+			ok = bytes.Equal(rules[i].UserData, ruleTag(cs.chain.Name, i))
+		}
+		if !ok {
+			out = append(out, fmt.Sprintf("chain inet %s %s does not hold galactic's %d rules (has %d)", TableName, cs.chain.Name, len(cs.rules), len(rules)))
+		}
+	}
+	return out, nil
+}
+
+// Ensure puts galactic's table, sets, chains and rules in place when any
+// of them is missing or different, keeping the elements of sets that
+// survive. It reports whether it rebuilt anything.
+func Ensure() (bool, error) {
+	c, err := conn()
+	if err != nil {
+		return false, err
+	}
+	return ensure(c)
+}
+
+func ensure(c *nftables.Conn) (bool, error) {
+	miss, err := missing(c)
+	if err != nil || len(miss) == 0 {
+		return false, err
+	}
+	if err := build(c); err != nil {
+		// A set of an older definition cannot be changed in place: start
+		// the table afresh; the callers put the elements back.
+		c.DelTable(table)
+		if ferr := c.Flush(); ferr != nil && !errors.Is(ferr, unix.ENOENT) {
+			return false, fmt.Errorf("creating nftables table inet %s: %w (and deleting it to start afresh: %v)", TableName, err, ferr)
+		}
+		if err := build(c); err != nil {
+			return false, fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
+		}
+	}
+	return true, nil
+}
+
+// build writes the table, sets, chains and rules in one batch; the table's
+// rules are flushed first, so concurrent builds leave one copy.
+func build(c *nftables.Conn) error {
+	c.AddTable(table)
+	ss := sets()
+	for _, name := range setOrder {
+		if err := c.AddSet(ss[name], nil); err != nil {
+			return err
+		}
+	}
+	all := chains()
+	for _, cs := range all {
+		c.AddChain(cs.chain)
+	}
+	c.FlushTable(table)
+	for _, cs := range all {
+		for i, exprs := range cs.rules {
+			c.AddRule(&nftables.Rule{Table: table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
+		}
+	}
+	return c.Flush()
+}
+
+// Delete removes galactic's table (uninstall). A missing table is not an error.
+func Delete() error {
+	c, err := conn()
+	if err != nil {
+		return err
+	}
+	c.DelTable(table)
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("deleting nftables table inet %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// listElements returns the elements of the named sets.
+func listElements(c *nftables.Conn, names ...string) ([]element, error) {
+	var out []element
+	for _, name := range names {
+		s := sets()[name]
+		elems, err := c.GetSetElements(s)
+		if err != nil {
+			return nil, fmt.Errorf("listing set inet %s %s: %w", TableName, name, err)
+		}
+		for _, e := range elems {
+			if e.IntervalEnd {
+				continue
+			}
+			el := element{set: name, key: e.Key}
+			if s.Interval {
+				el.end = e.KeyEnd
+			}
+			out = append(out, el)
+		}
+	}
+	return out, nil
+}
+
+var attachmentSets = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC}
+
+func toSetElements(es []element) map[string][]nftables.SetElement {
+	out := map[string][]nftables.SetElement{}
+	for _, e := range es {
+		out[e.set] = append(out[e.set], nftables.SetElement{Key: e.key, KeyEnd: e.end})
+	}
+	return out
+}
+
+// apply adds and deletes elements in one batch.
+func apply(c *nftables.Conn, add, del []element) error {
+	if len(add) == 0 && len(del) == 0 {
+		return nil
+	}
+	ss := sets()
+	for name, es := range toSetElements(del) {
+		if err := c.SetDeleteElements(ss[name], es); err != nil {
+			return err
+		}
+	}
+	for name, es := range toSetElements(add) {
+		if err := c.SetAddElements(ss[name], es); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("updating the sets of nftables table inet %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// Add restores the table if it is gone and adds a's elements. previous
+// are what the node's records say the interface had before (a re-ADD, a
+// replacement); their elements a does not have are removed in the same
+// batch. Without an exact previous (an interface whose earlier ADD was
+// interrupted, say) Add falls back to reading the sets and replacing
+// every element of the interface.
+func Add(a Attachment, previous ...Attachment) error {
+	c, err := conn()
+	if err != nil {
+		return err
+	}
+	if err := ensureQuick(c); err != nil {
+		return err
+	}
+	want := a.elements()
+	var stale []element
+	for _, p := range previous {
+		stale = append(stale, p.elements()...)
+	}
+	_, del := diff(stale, want, func(e element) bool { return e.iface() == a.Interface })
+	if err := apply(c, want, dedupe(del)); err == nil {
+		return nil
+	}
+	have, err := listElements(c, attachmentSets...)
+	if err != nil {
+		return err
+	}
+	add, del := diff(have, want, func(e element) bool { return e.iface() == a.Interface })
+	return apply(c, add, del)
+}
+
+func dedupe(es []element) []element {
+	seen := map[string]bool{}
+	var out []element
+	for _, e := range es {
+		if !seen[e.id()] {
+			seen[e.id()] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ensureQuick restores the table when it or its prerouting rules are gone
+// (a flush): two reads instead of Ensure's full comparison, which CHECK,
+// the GC and the router make.
+func ensureQuick(c *nftables.Conn) error {
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err == nil {
+		for _, cs := range chains() {
+			if cs.chain.Name != "prerouting" {
+				continue
+			}
+			if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
+				return nil
+			}
+		}
+	}
+	_, err := ensure(c)
+	return err
+}
+
+// diff returns what to add and delete so that the elements of have for
+// which mine holds become want.
+func diff(have, want []element, mine func(element) bool) (add, del []element) {
+	wantIDs := map[string]bool{}
+	for _, e := range want {
+		wantIDs[e.id()] = true
+	}
+	haveIDs := map[string]bool{}
+	for _, e := range have {
+		if !mine(e) {
+			continue
+		}
+		haveIDs[e.id()] = true
+		if !wantIDs[e.id()] {
+			del = append(del, e)
+		}
+	}
+	for _, e := range want {
+		if !haveIDs[e.id()] {
+			add = append(add, e)
+			haveIDs[e.id()] = true
+		}
+	}
+	return add, del
+}
+
+// Remove deletes every element of the interface; what is already gone,
+// the table included, is not an error. known are the attachments the
+// node's records say the interface had: when their elements are all
+// there, they are deleted without reading the sets.
+func Remove(iface string, known ...Attachment) error {
+	c, err := conn()
+	if err != nil {
+		return err
+	}
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	var exact []element
+	for _, k := range known {
+		if k.Interface == iface {
+			exact = append(exact, k.elements()...)
+		}
+	}
+	if len(exact) > 0 && apply(c, nil, dedupe(exact)) == nil {
+		return nil
+	}
+	have, err := listElements(c, attachmentSets...)
+	if err != nil {
+		return err
+	}
+	_, del := diff(have, nil, func(e element) bool { return e.iface() == iface })
+	return apply(c, nil, del)
+}
+
+// Check describes what of a's filter the kernel lacks: the table, a chain
+// or rules, or one of its elements. Nil when everything is in place.
+func Check(a Attachment) error {
+	c, err := conn()
+	if err != nil {
+		return err
+	}
+	miss, err := missing(c)
+	if err != nil {
+		return err
+	}
+	if len(miss) == 0 {
+		have, err := listElements(c, attachmentSets...)
+		if err != nil {
+			return err
+		}
+		add, del := diff(have, a.elements(), func(e element) bool { return e.iface() == a.Interface })
+		for _, e := range add {
+			miss = append(miss, fmt.Sprintf("set inet %s %s lacks %s", TableName, e.set, e.describe()))
+		}
+		for _, e := range del {
+			miss = append(miss, fmt.Sprintf("set inet %s %s has %s, which the attachment does not allow", TableName, e.set, e.describe()))
+		}
+	}
+	if len(miss) > 0 {
+		return errors.New(strings.Join(miss, "; "))
+	}
+	return nil
+}
+
+// SyncResult counts what Sync changed.
+type SyncResult struct {
+	Rebuilt        bool
+	Added, Removed int
+}
+
+// Sync makes the table and the attachments' elements exactly atts:
+// it restores what another agent flushed and removes the elements of
+// interfaces atts does not name. Attachments sharing an interface (a
+// replacement and its predecessor) add up.
+func Sync(atts []Attachment) (SyncResult, error) {
+	var res SyncResult
+	c, err := conn()
+	if err != nil {
+		return res, err
+	}
+	if res.Rebuilt, err = ensure(c); err != nil {
+		return res, err
+	}
+	have, err := listElements(c, attachmentSets...)
+	if err != nil {
+		return res, err
+	}
+	var want []element
+	for _, a := range atts {
+		want = append(want, a.elements()...)
+	}
+	add, del := diff(have, want, func(element) bool { return true })
+	res.Added, res.Removed = len(add), len(del)
+	return res, apply(c, add, del)
+}
+
+// SetVTEPs makes the VTEP sets exactly vteps (galactic-router's installed
+// next hops), restoring the table first when it is missing.
+func SetVTEPs(vteps []netip.Addr) (SyncResult, error) {
+	var res SyncResult
+	c, err := conn()
+	if err != nil {
+		return res, err
+	}
+	if res.Rebuilt, err = ensure(c); err != nil {
+		return res, err
+	}
+	have, err := listElements(c, setVTEP4, setVTEP6)
+	if err != nil {
+		return res, err
+	}
+	var want []element
+	for _, v := range vteps {
+		v = v.Unmap()
+		set := setVTEP4
+		if v.Is6() {
+			set = setVTEP6
+		}
+		want = append(want, element{set: set, key: v.AsSlice()})
+	}
+	add, del := diff(have, want, func(element) bool { return true })
+	res.Added, res.Removed = len(add), len(del)
+	return res, apply(c, add, del)
+}
+
+// Elements counts the elements of every set of the table; a missing table
+// counts none.
+func Elements() (int, error) {
+	c, err := conn()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	es, err := listElements(c, setOrder...)
+	return len(es), err
+}

@@ -1,0 +1,210 @@
+package filter
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/google/nftables"
+)
+
+func TestCoverDropsPrefixesAnotherContains(t *testing.T) {
+	got := Cover([]netip.Prefix{
+		netip.MustParsePrefix("10.20.0.5/32"), netip.MustParsePrefix("10.20.0.0/24"),
+		netip.MustParsePrefix("10.30.0.7/24"), netip.MustParsePrefix("fd20::5/128"), netip.MustParsePrefix("10.20.0.0/24"),
+	})
+	want := []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24"), netip.MustParsePrefix("10.30.0.0/24"), netip.MustParsePrefix("fd20::5/128")}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Cover = %v, want %v", got, want)
+	}
+}
+
+func TestLastAddrIsTheEndOfThePrefix(t *testing.T) {
+	for p, want := range map[string]string{"10.20.0.0/24": "10.20.0.255", "10.20.0.5/32": "10.20.0.5", "fd20::/60": "fd20::f:ffff:ffff:ffff:ffff", "0.0.0.0/0": "255.255.255.255", "10.16.0.0/12": "10.31.255.255"} {
+		if got := lastAddr(netip.MustParsePrefix(p)); got.String() != want {
+			t.Errorf("lastAddr(%s) = %s, want %s", p, got, want)
+		}
+	}
+}
+
+// inNetns runs f in a fresh network namespace; it needs root.
+func inNetns(t *testing.T, f func()) { inNetnsB(t, f) }
+
+func inNetnsB(t testing.TB, f func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := ns.GetCurrentNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	if err := n.Set(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := host.Set(); err != nil {
+			panic(err)
+		}
+	}()
+	f()
+}
+
+func blue() Attachment {
+	return Attachment{
+		Interface: "gv0123456789abc",
+		Sources:   []netip.Prefix{netip.MustParsePrefix("10.20.0.5/32"), netip.MustParsePrefix("fd20::5/128"), netip.MustParsePrefix("192.168.0.0/16")},
+		Gateways:  []netip.Addr{netip.MustParseAddr("10.20.0.1"), netip.MustParseAddr("fd20::1")},
+		MAC:       net.HardwareAddr{0x02, 0, 0, 0, 0, 5},
+	}
+}
+
+func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
+	inNetns(t, func() {
+		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "table inet galactic is missing") {
+			t.Fatalf("CHECK before any ADD should name the missing table, got %v", err)
+		}
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		red := Attachment{Interface: "gt0123456789abc", Sources: []netip.Prefix{netip.MustParsePrefix("10.30.0.5/32")}, Gateways: []netip.Addr{netip.MustParseAddr("10.30.0.1")}}
+		if err := Add(red); err != nil {
+			t.Fatal(err)
+		}
+		// A second ADD is idempotent.
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []Attachment{blue(), red} {
+			if err := Check(a); err != nil {
+				t.Fatalf("CHECK after ADD: %v", err)
+			}
+		}
+		if n, err := Elements(); err != nil || n != 8 {
+			t.Fatalf("elements = %d, %v; want 8", n, err)
+		}
+		// A re-ADD with other sources replaces those of the previous record.
+		narrowed := blue()
+		narrowed.Sources = narrowed.Sources[:2]
+		if err := Add(narrowed, blue()); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "lacks gv0123456789abc . 192.168.0.0-192.168.255.255") {
+			t.Fatalf("CHECK should name the missing source prefix, got %v", err)
+		}
+		// Without the previous record, an overlapping leftover is found by
+		// reading the sets.
+		overlapping := narrowed
+		overlapping.Sources = append(slices.Clone(narrowed.Sources), netip.MustParsePrefix("192.168.1.0/24"))
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		if err := Add(overlapping); err != nil {
+			t.Fatalf("an ADD over an overlapping leftover: %v", err)
+		}
+		if err := Check(overlapping); err != nil {
+			t.Fatal(err)
+		}
+		if err := Remove(narrowed.Interface, overlapping); err != nil {
+			t.Fatal(err)
+		}
+		if err := Remove(narrowed.Interface); err != nil {
+			t.Fatalf("a second Remove: %v", err)
+		}
+		if n, err := Elements(); err != nil || n != 2 {
+			t.Fatalf("elements after removing blue = %d, %v; want red's 2", n, err)
+		}
+		if err := Check(red); err != nil {
+			t.Fatalf("red's filter after blue's DEL: %v", err)
+		}
+	})
+}
+
+func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
+	inNetns(t, func() {
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.FlushRuleset()
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "missing") {
+			t.Fatalf("CHECK after a flush should name what is missing, got %v", err)
+		}
+		leftover := Attachment{Interface: "gv-gone", Sources: []netip.Prefix{netip.MustParsePrefix("10.20.0.9/32")}}
+		if err := Add(leftover); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Sync([]Attachment{blue()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Rebuilt || res.Added != 6 || res.Removed != 1 {
+			t.Fatalf("Sync = %+v, want 6 added and the leftover removed (the table was rebuilt by the leftover's ADD)", res)
+		}
+		if err := Check(blue()); err != nil {
+			t.Fatalf("CHECK after Sync: %v", err)
+		}
+		// Another agent's change to one chain is found and undone.
+		ch := &nftables.Chain{Name: "input", Table: table}
+		c.FlushChain(ch)
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if miss, err := Missing(); err != nil || len(miss) != 1 || !strings.Contains(miss[0], "chain inet galactic input") {
+			t.Fatalf("Missing = %v, %v", miss, err)
+		}
+		if rebuilt, err := Ensure(); err != nil || !rebuilt {
+			t.Fatalf("Ensure = %v, %v", rebuilt, err)
+		}
+		if err := Check(blue()); err != nil {
+			t.Fatalf("CHECK after Ensure: %v", err)
+		}
+		if err := Delete(); err != nil {
+			t.Fatal(err)
+		}
+		if err := Delete(); err != nil {
+			t.Fatalf("a second Delete: %v", err)
+		}
+		if n, err := Elements(); err != nil || n != 0 {
+			t.Fatalf("elements after Delete = %d, %v", n, err)
+		}
+	})
+}
+
+func TestSetVTEPsKeepsExactlyTheNextHops(t *testing.T) {
+	inNetns(t, func() {
+		a, b, c6 := netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.13"), netip.MustParseAddr("2001:db8::13")
+		if res, err := SetVTEPs([]netip.Addr{a, b, c6, a}); err != nil || res.Added != 3 {
+			t.Fatalf("SetVTEPs = %+v, %v", res, err)
+		}
+		if res, err := SetVTEPs([]netip.Addr{b}); err != nil || res.Added != 0 || res.Removed != 2 {
+			t.Fatalf("SetVTEPs = %+v, %v", res, err)
+		}
+		if n, err := Elements(); err != nil || n != 1 {
+			t.Fatalf("elements = %d, %v", n, err)
+		}
+	})
+}

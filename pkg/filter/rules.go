@@ -1,0 +1,313 @@
+package filter
+
+import (
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is galactic's table, in the inet family.
+const TableName = "galactic"
+
+// VXLANPort is the only VXLAN port galactic uses.
+const VXLANPort = 4789
+
+// Interface name prefixes the rules match: workload host interfaces (tap,
+// veth), VPC VXLAN devices and VRF devices (pkg/names, pkg/routing).
+const (
+	tapPrefix   = "gt"
+	vethPrefix  = "gv"
+	vxlanPrefix = "gx"
+	vrfPrefix   = "gr"
+)
+
+// Set names.
+const (
+	setSrc4  = "workload_src4"
+	setSrc6  = "workload_src6"
+	setNet4  = "workload_net4"
+	setNet6  = "workload_net6"
+	setGw4   = "workload_gw4"
+	setGw6   = "workload_gw6"
+	setMAC   = "workload_mac"
+	setVTEP4 = "vtep4"
+	setVTEP6 = "vtep6"
+)
+
+// metaSDIFNAME is NFT_META_SDIFNAME: the enslaved device a packet arrived
+// on when its iif is a VRF; x/sys does not name it.
+const metaSDIFNAME expr.MetaKey = 34
+
+// Registers: a 16-byte interface name fills NFT_REG_1 (the 32-bit
+// registers 0..3), so the second field of a concatenation starts at the
+// 32-bit register 4.
+const (
+	reg1     = 1
+	regField = unix.NFT_REG32_04
+)
+
+// ICMP and ICMPv6 types the rules name.
+const (
+	icmpEchoRequest   = 8
+	icmpRedirect      = 5
+	icmp6EchoRequest  = 128
+	icmp6RouterAdvert = 134
+	icmp6NeighSolicit = 135
+	icmp6NeighAdvert  = 136
+	icmp6Redirect     = 137
+)
+
+var table = &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+
+func concat(t ...nftables.SetDatatype) nftables.SetDatatype { return nftables.MustConcatSetType(t...) }
+
+// sets are the table's sets; their elements are the node's state.
+func sets() map[string]*nftables.Set {
+	mk := func(name string, key nftables.SetDatatype, interval bool) *nftables.Set {
+		return &nftables.Set{Table: table, Name: name, KeyType: key, Interval: interval, Concatenation: len(nftables.ConcatSetTypeElements(key)) > 1}
+	}
+	return map[string]*nftables.Set{
+		setSrc4:  mk(setSrc4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
+		setSrc6:  mk(setSrc6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
+		setNet4:  mk(setNet4, concat(nftables.TypeIFName, nftables.TypeIPAddr), true),
+		setNet6:  mk(setNet6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), true),
+		setGw4:   mk(setGw4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
+		setGw6:   mk(setGw6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
+		setMAC:   mk(setMAC, concat(nftables.TypeIFName, nftables.TypeEtherAddr), false),
+		setVTEP4: {Table: table, Name: setVTEP4, KeyType: nftables.TypeIPAddr},
+		setVTEP6: {Table: table, Name: setVTEP6, KeyType: nftables.TypeIP6Addr},
+	}
+}
+
+// setOrder is the order sets are created in.
+var setOrder = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC, setVTEP4, setVTEP6}
+
+// chainSpec is one chain and its rules, each rule a list of expressions.
+type chainSpec struct {
+	chain *nftables.Chain
+	rules [][]expr.Any
+}
+
+func ref(p nftables.ChainPriority) *nftables.ChainPriority { return &p }
+
+func baseChain(name string, hook *nftables.ChainHook, prio nftables.ChainPriority) *nftables.Chain {
+	accept := nftables.ChainPolicyAccept
+	return &nftables.Chain{Name: name, Table: table, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: ref(prio), Policy: &accept}
+}
+
+func regularChain(name string) *nftables.Chain { return &nftables.Chain{Name: name, Table: table} }
+
+// Expression helpers. Each returns the expressions of one match.
+
+func metaCmp(key expr.MetaKey, data []byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: reg1}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: data}}
+}
+
+// namePrefix matches an interface name starting with prefix (`"gv*"`).
+func namePrefix(key expr.MetaKey, prefix string) []expr.Any { return metaCmp(key, []byte(prefix)) }
+
+func nfproto(p byte) []expr.Any { return metaCmp(expr.MetaKeyNFPROTO, []byte{p}) }
+
+func l4proto(p byte) []expr.Any { return metaCmp(expr.MetaKeyL4PROTO, []byte{p}) }
+
+func transportByte(offset uint32, v byte) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: offset, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{v}},
+	}
+}
+
+// icmpType matches ICMP (v6: ICMPv6) of one type.
+func icmpType(v6 bool, typ byte) []expr.Any {
+	proto := byte(unix.IPPROTO_ICMP)
+	if v6 {
+		proto = unix.IPPROTO_ICMPV6
+	}
+	return join(l4proto(proto), transportByte(0, typ))
+}
+
+// udpPort matches UDP to (dst) or from port.
+func udpPort(dst bool, port uint16) []expr.Any {
+	off := uint32(0)
+	if dst {
+		off = 2
+	}
+	return join(l4proto(unix.IPPROTO_UDP), []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.BigEndian.PutUint16(port)},
+	})
+}
+
+// addrField is the network-header offset and length of an address.
+func addrField(v6, dst bool) (uint32, uint32) {
+	switch {
+	case v6 && dst:
+		return 24, 16
+	case v6:
+		return 8, 16
+	case dst:
+		return 16, 4
+	}
+	return 12, 4
+}
+
+func family(v6 bool) byte {
+	if v6 {
+		return unix.NFPROTO_IPV6
+	}
+	return unix.NFPROTO_IPV4
+}
+
+// ifAddrIn matches `<key> . <saddr|daddr> @set`.
+func ifAddrIn(key expr.MetaKey, v6, dst bool, set string) []expr.Any {
+	off, n := addrField(v6, dst)
+	return join(nfproto(family(v6)), []expr.Any{
+		&expr.Meta{Key: key, Register: reg1},
+		&expr.Payload{DestRegister: regField, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Lookup{SourceRegister: reg1, SetName: set},
+	})
+}
+
+// addrIn matches `saddr @set`.
+func addrIn(v6 bool, set string) []expr.Any {
+	off, n := addrField(v6, false)
+	return join(nfproto(family(v6)), []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Lookup{SourceRegister: reg1, SetName: set},
+	})
+}
+
+// macNotIn matches `iifname . ether saddr != @workload_mac`.
+func macNotIn() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+		&expr.Payload{DestRegister: regField, Base: expr.PayloadBaseLLHeader, Offset: 6, Len: 6},
+		&expr.Lookup{SourceRegister: reg1, SetName: setMAC, Invert: true},
+	}
+}
+
+// linkLocalSource6 matches an IPv6 source in fe80::/10.
+func linkLocalSource6() []expr.Any {
+	return join(nfproto(unix.NFPROTO_IPV6), []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 2},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 2, Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0xfe, 0x80}},
+	})
+}
+
+// unspecifiedSource6 matches the IPv6 source ::.
+func unspecifiedSource6() []expr.Any {
+	return join(nfproto(unix.NFPROTO_IPV6), []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: make([]byte, 16)},
+	})
+}
+
+// ctEstablished matches `ct state established,related`.
+func ctEstablished() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+	}
+}
+
+func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
+
+func jump(chain string) expr.Any { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
+
+func join(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func rule(parts ...any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		switch v := p.(type) {
+		case []expr.Any:
+			out = append(out, v...)
+		case expr.Any:
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+var (
+	accept = verdict(expr.VerdictAccept)
+	drop   = verdict(expr.VerdictDrop)
+)
+
+// toNode is the chain for what a workload sends to the node itself. key
+// names the workload interface: iifname, or sdifname behind a VRF.
+func toNode(name string, key expr.MetaKey) chainSpec {
+	return chainSpec{chain: regularChain(name), rules: [][]expr.Any{
+		rule(ctEstablished(), accept),
+		rule(icmpType(true, icmp6NeighSolicit), accept),
+		rule(icmpType(true, icmp6NeighAdvert), accept),
+		rule(ifAddrIn(key, false, true, setGw4), icmpType(false, icmpEchoRequest), accept),
+		rule(ifAddrIn(key, true, true, setGw6), icmpType(true, icmp6EchoRequest), accept),
+		rule(drop),
+	}}
+}
+
+// chains is the whole ruleset, in the order it is created.
+func chains() []chainSpec {
+	workload := chainSpec{chain: regularChain("workload"), rules: [][]expr.Any{
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), macNotIn(), drop),
+		rule(icmpType(true, icmp6RouterAdvert), drop),
+		rule(icmpType(true, icmp6Redirect), drop),
+		rule(icmpType(false, icmpRedirect), drop),
+		rule(udpPort(false, 67), drop),
+		rule(udpPort(false, 547), drop),
+		rule(linkLocalSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
+		rule(unspecifiedSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
+		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setSrc4), accept),
+		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setSrc6), accept),
+		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setNet4), accept),
+		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setNet6), accept),
+		rule(drop),
+	}}
+	remote := chainSpec{chain: regularChain("from_vxlan"), rules: [][]expr.Any{
+		rule(ctEstablished(), accept),
+		rule(icmpType(false, icmpEchoRequest), accept),
+		rule(icmpType(true, icmp6EchoRequest), accept),
+		rule(icmpType(true, icmp6NeighSolicit), accept),
+		rule(icmpType(true, icmp6NeighAdvert), accept),
+		rule(drop),
+	}}
+	vxlan := chainSpec{chain: regularChain("vxlan"), rules: [][]expr.Any{
+		rule(addrIn(false, setVTEP4), accept),
+		rule(addrIn(true, setVTEP6), accept),
+		rule(drop),
+	}}
+	prerouting := chainSpec{chain: baseChain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriority(-300)), rules: [][]expr.Any{
+		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("workload")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), jump("workload")),
+	}}
+	input := chainSpec{chain: baseChain("input", nftables.ChainHookInput, nftables.ChainPriority(-10)), rules: [][]expr.Any{
+		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("to_node")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), jump("to_node")),
+		rule(namePrefix(metaSDIFNAME, tapPrefix), jump("to_node_vrf")),
+		rule(namePrefix(metaSDIFNAME, vethPrefix), jump("to_node_vrf")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), jump("from_vxlan")),
+		rule(namePrefix(metaSDIFNAME, vxlanPrefix), jump("from_vxlan")),
+		rule(udpPort(true, VXLANPort), jump("vxlan")),
+	}}
+	forward := chainSpec{chain: baseChain("forward", nftables.ChainHookForward, nftables.ChainPriority(-10)), rules: [][]expr.Any{
+		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), accept),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), accept),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), accept),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vrfPrefix), accept),
+		rule(namePrefix(expr.MetaKeyOIFNAME, tapPrefix), drop),
+		rule(namePrefix(expr.MetaKeyOIFNAME, vethPrefix), drop),
+	}}
+	// Regular chains first: base chains jump to them.
+	return []chainSpec{workload, toNode("to_node", expr.MetaKeyIIFNAME), toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, prerouting, input, forward}
+}

@@ -1,0 +1,234 @@
+package isolation
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/packet"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+const ifName = "eth0"
+
+// attachment is one VPC attachment of a test.
+type attachment struct {
+	VPC, Name string
+	VNI       int64
+	Mode      string
+	Addresses []string
+	Allowed   []string
+}
+
+func (a attachment) mode() string {
+	if a.Mode == "" {
+		return names.ModeVeth
+	}
+	return a.Mode
+}
+
+func (a attachment) Network() string { return a.VPC + "-" + a.Name }
+
+func (a attachment) conflist() map[string]any {
+	cni := map[string]any{
+		"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": a.mode(),
+		"routing": "table", "addresses": a.Addresses,
+		"handoff": map[string]any{"enabled": false},
+	}
+	if a.Allowed != nil {
+		cni["allowedSourcePrefixes"] = a.Allowed
+	}
+	plugins := []any{cni}
+	if a.VNI != 0 {
+		plugins = append(plugins, map[string]any{"type": "galactic-bgp", "vpc": a.VPC, "attachment": a.Name, "vni": a.VNI})
+	}
+	return map[string]any{"cniVersion": "1.1.0", "name": a.Network(), "plugins": plugins}
+}
+
+// HostIf is the attachment's host interface.
+func (a attachment) HostIf() string { return names.HostInterface(a.mode(), a.VPC, a.Name) }
+
+// Addr is the attachment's first address of the family of v6.
+func (a attachment) Addr(v6 bool) netip.Addr {
+	for _, s := range a.Addresses {
+		p := netip.MustParsePrefix(s)
+		if p.Addr().Is6() == v6 {
+			return p.Addr()
+		}
+	}
+	panic("no such address in " + a.Name)
+}
+
+// workload is an attachment added on a node, with its container.
+type workload struct {
+	attachment
+	node *harness.Node
+	c    *harness.Netns
+	// hostMAC is the host interface's MAC, the destination of every frame
+	// the workload sends; mac is the workload's own.
+	hostMAC, mac net.HardwareAddr
+	// tap is the VMM's end of a tap attachment.
+	tap *os.File
+}
+
+func add(t *testing.T, env *harness.Env, n *harness.Node, a attachment) *workload {
+	t.Helper()
+	env.ForgetAttachment(t, a.VPC, a.Name)
+	w := &workload{attachment: a, node: n, c: harness.NewContainer(t)}
+	n.WriteConflist(t, a.conflist())
+	if out, err := n.CNITool("add", a.Network(), w.c, ifName); err != nil {
+		t.Fatalf("ADD %s on %s: %v %s", a.Name, n.Name, err, out)
+	}
+	t.Cleanup(func() {
+		n.WriteConflist(t, a.conflist())
+		_, _ = n.CNITool("del", a.Network(), w.c, ifName)
+	})
+	var err error
+	if w.hostMAC, err = n.LinkMAC(a.HostIf()); err != nil {
+		t.Fatal(err)
+	}
+	if a.mode() == names.ModeTap {
+		if w.tap, err = n.OpenTap(a.HostIf()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.tap.Close() })
+		w.mac = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
+	} else if w.mac, err = w.c.LinkMAC(ifName); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// send sends IP packets from the workload as frames it wrote itself: out
+// of the container's eth0, or into the tap as its guest.
+func (w *workload) send(t *testing.T, packets ...[]byte) {
+	t.Helper()
+	w.sendFrom(t, w.mac, packets...)
+}
+
+func (w *workload) sendFrom(t *testing.T, mac net.HardwareAddr, packets ...[]byte) {
+	t.Helper()
+	var frames [][]byte
+	for _, p := range packets {
+		et := uint16(packet.EtherTypeIPv4)
+		if p[0]>>4 == 6 {
+			et = packet.EtherTypeIPv6
+		}
+		frames = append(frames, packet.Ethernet(w.hostMAC, mac, et, p))
+	}
+	if w.tap != nil {
+		for _, f := range frames {
+			if _, err := w.tap.Write(f); err != nil {
+				t.Fatalf("writing a frame into tap %s: %v", w.HostIf(), err)
+			}
+		}
+		return
+	}
+	if err := w.c.SendFrames(ifName, frames...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// receivers captures the markers in every namespace given and checks
+// counts with one message naming where frames were seen.
+type receivers struct {
+	caps []*harness.Capture
+	// except are the interfaces of each capture whose frames do not count:
+	// the sender's own.
+	except  [][]string
+	skipped []int
+}
+
+func capture(t *testing.T, markers [][]byte, nss ...*harness.Netns) *receivers {
+	t.Helper()
+	r := &receivers{}
+	for _, n := range nss {
+		c, err := n.Capture(markers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		r.caps = append(r.caps, c)
+		r.except = append(r.except, nil)
+	}
+	return r
+}
+
+// skip leaves the i-th namespace out: it is the sender.
+func (r *receivers) skip(i int) { r.skipped = append(r.skipped, i) }
+
+// exclude leaves the named interfaces of the i-th namespace out.
+func (r *receivers) exclude(i int, ifNames ...string) { r.except[i] = append(r.except[i], ifNames...) }
+
+// none fails t when any receiver saw marker m.
+func (r *receivers) none(t *testing.T, m int, what string) {
+	t.Helper()
+	var seen []string
+	for i, c := range r.caps {
+		if slices.Contains(r.skipped, i) {
+			continue
+		}
+		if c.Count(m, r.except[i]...) > 0 {
+			seen = append(seen, c.Describe(m, r.except[i]...))
+		}
+	}
+	if len(seen) > 0 {
+		t.Errorf("%s: frames seen at %s", what, strings.Join(seen, "; "))
+	}
+}
+
+// eventually polls cond every 50 ms until it returns nil or limit passes.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, limit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitPing(t *testing.T, from *harness.Netns, addr netip.Addr) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("ping %s from %s", addr, from.Name), func() error { return from.Ping(addr) })
+}
+
+func run(t *testing.T, n *harness.Netns, args ...string) string {
+	t.Helper()
+	out, err := n.Run(args[0], args[1:]...)
+	if err != nil {
+		t.Fatalf("%v in %s: %v %s", args, n.Name, err, out)
+	}
+	return out
+}
+
+// routed is a node on the fabric with galactic-router running.
+type routed struct {
+	*harness.Node
+	Underlay netip.Addr
+	Router   *harness.Router
+}
+
+func newRouted(t *testing.T, env *harness.Env, f *harness.Fabric, name string) *routed {
+	t.Helper()
+	n := env.NewNode(t, name)
+	ul := f.Attach(t, n)
+	run(t, n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	r := n.StartRouter(t, f.FabricRouterConfig(ul), "--resync", "2s")
+	return &routed{Node: n, Underlay: ul, Router: r}
+}
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
