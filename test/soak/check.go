@@ -310,10 +310,16 @@ func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string) {
 	if exp == rk.Observer || via == exp {
 		return
 	}
-	window := c.Bounds.WithdrawHold + c.Bounds.Converge
+	// A replacement takes over at once; only a withdrawal without one is
+	// held (withdrawHold).
+	window := c.Bounds.Converge
+	if exp == "" {
+		window += c.Bounds.WithdrawHold
+	}
 	// A next hop that did not hold the attachment lately is never right,
 	// whatever fault runs.
-	if via != "" && !c.recent(rk.Key, via, now.Add(-window-c.Bounds.RoutingGrace-c.Bounds.Converge)) {
+	lately := now.Add(-c.Bounds.WithdrawHold - c.Bounds.RoutingGrace - 2*c.Bounds.Converge)
+	if via != "" && !c.recent(rk.Key, via, lately) {
 		c.violate(now, dedup, "route at holder", "%s routes %s via %s, which has not held it lately (holder: %q)", rk.Observer, rk.Key, via, exp)
 		return
 	}

@@ -62,11 +62,21 @@ type Step struct {
 	Moves map[string]string
 }
 
+// end is the step ending fault s: the same parameters, numbered seq.
+func (s Step) end(seq int, at time.Duration) Step {
+	e := s
+	e.Seq, e.At, e.End, e.Start = seq, at, true, s.Seq
+	return e
+}
+
 func (s Step) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d +%5.1fs %s", s.Seq, s.At.Seconds(), s.Kind)
 	if s.End {
 		fmt.Fprintf(&b, " end (of #%d)", s.Start)
+		if s.Node != "" {
+			b.WriteString(" on " + s.Node)
+		}
 		return b.String()
 	}
 	if s.Attachment != "" {
@@ -212,7 +222,7 @@ func Schedule(seed uint64, duration time.Duration, topo Topology) []Step {
 	open := -1 // the index of the fault running now
 	endFault := func(at time.Duration) {
 		f := steps[open]
-		steps = append(steps, Step{Seq: len(steps), At: at, Kind: f.Kind, End: true, Start: f.Seq})
+		steps = append(steps, f.end(len(steps), at))
 		if k, _ := KindOf(f.Kind); k.EndPlan != nil {
 			k.EndPlan(p, &f)
 		}
@@ -305,22 +315,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// Prefix is the schedule cut after step n (its faults ended at the cut),
-// what a violation's reproduction replays.
+// Prefix is the schedule cut after step n, with the faults open at the
+// cut still ending when planned: what a violation's reproduction replays.
 func Prefix(steps []Step, n int) []Step {
 	if n+1 >= len(steps) {
 		return steps
 	}
 	out := slices.Clone(steps[:n+1])
-	ended := map[int]bool{}
-	for _, s := range out {
-		if s.End {
-			ended[s.Start] = true
-		}
-	}
-	for _, s := range out {
-		if k, _ := KindOf(s.Kind); k.Fault && !s.End && !ended[s.Seq] {
-			out = append(out, Step{Seq: len(out), At: out[len(out)-1].At, Kind: s.Kind, End: true, Start: s.Seq})
+	for _, e := range steps[n+1:] {
+		if e.End && e.Start <= n {
+			e.Seq = len(out)
+			out = append(out, e)
 		}
 	}
 	return out

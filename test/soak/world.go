@@ -194,20 +194,25 @@ func (r *runner) Move(key, to string) error {
 		in, err := r.add(key, to)
 		added <- result{in, err}
 	}()
+	// The ADD waits for the lease, unless it expired (the old holder's
+	// renewals stopped, with its GC down): then the successor takes it at
+	// once and the old instance is stopped afterwards.
+	var res result
 	select {
-	case res := <-added:
-		if res.err == nil {
-			_ = r.del(res.in)
-			return fmt.Errorf("the ADD of %s on %s did not wait for the lease", key, to)
+	case res = <-added:
+		if res.err != nil {
+			return res.err
 		}
-		return res.err
+		if err := r.del(old); err != nil {
+			return err
+		}
 	case <-time.After(time.Second):
+		if err := r.del(old); err != nil {
+			<-added
+			return err
+		}
+		res = <-added
 	}
-	if err := r.del(old); err != nil {
-		<-added
-		return err
-	}
-	res := <-added
 	if res.err != nil {
 		r.forget(key)
 		return res.err
