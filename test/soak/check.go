@@ -103,8 +103,9 @@ type Checker struct {
 	moves        []*moveWindow
 	reported     map[string]bool
 	Violations   []Violation
-	// Samples counts the snapshots checked.
-	Samples int
+	// Samples counts the snapshots checked; Routes the receivers' routes
+	// checked in them, Routed those that had a route.
+	Samples, Routes, Routed int
 }
 
 // NewChecker starts checking at start.
@@ -216,6 +217,10 @@ func (c *Checker) Observe(s Snapshot) {
 	}
 	for _, rk := range sortedRouteKeys(s.Routes) {
 		via := s.Routes[rk]
+		c.Routes++
+		if via != "" {
+			c.Routed++
+		}
 		st := c.routes[rk]
 		if st == nil {
 			st = &routeState{via: via}

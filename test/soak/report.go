@@ -34,6 +34,9 @@ type Report struct {
 	PingsSent      int
 	PingsLost      int
 	Samples        int
+	// Routes and Routed count the receivers' routes checked, and those
+	// present.
+	Routes, Routed int
 	Aborted        string
 }
 
@@ -85,6 +88,7 @@ func (r *Report) Summary(w io.Writer) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
 	fmt.Fprintf(w, "soak: steps: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "soak: %d receiver routes checked (%d present)\n", r.Routes, r.Routed)
 	fmt.Fprintf(w, "soak: faults survived %d of %d; pings %d sent, %d lost; canaries: own %v strangers %v\n",
 		survived, total, r.PingsSent, r.PingsLost, r.Own, r.Strangers)
 	if r.Aborted != "" {
@@ -101,7 +105,7 @@ func (r *Report) Markdown(w io.Writer) {
 	survived, total := r.FaultsSurvived()
 	fmt.Fprintf(w, "| | |\n|---|---|\n")
 	fmt.Fprintf(w, "| seed | %d |\n| planned | %s |\n| ran | %s |\n| steps executed | %d of %d |\n", r.Seed, r.Planned, r.Ran.Round(time.Second), r.Executed, len(r.Steps))
-	fmt.Fprintf(w, "| snapshots checked (every 100 ms) | %d |\n| faults survived | %d of %d |\n", r.Samples, survived, total)
+	fmt.Fprintf(w, "| snapshots checked (every 100 ms) | %d |\n| receivers' routes checked (present) | %d (%d) |\n| faults survived | %d of %d |\n", r.Samples, r.Routes, r.Routed, survived, total)
 	fmt.Fprintf(w, "| pings sent / lost | %d / %d |\n| canary probes from own VPC | %v |\n| canary strangers (other VPC) | %v |\n", r.PingsSent, r.PingsLost, r.Own, r.Strangers)
 	fmt.Fprintf(w, "| violations | %d |\n", len(r.Violations))
 	if r.Aborted != "" {

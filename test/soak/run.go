@@ -192,7 +192,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.sleep(o.Quiet)
 	stopObs()
 	r.report.Ran = time.Since(r.start)
-	r.report.Samples = r.checker.Samples
+	r.report.Samples, r.report.Routes, r.report.Routed = r.checker.Samples, r.checker.Routes, r.checker.Routed
 	r.blackouts(steps, windows)
 	r.quietCheck()
 	r.emptyCheck()
