@@ -30,6 +30,9 @@ type Snapshot struct {
 	At      time.Time
 	Leases  map[string]LeaseView
 	Entries []EntryView
+	// Records are the nodes' galactic-cni records of the attachments,
+	// as entries: the holder and generation each ADD acquired.
+	Records []EntryView
 	// Routes are the receivers' remote routes for each attachment's
 	// prefix, as the node the next hop belongs to ("" without a route),
 	// for every node with a routing domain of the attachment's VPC.
@@ -208,7 +211,8 @@ func (c *Checker) Observe(s Snapshot) {
 	for _, a := range c.Topo.Attachments {
 		key := a.Key()
 		c.checkLease(now, key, s.Leases[key])
-		c.checkGenerations(now, key, s.Entries)
+		c.checkGenerations(now, key, s.Entries, "entries")
+		c.checkGenerations(now, key, s.Records, "records")
 		exp := c.Expected(s, key)
 		h := c.expected[key]
 		if len(h) == 0 || h[len(h)-1].val != exp {
@@ -278,8 +282,9 @@ func (c *Checker) checkLease(now time.Time, key string, l LeaseView) {
 	byToken[l.Token] = l.Holder
 }
 
-// checkGenerations: no two live entries share a holderGeneration.
-func (c *Checker) checkGenerations(now time.Time, key string, entries []EntryView) {
+// checkGenerations: no two live entries (or records) share a
+// holderGeneration: two runtimes never hold one token.
+func (c *Checker) checkGenerations(now time.Time, key string, entries []EntryView, what string) {
 	seen := map[int64]string{}
 	for _, e := range entries {
 		if e.Key != key || !e.Live {
@@ -287,8 +292,8 @@ func (c *Checker) checkGenerations(now time.Time, key string, entries []EntryVie
 		}
 		who := e.Node + "/" + e.ContainerID
 		if prev, ok := seen[e.Generation]; ok && prev != who {
-			c.violate(now, fmt.Sprintf("gen %s %d", key, e.Generation), "unique generation",
-				"%s has two live entries with holderGeneration %d: %s and %s", key, e.Generation, prev, who)
+			c.violate(now, fmt.Sprintf("gen %s %s %d", what, key, e.Generation), "unique generation",
+				"%s has two live %s with holderGeneration %d: %s and %s", key, what, e.Generation, prev, who)
 		}
 		seen[e.Generation] = who
 	}

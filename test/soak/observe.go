@@ -17,6 +17,7 @@ import (
 	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/router/dataplane"
 )
 
@@ -58,6 +59,15 @@ func (r *runner) snapshot() Snapshot {
 		for _, e := range adv.Spec.Containers {
 			s.Entries = append(s.Entries, EntryView{Key: key, Node: adv.Spec.Node, ContainerID: e.ContainerID,
 				Generation: e.HolderGeneration, Live: live(e.Netns)})
+		}
+	}
+	for _, name := range r.topo.Nodes {
+		recs, _ := state.NewStore(r.nodes[name].Settings.StateDir).List()
+		for _, rec := range recs {
+			key := rec.VPC + "/" + rec.Attachment
+			if _, ok := byLease[names.Lease(rec.VPC, rec.Attachment)]; ok && rec.Holder != "" {
+				s.Records = append(s.Records, EntryView{Key: key, Node: name, ContainerID: rec.ContainerID, Generation: rec.HolderGeneration, Live: live(rec.Netns)})
+			}
 		}
 	}
 	for _, name := range r.topo.Nodes {

@@ -231,6 +231,13 @@ func (w *sim) snapshot() Snapshot {
 	for _, e := range w.entries {
 		s.Entries = append(s.Entries, EntryView{Key: e.key, Node: e.node, ContainerID: e.cid, Generation: e.gen, Live: w.alive[e.cid]})
 	}
+	for _, r := range w.records {
+		for _, e := range w.entries {
+			if e.cid == r.cid {
+				s.Records = append(s.Records, EntryView{Key: e.key, Node: r.node, ContainerID: r.cid, Generation: e.gen, Live: w.alive[r.cid]})
+			}
+		}
+	}
 	for rk, rt := range w.routes {
 		if w.nodes[rk.Observer].up {
 			s.Routes[rk] = rt.via
