@@ -73,6 +73,8 @@ type change struct {
 type routeState struct {
 	via     string
 	changes []time.Time
+	// since is when via last changed.
+	since time.Time
 }
 
 type moveWindow struct {
@@ -100,12 +102,16 @@ type Checker struct {
 	// routingSpans are the routing faults' [start, end+grace] spans.
 	routingSpans [][2]time.Time
 	expected     map[string][]change
-	routes       map[RouteKey]*routeState
-	holders      map[string]map[int64]string
-	tokens       map[string]int64
-	moves        []*moveWindow
-	reported     map[string]bool
-	Violations   []Violation
+	// hosted is when each node last had a live entry of each attachment:
+	// a holder the 100 ms samples missed (available for a moment) is
+	// still one a receiver may route to.
+	hosted     map[string]map[string]time.Time
+	routes     map[RouteKey]*routeState
+	holders    map[string]map[int64]string
+	tokens     map[string]int64
+	moves      []*moveWindow
+	reported   map[string]bool
+	Violations []Violation
 	// Samples counts the snapshots checked; Routes the receivers' routes
 	// checked in them, Routed those that had a route.
 	Samples, Routes, Routed int
@@ -114,7 +120,7 @@ type Checker struct {
 // NewChecker starts checking at start.
 func NewChecker(topo Topology, b Bounds, start time.Time) *Checker {
 	return &Checker{Topo: topo, Bounds: b, start: start, open: map[int]bool{}, expected: map[string][]change{},
-		routes: map[RouteKey]*routeState{}, holders: map[string]map[int64]string{}, tokens: map[string]int64{},
+		routes: map[RouteKey]*routeState{}, hosted: map[string]map[string]time.Time{}, holders: map[string]map[int64]string{}, tokens: map[string]int64{},
 		reported: map[string]bool{}}
 }
 
@@ -208,6 +214,14 @@ func (c *Checker) Expected(s Snapshot, key string) string {
 func (c *Checker) Observe(s Snapshot) {
 	c.Samples++
 	now := s.At
+	for _, e := range s.Entries {
+		if e.Live {
+			if c.hosted[e.Key] == nil {
+				c.hosted[e.Key] = map[string]time.Time{}
+			}
+			c.hosted[e.Key][e.Node] = now
+		}
+	}
 	for _, a := range c.Topo.Attachments {
 		key := a.Key()
 		c.checkLease(now, key, s.Leases[key])
@@ -227,13 +241,13 @@ func (c *Checker) Observe(s Snapshot) {
 		}
 		st := c.routes[rk]
 		if st == nil {
-			st = &routeState{via: via}
+			st = &routeState{via: via, since: now}
 			c.routes[rk] = st
 		} else if st.via != via {
-			st.via = via
+			st.via, st.since = via, now
 			st.changes = append(st.changes, now)
 		}
-		c.checkRoute(now, rk, via)
+		c.checkRoute(now, rk, via, st.since)
 	}
 	c.checkMoves(now)
 }
@@ -299,8 +313,12 @@ func (c *Checker) checkGenerations(now time.Time, key string, entries []EntryVie
 	}
 }
 
-// recent reports whether node was the expected one for key since t.
+// recent reports whether node was the expected one for key, or had a
+// live entry of it, since t.
 func (c *Checker) recent(key, node string, since time.Time) bool {
+	if t, ok := c.hosted[key][node]; ok && !t.Before(since) {
+		return true
+	}
 	h := c.expected[key]
 	for i, ch := range h {
 		if ch.val != node {
@@ -313,9 +331,15 @@ func (c *Checker) recent(key, node string, since time.Time) bool {
 	return false
 }
 
-func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string) {
+func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string, routeSince time.Time) {
 	h := c.expected[rk.Key]
 	exp, since := h[len(h)-1].val, h[len(h)-1].at
+	// The window runs from the later of the holder's change and the
+	// route's: a receiver that just followed a holder the samples missed
+	// is converging, not wrong.
+	if routeSince.After(since) {
+		since = routeSince
+	}
 	dedup := fmt.Sprintf("route %s %s %s %s", rk.Observer, rk.Key, via, since)
 	if exp == rk.Observer || via == exp {
 		return
