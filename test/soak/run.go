@@ -194,8 +194,12 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.report.Ran = time.Since(r.start)
 	r.report.Samples, r.report.Routes, r.report.Routed = r.checker.Samples, r.checker.Routes, r.checker.Routed
 	r.blackouts(steps, windows)
-	r.quietCheck()
-	r.emptyCheck()
+	if r.ctx.Err() == nil {
+		r.quietCheck()
+	}
+	// Interrupted, the workloads are still deleted but nothing is judged:
+	// there was no quiet period.
+	r.emptyCheck(r.ctx.Err() == nil)
 	r.report.Violations = r.checker.Violations
 	if len(r.report.Violations) > 0 {
 		r.tails()
