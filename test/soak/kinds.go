@@ -37,7 +37,7 @@ type World interface {
 	SetLoss(percent int) error
 }
 
-// Run executes a step against w.
+// runFunc executes a step's start or end against a World.
 type runFunc func(w World, s Step) error
 
 var runs = map[string][2]runFunc{}

@@ -3,6 +3,8 @@ package soak
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -24,8 +26,7 @@ type Report struct {
 	// StepErrors are the steps that failed, by sequence number.
 	StepErrors map[int]string
 	Violations []Violation
-	// Blackouts are the measured outages by step kind; Unbounded counts
-	// those measured without a bound.
+	// Blackouts are the measured outages by step kind.
 	Blackouts map[string][]time.Duration
 	Resources []Resource
 	// Canary counts: Own probes a canary received from its own VPC,
@@ -158,17 +159,4 @@ func (r *Report) Markdown(w io.Writer) {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 
-func sortedInts[V any](m map[int]V) []int {
-	var out []int
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
-}
+func sortedInts[V any](m map[int]V) []int { return slices.Sorted(maps.Keys(m)) }

@@ -261,10 +261,7 @@ func (r *runner) setup() error {
 	if err := r.until(60*time.Second, "every router's session with FRR", r.established); err != nil {
 		return err
 	}
-	r.canary, err = startCanaries()
-	if err != nil {
-		return err
-	}
+	r.canary = &canaries{own: map[string]int{}, strangers: map[string]int{}}
 	r.undo = append(r.undo, r.canary.stop)
 	for _, a := range statics {
 		c, err := r.container()
@@ -416,10 +413,6 @@ type canaries struct {
 	strangers map[string]int
 	conns     []*net.UDPConn
 	wg        sync.WaitGroup
-}
-
-func startCanaries() (*canaries, error) {
-	return &canaries{own: map[string]int{}, strangers: map[string]int{}}, nil
 }
 
 func (c *canaries) listen(vpc string, ns *harness.Netns) error {

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -306,14 +307,7 @@ func choose[T any](r *rand.Rand, xs []T) (T, bool) {
 	return xs[r.IntN(len(xs))], true
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Prefix is the schedule cut after step n, with the faults open at the
 // cut still ending when planned: what a violation's reproduction replays.
