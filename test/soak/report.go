@@ -83,15 +83,10 @@ func (r *Report) Summary(w io.Writer) {
 	survived, total := r.FaultsSurvived()
 	fmt.Fprintf(w, "soak: seed %d, %s planned, %s ran, %d of %d steps executed, %d samples checked\n",
 		r.Seed, r.Planned, r.Ran.Round(time.Second), r.Executed, len(r.Steps), r.Samples)
-	counts := r.Counts()
-	var parts []string
-	for _, k := range sortedKeys(counts) {
-		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
-	}
-	fmt.Fprintf(w, "soak: steps: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "soak: steps: %s\n", counts(r.Counts()))
 	fmt.Fprintf(w, "soak: %d receiver routes checked (%d present)\n", r.Routes, r.Routed)
-	fmt.Fprintf(w, "soak: faults survived %d of %d; pings %d sent, %d lost; canaries: own %v strangers %v\n",
-		survived, total, r.PingsSent, r.PingsLost, r.Own, r.Strangers)
+	fmt.Fprintf(w, "soak: faults survived %d of %d; pings %d sent, %d lost; canaries: own %s, strangers %s\n",
+		survived, total, r.PingsSent, r.PingsLost, counts(r.Own), counts(r.Strangers))
 	if r.Aborted != "" {
 		fmt.Fprintf(w, "soak: aborted: %s\n", r.Aborted)
 	}
@@ -107,15 +102,15 @@ func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "| | |\n|---|---|\n")
 	fmt.Fprintf(w, "| seed | %d |\n| planned | %s |\n| ran | %s |\n| steps executed | %d of %d |\n", r.Seed, r.Planned, r.Ran.Round(time.Second), r.Executed, len(r.Steps))
 	fmt.Fprintf(w, "| snapshots checked (every 100 ms) | %d |\n| receivers' routes checked (present) | %d (%d) |\n| faults survived | %d of %d |\n", r.Samples, r.Routes, r.Routed, survived, total)
-	fmt.Fprintf(w, "| pings sent / lost | %d / %d |\n| canary probes from own VPC | %v |\n| canary strangers (other VPC) | %v |\n", r.PingsSent, r.PingsLost, r.Own, r.Strangers)
+	fmt.Fprintf(w, "| pings sent / lost | %d / %d |\n| canary probes from own VPC | %s |\n| canary strangers (other VPC) | %s |\n", r.PingsSent, r.PingsLost, counts(r.Own), counts(r.Strangers))
 	fmt.Fprintf(w, "| violations | %d |\n", len(r.Violations))
 	if r.Aborted != "" {
 		fmt.Fprintf(w, "| aborted | %s |\n", r.Aborted)
 	}
 	fmt.Fprintf(w, "\n### Steps by kind\n\n| kind | executed |\n|---|---|\n")
-	counts := r.Counts()
-	for _, k := range sortedKeys(counts) {
-		fmt.Fprintf(w, "| %s | %d |\n", k, counts[k])
+	byKind := r.Counts()
+	for _, k := range sortedKeys(byKind) {
+		fmt.Fprintf(w, "| %s | %d |\n", k, byKind[k])
 	}
 	fmt.Fprintf(w, "\n### Blackouts by step kind\n\nThe longest run of unanswered pings of each reachable attachment, per step, from the step's start to %s after its end.\n\n", SettleTime)
 	fmt.Fprintf(w, "| kind | measured | median | p90 | max |\n|---|---|---|---|---|\n")
@@ -155,6 +150,18 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintln(w, s)
 	}
 	fmt.Fprintf(w, "```\n</details>\n")
+}
+
+// counts prints counts by name, "none" when there are none.
+func counts(m map[string]int) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
