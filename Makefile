@@ -76,5 +76,12 @@ demo: deps build
 bench: build
 	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)
 
+# Seeded random workload operations and faults with invariant checkers
+# (docs/soak.md): SOAK_DURATION (default 10m), SOAK_SEED to replay,
+# SOAK_STEPS to replay a prefix, SOAK_REPORT for the markdown report.
+.PHONY: soak
+soak: deps build
+	SOAK_DURATION=$(or $(SOAK_DURATION),10m) $(GO) run ./test/cmd/soak
+
 clean:
 	rm -rf $(BIN)

@@ -13,11 +13,13 @@ need=()
 # reads galactic-router's metrics inside a node namespace.
 # nsenter starts containerd inside a node (test/integration/cri); runc is
 # built with seccomp (the kubelet asks for it), so it needs gcc, pkg-config
-# and libseccomp's headers.
+# and libseccomp's headers. nft drops packets on the soak's fabric
+# (`make soak`, test/integration/soak): netem is not in every kernel.
 for pair in ip:iproute2 bridge:iproute2 make:make git:git gcc:gcc \
 	qemu-system-x86_64:qemu-system-x86 busybox:busybox-static \
 	/usr/lib/frr/bgpd:frr vtysh:frr gobgpd:gobgpd curl:curl \
-	nsenter:util-linux pkg-config:pkg-config /usr/include/seccomp.h:libseccomp-dev; do
+	nsenter:util-linux pkg-config:pkg-config /usr/include/seccomp.h:libseccomp-dev \
+	/usr/sbin/nft:nftables; do
 	cmd=${pair%%:*}
 	if [ -e "$cmd" ] || command -v "$cmd" >/dev/null 2>&1; then continue; fi
 	need+=("${pair#*:}")

@@ -202,6 +202,18 @@ func (n *Node) WriteConflistFile(conf any) error {
 // status or gc; ifName is CNI_IFNAME. It returns stdout and an error
 // carrying stderr.
 func (n *Node) CNITool(verb, network string, container *Netns, ifName string, extraEnv ...string) (string, error) {
+	cmd := n.CNIToolCommand(verb, network, container, ifName, extraEnv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("cnitool %s %s: %v: %s", verb, network, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// CNIToolCommand is the command CNITool runs, not started, for a caller
+// that needs the process (to kill a verb half-way, say).
+func (n *Node) CNIToolCommand(verb, network string, container *Netns, ifName string, extraEnv ...string) *exec.Cmd {
 	netnsPath := ""
 	if container != nil {
 		netnsPath = container.Path
@@ -214,12 +226,7 @@ func (n *Node) CNITool(verb, network string, container *Netns, ifName string, ex
 		"CNI_IFNAME="+ifName,
 	)
 	cmd.Env = append(append(cmd.Env, n.Environ()...), extraEnv...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("cnitool %s %s: %v: %s", verb, network, err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	return cmd
 }
 
 // ContainerID is the container ID cnitool derives from a netns path.

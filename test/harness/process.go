@@ -28,3 +28,5 @@ func fileTail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+func splitLines(s string) []string { return strings.Split(strings.TrimRight(s, "\n"), "\n") }

@@ -1,0 +1,163 @@
+package soak
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// world is a hand-written sequence of snapshots for one attachment,
+// blue/app-1 (announce always), seen from node-c.
+type frame struct {
+	at      time.Duration
+	holder  string // node of the live entry, "" for none
+	gen     int64
+	via     string
+	lease   LeaseView
+	entries []EntryView
+}
+
+func replay(t *testing.T, frames []frame, steps ...Step) *Checker {
+	t.Helper()
+	start := time.Unix(0, 0)
+	c := NewChecker(DefaultTopology(), SimBounds, start)
+	for _, s := range steps {
+		c.Begin(s, start.Add(s.At))
+		c.Done(s, start.Add(s.At))
+	}
+	for i, f := range frames {
+		end := f.at
+		if i+1 < len(frames) {
+			end = frames[i+1].at
+		}
+		for at := f.at; at <= end; at += sampleEvery {
+			s := Snapshot{At: start.Add(at), Leases: map[string]LeaseView{"blue/app-1": f.lease}, Routes: map[RouteKey]string{{Observer: "node-c", Key: "blue/app-1"}: f.via}}
+			if f.holder != "" {
+				s.Entries = append(s.Entries, EntryView{Key: "blue/app-1", Node: f.holder, ContainerID: "c-" + f.holder, Generation: f.gen, Live: true})
+			}
+			s.Entries = append(s.Entries, f.entries...)
+			c.Observe(s)
+		}
+	}
+	return c
+}
+
+func wantViolation(t *testing.T, c *Checker, check string) {
+	t.Helper()
+	for _, v := range c.Violations {
+		if v.Check == check {
+			return
+		}
+	}
+	t.Errorf("want a %q violation, got %v", check, c.Violations)
+}
+
+func wantNone(t *testing.T, c *Checker) {
+	t.Helper()
+	for _, v := range c.Violations {
+		t.Error(v)
+	}
+}
+
+func TestARouteFollowingTheHolderWithinConvergencePasses(t *testing.T) {
+	wantNone(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+		{at: 5 * time.Second, holder: "node-b", gen: 2, via: "node-a"},
+		{at: 6 * time.Second, holder: "node-b", gen: 2, via: "node-b"},
+		{at: 10 * time.Second, holder: "node-b", gen: 2, via: "node-b"},
+	}))
+}
+
+func TestARouteLaggingAReplacementPastConvergenceFails(t *testing.T) {
+	wantViolation(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+		{at: 5 * time.Second, holder: "node-b", gen: 2, via: "node-a"},
+		{at: 10 * time.Second, holder: "node-b", gen: 2, via: "node-a"},
+	}), "route at holder")
+}
+
+func TestAWithdrawnRouteIsHeldForTheWithdrawalHold(t *testing.T) {
+	wantNone(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+		{at: 5 * time.Second, via: "node-a"},
+		{at: 5*time.Second + WithdrawHold, via: ""},
+		{at: 60 * time.Second, via: ""},
+	}))
+	wantViolation(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+		{at: 5 * time.Second, via: "node-a"},
+		{at: 60 * time.Second, via: "node-a"},
+	}), "route at holder")
+}
+
+func TestARouteToANodeThatNeverHeldTheAttachmentFailsAtOnceEvenDuringAFault(t *testing.T) {
+	c := replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+		{at: 5 * time.Second, holder: "node-a", gen: 1, via: "node-b"},
+		{at: 5*time.Second + 200*time.Millisecond, holder: "node-a", gen: 1, via: "node-a"},
+	}, Step{Seq: 0, Kind: "reflector-outage", At: time.Second, For: time.Minute})
+	wantViolation(t, c, "route at holder")
+	if !strings.Contains(c.Violations[0].Detail, "has not held it lately") {
+		t.Errorf("got %s", c.Violations[0])
+	}
+}
+
+func TestStaleRoutesAreAllowedWhileARoutingFaultRuns(t *testing.T) {
+	wantNone(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+		{at: 5 * time.Second, holder: "node-b", gen: 2, via: "node-a"},
+		{at: 40 * time.Second, holder: "node-b", gen: 2, via: "node-b"},
+	}, Step{Seq: 0, Kind: "reflector-outage", At: time.Second, For: time.Minute}))
+}
+
+func TestTwoHoldersUnderOneTokenFail(t *testing.T) {
+	wantViolation(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a", lease: LeaseView{Holder: "node-a/c-node-a", Token: 1}},
+		{at: time.Second, holder: "node-a", gen: 1, via: "node-a", lease: LeaseView{Holder: "node-b/x", Token: 1}},
+	}), "one holder")
+}
+
+func TestATokenGoingBackFails(t *testing.T) {
+	wantViolation(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 2, via: "node-a", lease: LeaseView{Holder: "node-a/c-node-a", Token: 2}},
+		{at: time.Second, holder: "node-a", gen: 2, via: "node-a", lease: LeaseView{Holder: "node-a/c-node-a", Token: 1}},
+	}), "one holder")
+}
+
+func TestTwoLiveEntriesWithOneGenerationFail(t *testing.T) {
+	wantViolation(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 3, via: "node-a",
+			entries: []EntryView{{Key: "blue/app-1", Node: "node-b", ContainerID: "other", Generation: 3, Live: true}}},
+	}), "unique generation")
+}
+
+func TestAMoveThatFlipsAReceiverBackFails(t *testing.T) {
+	move := Step{Seq: 0, Kind: "move", Attachment: "blue/app-1", Node: "node-a", To: "node-b", At: time.Second}
+	wantViolation(t, replay(t, []frame{
+		{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+		{at: 2 * time.Second, holder: "node-b", gen: 2, via: "node-b"},
+		{at: 3 * time.Second, holder: "node-b", gen: 2, via: "node-a"},
+		{at: 3*time.Second + 300*time.Millisecond, holder: "node-b", gen: 2, via: "node-b"},
+		{at: 60 * time.Second, holder: "node-b", gen: 2, via: "node-b"},
+	}, move), "one change per move")
+}
+
+func TestBlackoutBoundsAddOverlappingFaults(t *testing.T) {
+	topo := DefaultTopology()
+	steps := []Step{
+		{Seq: 0, Kind: "router-kill", Node: "node-c", For: 5 * time.Second},
+		{Seq: 1, Kind: "move", Attachment: "blue/app-1", Node: "node-a", To: "node-b"},
+		{Seq: 2, Kind: "router-kill", End: true, Start: 0},
+	}
+	t0 := time.Unix(0, 0)
+	w := map[int]Window{0: {t0, t0.Add(10 * time.Second)}, 1: {t0.Add(2 * time.Second), t0.Add(4 * time.Second)}}
+	if b, ok := BlackoutBound(topo, steps, w, 1, "blue/app-1"); !ok || b != 20*time.Second+NoLossBound {
+		t.Errorf("the move's bound: %s %v", b, ok)
+	}
+	if _, ok := BlackoutBound(topo, steps, w, 0, "blue/app-1"); ok {
+		t.Error("the router-kill bounds an attachment a move explains")
+	}
+	if b, ok := BlackoutBound(topo, steps, w, 0, "red/app-0"); !ok || b != NoLossBound {
+		t.Errorf("the router-kill's bound on another attachment: %s %v", b, ok)
+	}
+}

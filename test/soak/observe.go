@@ -1,0 +1,227 @@
+package soak
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/router/dataplane"
+)
+
+func live(netnsPath string) bool {
+	if netnsPath == "" {
+		return false
+	}
+	_, err := os.Stat(netnsPath)
+	return err == nil
+}
+
+// snapshot samples the API caches and every up node's kernel.
+func (r *runner) snapshot() Snapshot {
+	s := Snapshot{At: time.Now(), Leases: map[string]LeaseView{}, Routes: map[RouteKey]string{}}
+	byLease := map[string]string{}
+	for _, a := range r.topo.Attachments {
+		byLease[names.Lease(a.VPC, a.Name)] = a.Key()
+	}
+	for _, obj := range r.lInf.GetStore().List() {
+		l := obj.(*coordinationv1.Lease)
+		key, ok := byLease[l.Name]
+		if !ok {
+			continue
+		}
+		rec := handoff.RecordFromSpec(l.Spec)
+		v := LeaseView{Holder: rec.HolderIdentity, Token: int64(rec.LeaseTransitions)}
+		if v.Holder != "" {
+			st, _, _ := handoff.Availability(l, v.Holder, v.Token)
+			v.Available = st == metav1.ConditionTrue
+		}
+		s.Leases[key] = v
+	}
+	for _, obj := range r.advInf.GetStore().List() {
+		adv := obj.(*v1alpha1.BGPAdvertisement)
+		key := adv.Spec.VPC + "/" + adv.Spec.Attachment
+		if _, ok := byLease[names.Lease(adv.Spec.VPC, adv.Spec.Attachment)]; !ok {
+			continue
+		}
+		for _, e := range adv.Spec.Containers {
+			s.Entries = append(s.Entries, EntryView{Key: key, Node: adv.Spec.Node, ContainerID: e.ContainerID,
+				Generation: e.HolderGeneration, Live: live(e.Netns)})
+		}
+	}
+	for _, name := range r.topo.Nodes {
+		recs, _ := state.NewStore(r.nodes[name].Settings.StateDir).List()
+		for _, rec := range recs {
+			key := rec.VPC + "/" + rec.Attachment
+			if _, ok := byLease[names.Lease(rec.VPC, rec.Attachment)]; ok && rec.Holder != "" {
+				s.Records = append(s.Records, EntryView{Key: key, Node: name, ContainerID: rec.ContainerID, Generation: rec.HolderGeneration, Live: live(rec.Netns)})
+			}
+		}
+	}
+	for _, name := range r.topo.Nodes {
+		n := r.nodes[name]
+		r.mu.Lock()
+		down := n.down
+		r.mu.Unlock()
+		if down {
+			continue
+		}
+		for rk, via := range r.remoteRoutes(n) {
+			s.Routes[rk] = via
+		}
+	}
+	return s
+}
+
+// remoteRoutes are galactic-router's routes on n for the attachments'
+// prefixes, for each VPC with a routing domain on n.
+func (r *runner) remoteRoutes(n *node) map[RouteKey]string {
+	out := map[RouteKey]string{}
+	_ = n.Do(func() error {
+		for _, vpc := range []string{"blue", "red"} {
+			dom, err := routing.Find(vpc)
+			if err != nil || dom == nil {
+				continue
+			}
+			routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: dom.Table}, netlink.RT_FILTER_TABLE)
+			if err != nil {
+				continue
+			}
+			for _, a := range r.topo.Attachments {
+				if a.VPC != vpc {
+					continue
+				}
+				rk := RouteKey{Observer: n.Name, Key: a.Key()}
+				out[rk] = ""
+				want := netip.PrefixFrom(addrOf(a), 32)
+				for _, rt := range routes {
+					p, ok := routing.PrefixOf(rt.Dst)
+					if !ok || p != want || int(rt.Protocol) != dataplane.Protocol || rt.Type == unix.RTN_UNREACHABLE {
+						continue
+					}
+					gw, _ := netip.AddrFromSlice(rt.Gw)
+					via := r.byUL[gw.Unmap().String()]
+					if via == "" {
+						via = "?" + gw.String()
+					}
+					out[rk] = via
+				}
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// observe starts the checkers (every 100 ms), the canary probes and the
+// resource sampler; the returned func stops them.
+func (r *runner) observe() func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			s := r.snapshot()
+			r.mu.Lock()
+			r.checker.Observe(s)
+			r.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			r.mu.Lock()
+			var senders []*instance
+			for _, in := range r.inst {
+				senders = append(senders, in)
+			}
+			r.mu.Unlock()
+			for _, in := range senders {
+				probe(in.a.VPC, in.netns)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			r.sampleResources()
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(stop); wg.Wait() }
+}
+
+func (r *runner) sampleResources() {
+	at := time.Since(r.start)
+	for _, name := range r.topo.Nodes {
+		n := r.nodes[name]
+		for _, p := range []struct {
+			what string
+			pid  int
+		}{{"galactic-router", n.router.Pid()}, {"galactic-gc", n.gc.Pid()}} {
+			if st, ok := harnessProc(p.pid); ok {
+				r.mu.Lock()
+				r.report.Resources = append(r.report.Resources, Resource{At: at, Process: name + " " + p.what, RSSKiB: st.RSSKiB, Threads: st.Threads, FDs: st.FDs})
+				r.mu.Unlock()
+			}
+		}
+	}
+}
+
+// setReachable notes whether key should answer its client from now.
+func (r *runner) setReachable(key string, ok bool) {
+	v := fmt.Sprint(ok)
+	h := r.reachable[key]
+	if len(h) == 0 || h[len(h)-1].val != v {
+		r.reachable[key] = append(h, change{time.Now(), v})
+	}
+}
+
+func (r *runner) reachableAt(key string, t time.Time) bool {
+	v := false
+	for _, c := range r.reachable[key] {
+		if c.at.After(t) {
+			break
+		}
+		v = c.val == "true"
+	}
+	return v
+}
+
+// reachableThroughout: reachable at the window's start and end.
+func (r *runner) reachableThroughout(key string, w Window) bool {
+	return r.reachableAt(key, w.From) && r.reachableAt(key, w.To)
+}
