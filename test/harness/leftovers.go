@@ -68,7 +68,43 @@ func (n *Node) Leftovers() ([]string, error) {
 			out = append(out, "fdb "+strings.TrimSpace(line))
 		}
 	}
+	// galactic's packet filter: its table stays until uninstall, but no
+	// element may outlive what it was added for.
+	if table, err := n.Run("nft", "list", "table", "inet", "galactic"); err == nil {
+		for _, e := range nftElements(table) {
+			out = append(out, "nft element "+e)
+		}
+	}
 	return out, nil
+}
+
+// nftElements lists `set: element` for every element in the output of
+// `nft list table`.
+func nftElements(listing string) []string {
+	var out []string
+	set, open := "", false
+	for _, line := range splitLines(listing) {
+		t := strings.TrimSpace(line)
+		if f := strings.Fields(t); len(f) > 1 && f[0] == "set" {
+			set = f[1]
+			continue
+		}
+		if i := strings.Index(t, "elements = {"); i >= 0 {
+			t, open = t[i+len("elements = {"):], true
+		}
+		if !open {
+			continue
+		}
+		if j := strings.Index(t, "}"); j >= 0 {
+			t, open = t[:j], false
+		}
+		for _, e := range strings.Split(t, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, set+": "+e)
+			}
+		}
+	}
+	return out
 }
 
 func isGalacticDevice(name string) bool {
