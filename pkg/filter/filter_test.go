@@ -3,15 +3,13 @@ package filter
 import (
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
+
+	"github.com/galactic-cni/galactic/pkg/netnstest"
 )
 
 func TestCoverDropsPrefixesAnotherContains(t *testing.T) {
@@ -36,36 +34,7 @@ func TestLastAddrIsTheEndOfThePrefix(t *testing.T) {
 // inNetns runs f in a fresh network namespace; it needs root.
 func inNetns(t *testing.T, f func()) { inNetnsB(t, f) }
 
-func inNetnsB(t testing.TB, f func()) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := ns.GetCurrentNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	if err := n.Set(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := host.Set(); err != nil {
-			panic(err)
-		}
-	}()
-	f()
-}
+func inNetnsB(t testing.TB, f func()) { netnstest.Run(t, f) }
 
 func blue() Attachment {
 	return Attachment{

@@ -2,50 +2,17 @@ package routing
 
 import (
 	"net/netip"
-	"os"
-	"runtime"
 	"slices"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/galactic-cni/galactic/pkg/netnstest"
 	"golang.org/x/sys/unix"
 )
 
 // inNetns runs f in a fresh network namespace; it needs root.
-func inNetns(t *testing.T, f func()) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	// On the test's own goroutine, so t.Fatal in f works; the deferred
-	// calls put the thread back before it is unlocked.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := ns.GetCurrentNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	if err := n.Set(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := host.Set(); err != nil {
-			panic(err) // the thread is in the wrong netns: nothing after this can be trusted
-		}
-	}()
-	f()
-}
+func inNetns(t *testing.T, f func()) { netnstest.Run(t, f) }
 
 // localPrefs are the preferences of the plain `lookup local` rules of a family.
 func localPrefs(t *testing.T, family int) []int {
