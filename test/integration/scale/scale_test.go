@@ -90,10 +90,10 @@ func TestThroughFRRTheImportFilterKeepsAbsentVPCsOutOfTheRIB(t *testing.T) {
 		})
 	}
 	top.checkKernels(t)
-	// Every best-path change the daemon was handed was one of its VPCs'.
+	// The daemon's RIB holds its VPCs' paths and nothing else.
 	for _, n := range top.nodes {
-		if got := metric(n, "galactic_router_received_updates_total"); int(got) != top.wantRIB(n) {
-			t.Errorf("%s received %v best-path changes, want %d: one per path of its VPCs", n.Name, got, top.wantRIB(n))
+		if got := metric(n, "galactic_router_rib_paths"); int(got) != top.wantRIB(n) {
+			t.Errorf("%s holds %v paths in its RIB, want %d: only its VPCs'", n.Name, got, top.wantRIB(n))
 		}
 	}
 
