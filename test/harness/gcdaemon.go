@@ -33,20 +33,13 @@ func (g *GCDaemon) Start() error {
 	if g.cmd != nil {
 		return fmt.Errorf("galactic-gc on %s is already running", g.Node.Name)
 	}
-	log, err := os.OpenFile(g.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
 	cmd := exec.Command("ip", "netns", "exec", g.Node.Netns.Name, filepath.Join(g.Node.env.BinDir, "galactic-gc"),
 		"--config", g.Node.ConfigPath, "--interval", g.Interval.String(), "--metrics-address", "")
 	cmd.Env = append(os.Environ(), g.Node.Environ()...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
+	done, err := startLogged(cmd, g.LogPath)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	g.cmd, g.done = cmd, done
 	return nil
 }

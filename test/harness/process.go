@@ -2,6 +2,7 @@ package harness
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -30,3 +31,20 @@ func fileTail(path string, n int) string {
 }
 
 func splitLines(s string) []string { return strings.Split(strings.TrimRight(s, "\n"), "\n") }
+
+// startLogged starts cmd with its output appended to logPath; done closes
+// once it has exited and the log is closed.
+func startLogged(cmd *exec.Cmd, logPath string) (done chan struct{}, err error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
+	}
+	done = make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	return done, nil
+}

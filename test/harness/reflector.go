@@ -101,18 +101,11 @@ func (r *Reflector) Start() error {
 	if r.cmd != nil {
 		return fmt.Errorf("the reflector is already running")
 	}
-	log, err := os.OpenFile(r.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	cmd := exec.Command("ip", "netns", "exec", r.Netns.Name, r.bin, "run", "--config", r.conf)
+	done, err := startLogged(cmd, r.LogPath)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("ip", "netns", "exec", r.Netns.Name, r.bin, "run", "--config", r.conf)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	r.cmd, r.done = cmd, done
 	return nil
 }

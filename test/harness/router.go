@@ -107,20 +107,13 @@ func (r *Router) Start() error {
 	if r.cmd != nil {
 		return fmt.Errorf("router on %s is already running", r.Node.Name)
 	}
-	log, err := os.OpenFile(r.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
 	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.ConfigPath}, r.Args...)
 	cmd := exec.Command("ip", args...)
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
+	done, err := startLogged(cmd, r.LogPath)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	r.cmd, r.done = cmd, done
 	return nil
 }
