@@ -82,6 +82,12 @@ type Options struct {
 	// short-lived processes retrying Acquire continue one observation
 	// instead of each starting a new one. Empty keeps it in memory only.
 	ObservationDir string
+	// ReportAvailable makes every acquisition report the new holder
+	// available, with ReportReason, in the acquiring write itself instead of
+	// starting not available: for a runtime whose instance serves the moment
+	// it holds the lease (a promoted migration target), one write fewer.
+	ReportAvailable bool
+	ReportReason    string
 }
 
 // Lock acquires, renews and releases one handoff Lease. It is safe for
@@ -93,6 +99,7 @@ type Lock struct {
 	retryPeriod   time.Duration
 	clock         clock.Clock
 	obsDir        string
+	onAcquire     *Report
 
 	mu  sync.Mutex
 	obs observation
@@ -149,7 +156,14 @@ func NewWithStore(store Store, key string, opts Options) (*Lock, error) {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &Lock{store: store, key: key, leaseDuration: d, retryPeriod: retry, clock: c, obsDir: opts.ObservationDir}, nil
+	l := &Lock{store: store, key: key, leaseDuration: d, retryPeriod: retry, clock: c, obsDir: opts.ObservationDir}
+	if opts.ReportAvailable {
+		if !ValidReason(opts.ReportReason) {
+			return nil, fmt.Errorf("handoff: report reason %q is not a condition reason", opts.ReportReason)
+		}
+		l.onAcquire = &Report{Set: true, Available: true, Reason: opts.ReportReason}
+	}
+	return l, nil
 }
 
 // Get returns the lease's current record; a lease that does not exist yet
@@ -254,9 +268,13 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 	rec := cur.Record
 	if rec.HolderIdentity == holder && rec.LeaseTransitions > 0 {
 		// Ours already (a retried ADD): refresh it, keep the token and,
-		// like a renewal, the holder's availability report.
+		// like a renewal, the holder's availability report, unless this
+		// Lock reports on acquisition.
 		r := l.held(holder, rec.AcquireTime, now, rec.LeaseTransitions)
 		r.Report = rec.Report
+		if l.onAcquire != nil {
+			r.Report = l.acquired(holder, now, rec.LeaseTransitions).Report
+		}
 		if _, err := l.store.Update(ctx, cur.ResourceVersion, r); err != nil {
 			return Grant{}, err
 		}
@@ -293,10 +311,15 @@ func (l *Lock) held(holder string, acquired, renewed time.Time, token int32) Rec
 }
 
 // acquired is the record of a new grant: a new token starts not
-// available, whatever the lease said about the holder before it.
+// available, whatever the lease said about the holder before it, unless
+// the Lock reports on acquisition.
 func (l *Lock) acquired(holder string, now time.Time, token int32) Record {
 	r := l.held(holder, now, now, token)
 	r.Report = Report{Set: true, Token: int64(token), Reason: ReasonAcquired}
+	if l.onAcquire != nil {
+		r.Report = *l.onAcquire
+		r.Report.Token = int64(token)
+	}
 	return r
 }
 

@@ -416,6 +416,35 @@ func TestReacquiringTheSameHolderKeepsTheTokenAndTheNextHolderGetsOneMore(t *tes
 	}
 }
 
+func TestALockThatReportsOnAcquisitionWritesTheReportWithTheTokenInOneWrite(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	f.put(Record{LeaseDurationSeconds: 60, LeaseTransitions: 4, Report: Report{Set: true, Token: 4, Reason: ReasonReleased}})
+	l, err := NewWithStore(f, "galactic-system/blue.web-0-net0", Options{LeaseDuration: lease, Clock: clocktesting.NewFakeClock(epoch), ReportAvailable: true, ReportReason: "Migrated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.expect = []string{"get", "update"}
+	g, err := l.TryAcquire(ctx, "node-b/c2")
+	if err != nil || g.Token != 5 {
+		t.Fatalf("acquisition: want token 5, got %+v, %v", g, err)
+	}
+	want := Report{Set: true, Available: true, Token: 5, Reason: "Migrated"}
+	if r, _ := f.record(); r.Report != want {
+		t.Fatalf("report after the acquisition: want %+v, got %+v", want, r.Report)
+	}
+	// A retried acquisition by the same holder writes the report again,
+	// whatever another writer left.
+	f.expect = nil
+	f.put(Record{HolderIdentity: "node-b/c2", LeaseDurationSeconds: 60, LeaseTransitions: 5, Report: Report{Set: true, Token: 5, Reason: ReasonAcquired}})
+	if g, err := l.TryAcquire(ctx, "node-b/c2"); err != nil || g.Token != 5 {
+		t.Fatalf("re-acquisition: want token 5, got %+v, %v", g, err)
+	}
+	if r, _ := f.record(); r.Report != want {
+		t.Fatalf("report after the re-acquisition: want %+v, got %+v", want, r.Report)
+	}
+}
+
 // result is one Acquire call run in the background.
 type result struct {
 	g   Grant
@@ -567,6 +596,7 @@ func TestNewRejectsTimingThatCannotWork(t *testing.T) {
 		{"a lease duration in fractions of a second", Options{LeaseDuration: 1500 * time.Millisecond}, "whole number of seconds"},
 		{"a negative retry period", Options{LeaseDuration: lease, RetryPeriod: -time.Second}, "retry period"},
 		{"a retry period over the lease duration", Options{LeaseDuration: lease, RetryPeriod: lease + time.Second}, "exceeds the lease duration"},
+		{"a report reason that is no condition reason", Options{LeaseDuration: lease, ReportAvailable: true, ReportReason: "up and running"}, "report reason"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

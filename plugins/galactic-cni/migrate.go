@@ -132,9 +132,9 @@ func releasedAlready(ctx context.Context, lock *handoff.Lock, token int64) bool 
 
 // promoteCommand makes this container the attachment's holder: it takes the
 // lease with a new token (waiting, like ADD, for a live holder to release
-// it), turns on the host routes, reports available unless told not to and
-// takes the entry off standby with the new token, which receivers prefer
-// to the source's. Every step is idempotent, so a failed promote is
+// it) and, unless told not to, the report that it is available in the same
+// write; turns on the host routes and takes the entry off standby with the
+// new token, which receivers prefer to the source's. Every step is idempotent, so a failed promote is
 // retried as a whole.
 func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, stdout io.Writer) int {
 	rec := c.rec
@@ -153,7 +153,9 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	if err != nil {
 		return c.fail(exitFailed, "%v", err)
 	}
-	lock, err := recordLock(cs, c.node, rec)
+	// An available target reports so in the acquiring write: its entry is
+	// still on standby, so nothing routes to it before the entry goes live.
+	lock, err := recordLockWith(cs, c.node, rec, handoff.Options{ReportAvailable: available, ReportReason: c.reason})
 	if err != nil {
 		return c.fail(exitFailed, "%v", err)
 	}
@@ -193,16 +195,6 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	activated := p.now()
 	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
 	defer cancel()
-	if available {
-		err := lock.SetAvailable(ctx, g.Holder, g.Token, true, c.reason)
-		switch {
-		case errors.Is(err, handoff.ErrLost):
-			return c.fail(exitStale, "stale token: %v; this runtime must stop serving the attachment", err)
-		case err != nil:
-			return c.fail(exitFailed, "reporting available (run promote again): %v", err)
-		}
-	}
-	reported := p.now()
 	adv := &advert.Advertiser{API: cs.BGPAdvertisements(c.node.Namespace), Live: p.live}
 	key := advert.Key{VPC: rec.VPC, Attachment: rec.Attachment, Node: c.node.NodeName}
 	res, err := adv.Promote(ctx, key, rec.ContainerID, rec.IfName, g.Token)
@@ -212,7 +204,7 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	end := p.now()
 	c.log.Info(c.name, "outcome", "ok", "holder", g.Holder, "token", g.Token, "available", available, "advertisement", string(res.Outcome),
 		"acquireMs", acquired.Sub(start).Milliseconds(), "activateMs", activated.Sub(acquired).Milliseconds(),
-		"reportMs", reported.Sub(activated).Milliseconds(), "advertiseMs", end.Sub(reported).Milliseconds())
+		"advertiseMs", end.Sub(activated).Milliseconds())
 	report := "reported available"
 	if !available {
 		report = "not reported available"

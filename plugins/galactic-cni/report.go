@@ -103,10 +103,14 @@ func commandClient(node settings.Node) (*client.Clients, error) {
 }
 
 func recordLock(cs *client.Clients, node settings.Node, rec state.Record) (*handoff.Lock, error) {
-	return handoff.New(cs.Leases(node.Namespace), node.Namespace, names.Lease(rec.VPC, rec.Attachment), handoff.Options{
-		LeaseDuration:  time.Duration(max(rec.LeaseSeconds, 1)) * time.Second,
-		ObservationDir: filepath.Join(node.StateDir, "handoff"),
-	})
+	return recordLockWith(cs, node, rec, handoff.Options{})
+}
+
+// recordLockWith is recordLock with opts' availability report on acquisition.
+func recordLockWith(cs *client.Clients, node settings.Node, rec state.Record, opts handoff.Options) (*handoff.Lock, error) {
+	opts.LeaseDuration = time.Duration(max(rec.LeaseSeconds, 1)) * time.Second
+	opts.ObservationDir = filepath.Join(node.StateDir, "handoff")
+	return handoff.New(cs.Leases(node.Namespace), node.Namespace, names.Lease(rec.VPC, rec.Attachment), opts)
 }
 
 // findRecord finds the node record of container on vpc/attachment: by

@@ -18,10 +18,12 @@ import (
 	"github.com/galactic-cni/galactic/test/vm"
 )
 
-// MigrationResult is the live-migration section: one guest moved back
-// and forth between two nodes under a 10 ms pinger from a third.
+// MigrationResult is one run of the live-migration section: one guest
+// moved back and forth between two nodes under a 10 ms pinger from a
+// third, the routes going through Reflector.
 type MigrationResult struct {
-	Accel string
+	Accel     string
+	Reflector string
 	// Blackout is the longest time between two answered pings around each
 	// migration; QEMUDowntime qemu's own measure of the pause; Galactic
 	// the source's release returning until the client node's kernel route
@@ -33,17 +35,33 @@ type MigrationResult struct {
 }
 
 const (
-	migrationVPC   = "mig"
-	migrationRuns  = 10
-	migrationPing  = 10 * time.Millisecond
-	migrationGuest = "10.20.4.5/16"
+	migrationVPC  = "mig"
+	migrationRuns = 10
+	migrationPing = 10 * time.Millisecond
+)
+
+// Reflectors of the live-migration runs.
+const (
+	viaFRR      = "FRR"
+	viaGalactic = "galactic"
 )
 
 // liveMigration runs the live-migration section with the reference
-// driver of test/migration.
+// driver of test/migration, once through FRR as route reflector and once
+// through galactic's reflector, in separate fabrics with their own nodes.
 func (b *bench) liveMigration() error {
-	r := &MigrationResult{}
-	b.res.Migration = r
+	for i, via := range []string{viaFRR, viaGalactic} {
+		r := &MigrationResult{Reflector: via}
+		b.res.Migration = append(b.res.Migration, r)
+		if err := b.migrateVia(r, i); err != nil {
+			return fmt.Errorf("through %s: %w", via, err)
+		}
+	}
+	return nil
+}
+
+// migrateVia runs the ten migrations of run i through r.Reflector.
+func (b *bench) migrateVia(r *MigrationResult, i int) error {
 	skip := func(why string) error {
 		r.Skipped = why
 		b.say("live migration: skipped: %s", why)
@@ -65,20 +83,37 @@ func (b *bench) liveMigration() error {
 		return err
 	}
 	b.undo = append(b.undo, f.Close)
-	nodes := map[string]*routedNode{}
-	for _, name := range []string{"ma", "mb", "mc"} {
-		if nodes[name], err = b.fabricNode(f, name, true); err != nil {
+	routerConfig := f.FabricRouterConfig
+	if r.Reflector == viaGalactic {
+		rr, err := f.LaunchReflector(b.env.BinDir, f.FabricReflectorConfig())
+		if err != nil {
 			return err
 		}
+		b.undo = append(b.undo, rr.Close)
+		routerConfig = func(ul netip.Addr) harness.RouterConfig { return rr.RouterConfig(f, ul) }
 	}
-	a, bn, c := nodes["ma"], nodes["mb"], nodes["mc"]
-	guest := migratableConf("vm-0", "tap", migrationGuest)
+	var nodes []*routedNode
+	for _, name := range []string{"a", "b", "c"} {
+		n, err := b.fabricNode(f, fmt.Sprintf("m%d%s", i, name), false)
+		if err != nil {
+			return err
+		}
+		if n.router, err = n.LaunchRouter(routerConfig(n.underlay)); err != nil {
+			return err
+		}
+		b.undo = append(b.undo, n.router.Kill)
+		nodes = append(nodes, n)
+	}
+	a, bn, c := nodes[0], nodes[1], nodes[2]
+	guestAddr := fmt.Sprintf("10.20.4.%d/16", 10+2*i)
+	vmName := fmt.Sprintf("vm-%d", i)
+	guest := migratableConf(vmName, "tap", guestAddr)
 	for _, n := range []*routedNode{a, bn} {
 		if err := n.WriteConflistFile(guest); err != nil {
 			return err
 		}
 	}
-	client, err := b.attach(c, migratableConf("client", "veth", "10.20.4.7/16"))
+	client, err := b.attach(c, migratableConf(fmt.Sprintf("client-%d", i), "veth", fmt.Sprintf("10.20.4.%d/16", 11+2*i)))
 	if err != nil {
 		return err
 	}
@@ -94,7 +129,7 @@ func (b *bench) liveMigration() error {
 	if err := json.Unmarshal(add.Stdout, res); err != nil {
 		return fmt.Errorf("the ADD result: %w", err)
 	}
-	o := vm.GuestOptions{Netns: a.Netns.Name, Accel: r.Accel, MemoryMB: 128, QMP: filepath.Join(b.dir, "ma.qmp")}
+	o := vm.GuestOptions{Netns: a.Netns.Name, Accel: r.Accel, MemoryMB: 128, QMP: filepath.Join(b.dir, fmt.Sprintf("m%da.qmp", i))}
 	if err := o.FromResult(res); err != nil {
 		return err
 	}
@@ -103,7 +138,7 @@ func (b *bench) liveMigration() error {
 		return err
 	}
 	b.undo = append(b.undo, g.Kill)
-	addr := netip.MustParsePrefix(migrationGuest).Addr()
+	addr := netip.MustParsePrefix(guestAddr).Addr()
 	if err := client.PingUntil(addr, 50*time.Millisecond, time.Now().Add(time.Minute)); err != nil {
 		return fmt.Errorf("the client does not reach the guest: %w", err)
 	}
@@ -116,26 +151,26 @@ func (b *bench) liveMigration() error {
 		return err
 	}
 	q := &migration.QEMU{Assets: assets, Accel: r.Accel, MemoryMB: o.MemoryMB, Source: g, SourceQMP: o.QMP,
-		TargetNode: bn.Node, TargetAddr: bn.underlay, Port: 4444, TargetQMP: filepath.Join(b.dir, "mb.qmp")}
+		TargetNode: bn.Node, TargetAddr: bn.underlay, Port: 4444, TargetQMP: filepath.Join(b.dir, fmt.Sprintf("m%db.qmp", i))}
 	from, to := a, bn
 	var runs []migration.Timings
-	for i := range migrationRuns {
+	for k := range migrationRuns {
 		tgt, err := b.container()
 		if err != nil {
 			return err
 		}
-		m := &migration.Migration{VPC: migrationVPC, Attachment: "vm-0", Network: confName(guest), IfName: ifName,
+		m := &migration.Migration{VPC: migrationVPC, Attachment: vmName, Network: confName(guest), IfName: ifName,
 			Source: migration.Side{Node: from.Node, Container: src}, Target: migration.Side{Node: to.Node, Container: tgt}, VMM: q}
 		mr, err := m.Run(b.ctx)
 		b.undo = append(b.undo, q.StopTarget)
 		if err != nil {
-			return fmt.Errorf("migration %d: %w", i+1, err)
+			return fmt.Errorf("migration %d: %w", k+1, err)
 		}
 		runs = append(runs, mr.Timings)
 		if err := client.PingUntil(addr, 20*time.Millisecond, time.Now().Add(time.Minute)); err != nil {
-			return fmt.Errorf("after migration %d: %w", i+1, err)
+			return fmt.Errorf("after migration %d: %w", k+1, err)
 		}
-		q = q.Next(from.Node, from.underlay, filepath.Join(b.dir, fmt.Sprintf("m%d.qmp", i)))
+		q = q.Next(from.Node, from.underlay, filepath.Join(b.dir, fmt.Sprintf("m%d-%d.qmp", i, k)))
 		src, from, to = tgt, to, from
 	}
 	// The last guest and its attachment go with the run.
@@ -144,10 +179,10 @@ func (b *bench) liveMigration() error {
 	pinger.Stop()
 	ch := routes.Changes()
 	r.RouteChanges = len(ch)
-	for i, t := range runs {
+	for k, t := range runs {
 		end := t.SourceDeleted
-		if i+1 < len(runs) {
-			end = runs[i+1].Start
+		if k+1 < len(runs) {
+			end = runs[k+1].Start
 		}
 		st := pinger.StatsBetween(t.Start.Add(-200*time.Millisecond), end)
 		r.Blackout = append(r.Blackout, st.LongestGap)
@@ -161,8 +196,8 @@ func (b *bench) liveMigration() error {
 			}
 		}
 	}
-	b.say("live migration (%s): blackout p50 %s p99 %s; qemu downtime p50 %s; galactic p50 %s; route changes %d in %d migrations",
-		r.Accel, ms(r.Blackout.P50()), ms(r.Blackout.Quantile(0.99)), ms(r.QEMUDowntime.P50()), ms(r.Galactic.P50()), r.RouteChanges, len(runs))
+	b.say("live migration (%s, through %s): blackout p50 %s p99 %s; qemu downtime p50 %s; galactic p50 %s; route changes %d in %d migrations",
+		r.Accel, r.Reflector, ms(r.Blackout.P50()), ms(r.Blackout.Quantile(0.99)), ms(r.QEMUDowntime.P50()), ms(r.Galactic.P50()), r.RouteChanges, len(runs))
 	if r.RouteChanges != len(runs) {
 		return errors.New("the client node's route did not change exactly once per migration")
 	}
@@ -178,28 +213,48 @@ func migratableConf(att, mode, addr string) map[string]any {
 }
 
 func renderMigration(w *strings.Builder, r *Results) {
-	m := r.Migration
-	if m == nil {
+	if len(r.Migration) == 0 {
 		return
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("## Live migration")
 	p("")
-	if m.Skipped != "" {
-		p("Not measured: %s.", m.Skipped)
-		p("")
+	var runs []*MigrationResult
+	for _, m := range r.Migration {
+		if m.Skipped != "" {
+			p("Not measured through %s: %s.", m.Reflector, m.Skipped)
+			p("")
+			continue
+		}
+		runs = append(runs, m)
+	}
+	if len(runs) == 0 {
 		return
 	}
-	p("One qemu guest (%s, 128 MiB) moved %d times back and forth between two nodes by the reference driver (test/migration, see [live migration](live-migration.md)), with a client on a third node pinging it every %s. *Blackout* is the longest time between two answered pings around a migration; *galactic* runs from the source's `galactic-cni release` returning to the client node's kernel route changing (promote, then the route's way through the reflector).", m.Accel, len(m.Blackout), migrationPing)
+	p("One qemu guest (%s, 128 MiB) moved %d times back and forth between two nodes by the reference driver (test/migration, see [live migration](live-migration.md)), with a client on a third node pinging it every %s; once with FRR as the fabric's route reflector and once, in a fabric of its own, with galactic-router as reflector (`role: reflector`). *Blackout* is the longest time between two answered pings around a migration; *galactic* runs from the source's `galactic-cni release` returning to the client node's kernel route changing (promote, then the route's way through the reflector). FRR holds every received update for 50 ms before it processes it (bgpd's route work queue), which the galactic reflector does not.", runs[0].Accel, len(runs[0].Blackout), migrationPing)
 	p("")
-	p("| | p50 | p99 | goal |")
-	p("|---|---|---|---|")
-	p("| blackout | %s | %s | p50 ≤ 200 ms, p99 ≤ 500 ms |", ms(m.Blackout.P50()), ms(m.Blackout.Quantile(0.99)))
-	p("| qemu's downtime | %s | %s | |", ms(m.QEMUDowntime.P50()), ms(m.QEMUDowntime.Quantile(0.99)))
-	p("| galactic's part | %s | %s | p50 ≤ 60 ms |", ms(m.Galactic.P50()), ms(m.Galactic.Quantile(0.99)))
-	p("| release (wall) | %s | %s | |", ms(m.Release.P50()), ms(m.Release.Quantile(0.99)))
-	p("| promote (wall) | %s | %s | |", ms(m.Promote.P50()), ms(m.Promote.Quantile(0.99)))
+	head, rule := "| |", "|---|"
+	for _, m := range runs {
+		head += fmt.Sprintf(" via %s p50 | p99 |", m.Reflector)
+		rule += "---|---|"
+	}
+	p("%s goal |", head)
+	p("%s---|", rule)
+	row := func(name, goal string, s func(*MigrationResult) Sample) {
+		line := "| " + name + " |"
+		for _, m := range runs {
+			line += fmt.Sprintf(" %s | %s |", ms(s(m).P50()), ms(s(m).Quantile(0.99)))
+		}
+		p("%s %s |", line, goal)
+	}
+	row("blackout", "p50 ≤ 200 ms, p99 ≤ 500 ms", func(m *MigrationResult) Sample { return m.Blackout })
+	row("qemu's downtime", "", func(m *MigrationResult) Sample { return m.QEMUDowntime })
+	row("galactic's part", "p50 ≤ 60 ms", func(m *MigrationResult) Sample { return m.Galactic })
+	row("release (wall)", "", func(m *MigrationResult) Sample { return m.Release })
+	row("promote (wall)", "", func(m *MigrationResult) Sample { return m.Promote })
 	p("")
-	p("The client node's route changed %d times in %d migrations.", m.RouteChanges, len(m.Blackout))
+	for _, m := range runs {
+		p("Through %s the client node's route changed %d times in %d migrations.", m.Reflector, m.RouteChanges, len(m.Blackout))
+	}
 	p("")
 }

@@ -28,8 +28,8 @@ type Results struct {
 	VMs      []*VMBootResult
 	CRI      []*CRIResult
 	Routing  *RoutingResult
-	// Migration is the live-migration section.
-	Migration *MigrationResult
+	// Migration is the live-migration section, one run per reflector.
+	Migration []*MigrationResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int

@@ -74,24 +74,55 @@ func (f *Fabric) FabricReflectorConfig() ReflectorConfig {
 // (default ReflectorAddr); t's cleanup kills it.
 func (f *Fabric) StartReflector(t testing.TB, env *Env, cfg ReflectorConfig) *Reflector {
 	t.Helper()
+	r, err := f.LaunchReflector(env.BinDir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// LaunchReflector is StartReflector outside a test, with the binaries in
+// binDir; the caller closes it.
+func (f *Fabric) LaunchReflector(binDir string, cfg ReflectorConfig) (*Reflector, error) {
 	addr := ReflectorAddr
 	if cfg.Underlay != "" {
 		addr = netip.MustParseAddr(cfg.Underlay)
 	}
-	r := &Reflector{Netns: NewNetns(t, "r"), Addr: addr, Config: cfg, bin: filepath.Join(env.BinDir, "galactic-router"),
-		conf: filepath.Join(f.dir, "reflector.json"), LogPath: filepath.Join(f.dir, "reflector.log")}
-	if err := f.joinBridge(r.Netns, fmt.Sprintf("fr%d", os.Getpid()%100000), addr); err != nil {
-		t.Fatal(err)
+	ns, err := CreateNetns("r")
+	if err != nil {
+		return nil, err
 	}
+	r := &Reflector{Netns: ns, Addr: addr, Config: cfg, bin: filepath.Join(binDir, "galactic-router"),
+		conf: filepath.Join(f.dir, "reflector.json"), LogPath: filepath.Join(f.dir, "reflector.log")}
 	data, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := f.joinBridge(r.Netns, fmt.Sprintf("fr%d", os.Getpid()%100000), addr); err != nil {
+		r.Close()
+		return nil, err
+	}
 	if err := os.WriteFile(r.conf, data, 0o644); err != nil {
-		t.Fatal(err)
+		r.Close()
+		return nil, err
 	}
 	if err := r.Start(); err != nil {
-		t.Fatal(err)
+		r.Close()
+		return nil, err
 	}
-	t.Cleanup(r.Kill)
-	return r
+	return r, nil
+}
+
+// Close kills the reflector and deletes its namespace.
+func (r *Reflector) Close() {
+	r.Kill()
+	r.Netns.Delete()
+}
+
+// RouterConfig is a node's router.json peering with this reflector
+// instead of FRR.
+func (r *Reflector) RouterConfig(f *Fabric, underlay netip.Addr) RouterConfig {
+	c := f.FabricRouterConfig(underlay)
+	c.Peers[0].Address, c.Peers[0].ASN, c.Peers[0].Port = r.Addr.String(), r.Config.ASN, 0
+	return c
 }
 
 // Start starts the process (again, after Kill).
