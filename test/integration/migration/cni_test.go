@@ -27,20 +27,9 @@ func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing
 	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
 	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leases, err := cl.env.WatchLease(ctx, vm.lease())
-	if err != nil {
-		t.Fatal(err)
-	}
-	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pinger, err := wc.StartPinger(vm.addr(), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leases := cl.watchLease(t, vm)
+	routes := watchRoute(t, cl.c, vm.prefix())
+	pinger := startPinger(t, wc, vm)
 	m := cl.migration(t, vm, cl.a, cl.b, src)
 	var sent *harness.TapCounter
 	var beforePromote int64
@@ -71,7 +60,7 @@ func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing
 		beforePromote = sent.Stop()
 		return nil
 	}
-	res, err := m.Run(ctx)
+	res, err := m.Run(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +116,7 @@ func TestPromoteWithoutReleaseWaitsThenFailsNamingTheHolderAndChangesNothing(t *
 		t.Errorf("the standby ADD took %s: it must not wait for the lease", took)
 	}
 	before := cl.env.Lease(t, vm.lease())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	routes := watchRoute(t, cl.c, vm.prefix())
 
 	r, err := cl.b.GalacticCNI("promote", "--vpc", vpc, "--attachment", vm.name, "--container", harness.ContainerID(tgt.Path))
 	if err != nil {
@@ -170,20 +154,9 @@ func TestAnAbortedMigrationDeletesTheStandbyTargetAndChangesNoRoute(t *testing.T
 	wc := cl.client(t, vm)
 	before := cl.env.Lease(t, vm.lease())
 	advBefore := cl.advertisement(t, vm, cl.a)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	bRoutes, err := cl.b.WatchRoute(ctx, vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pinger, err := wc.StartPinger(vm.addr(), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	routes := watchRoute(t, cl.c, vm.prefix())
+	bRoutes := watchRoute(t, cl.b, vm.prefix())
+	pinger := startPinger(t, wc, vm)
 	tgt := vm.add(t, cl.b.Node, "CAP_ARGS="+migration.StandbyCapArgs)
 	time.Sleep(500 * time.Millisecond)
 	vm.del(t, cl.b.Node, tgt)
@@ -229,16 +202,11 @@ func TestATargetLostAfterTheReleaseGivesTheAttachmentBackToTheSource(t *testing.
 	src := vm.add(t, cl.a.Node)
 	wc := cl.client(t, vm)
 	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	routes := watchRoute(t, cl.c, vm.prefix())
 	m := cl.migration(t, vm, cl.a, cl.b, src)
 	lost := errors.New("the target node is gone")
 	m.BeforePromote = func() error { return lost }
-	res, err := m.Run(ctx)
+	res, err := m.Run(t.Context())
 	if !errors.Is(err, lost) || !res.FellBack || res.SourcePromote.Code != migration.ExitOK {
 		t.Fatalf("want a fall-back to the source: err %v, result %+v", err, res)
 	}
@@ -279,7 +247,7 @@ func TestTenMigrationsBackAndForthLeakNothing(t *testing.T) {
 	ctx := context.Background()
 	for i := range 10 {
 		m := cl.migration(t, vm, from, to, cur)
-		if _, err := m.Run(ctx); err != nil {
+		if _, err := m.Run(t.Context()); err != nil {
 			t.Fatalf("migration %d from %s to %s: %v", i+1, from.Name, to.Name, err)
 		}
 		routeVia(t, cl.c, vm.prefix(), to.Underlay)
@@ -337,12 +305,7 @@ func TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo(t *testing.
 	}
 	wc := cl.client(t, vm)
 	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	routes, err := cl.c.WatchRoute(ctx, vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	routes := watchRoute(t, cl.c, vm.prefix())
 	m := cl.migration(t, vm, cl.a, cl.b, src)
 	m.BeforePromote = func() error {
 		// Between release and promote node-c keeps the source's route.
@@ -352,7 +315,7 @@ func TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo(t *testing.
 		}
 		return nil
 	}
-	if _, err := m.Run(ctx); err != nil {
+	if _, err := m.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	routeVia(t, cl.c, vm.prefix(), cl.b.Underlay)

@@ -157,6 +157,36 @@ func (cl *cluster) client(t *testing.T, vm attachment) *harness.Netns {
 }
 
 // eventually polls cond every 50 ms until it returns nil or hangGuard passes.
+// watchRoute watches n's kernel route for p for the rest of the test.
+func watchRoute(t *testing.T, n *routed, p netip.Prefix) *harness.RouteWatch {
+	t.Helper()
+	w, err := n.WatchRoute(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// watchLease records every version of vm's lease for the rest of the test.
+func (cl *cluster) watchLease(t *testing.T, vm attachment) *harness.LeaseWatch {
+	t.Helper()
+	w, err := cl.env.WatchLease(t.Context(), vm.lease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// startPinger pings vm from c every 10 ms; the caller stops it.
+func startPinger(t *testing.T, c *harness.Netns, vm attachment) *harness.Pinger {
+	t.Helper()
+	p, err := c.StartPinger(vm.addr(), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(hangGuard)

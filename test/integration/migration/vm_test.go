@@ -113,6 +113,32 @@ func (cl *cluster) bootVM(t *testing.T, as *vm.GuestAssets, name string) *live {
 	return &live{vm: at, src: src, qemu: q}
 }
 
+// running is a booted guest with a client on node-c holding a TCP
+// connection to it, and the guest's uptime and lease token before the
+// test migrates it.
+type running struct {
+	*live
+	wc     *harness.Netns
+	conn   *echo
+	uptime time.Duration
+	token  int64
+}
+
+func (cl *cluster) runningGuest(t *testing.T, as *vm.GuestAssets, name string) running {
+	t.Helper()
+	l := cl.bootVM(t, as, name)
+	wc := cl.client(t, l.vm)
+	conn := dialEcho(t, wc, l.vm)
+	if err := conn.roundTrip(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, err := l.qemu.Source.UptimeNow(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return running{live: l, wc: wc, conn: conn, uptime: before, token: harness.LeaseToken(cl.env.Lease(t, l.vm.lease()))}
+}
+
 // echo is a TCP connection from the client to the guest's echo service.
 type echo struct {
 	conn net.Conn
@@ -158,34 +184,12 @@ func (e *echo) roundTrip(timeout time.Duration) error {
 // holder at every version, and node-b sends nothing to the standby tap
 // before promote.
 func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testing.T) {
-	as := guestAssets(t)
 	cl := newCluster(t)
-	l := cl.bootVM(t, as, "live")
-	wc := cl.client(t, l.vm)
-	conn := dialEcho(t, wc, l.vm)
-	if err := conn.roundTrip(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	before, err := l.qemu.Source.UptimeNow(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := harness.LeaseToken(cl.env.Lease(t, l.vm.lease()))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leases, err := cl.env.WatchLease(ctx, l.vm.lease())
-	if err != nil {
-		t.Fatal(err)
-	}
-	routes, err := cl.c.WatchRoute(ctx, l.vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pinger, err := wc.StartPinger(l.vm.addr(), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cl.runningGuest(t, guestAssets(t), "live")
+	wc, conn, before, token := l.wc, l.conn, l.uptime, l.token
+	leases := cl.watchLease(t, l.vm)
+	routes := watchRoute(t, cl.c, l.vm.prefix())
+	pinger := startPinger(t, wc, l.vm)
 	time.Sleep(500 * time.Millisecond)
 	m := cl.migration(t, l.vm, cl.a, cl.b, l.src)
 	m.VMM = l.qemu
@@ -196,6 +200,7 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 		if len(ifs) != 1 {
 			return fmt.Errorf("node-b has host interfaces %v", ifs)
 		}
+		var err error
 		sent, err = cl.b.CountSent(ifs[0], l.vm.addr())
 		return err
 	}
@@ -203,7 +208,7 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 		beforePromote = sent.Stop()
 		return nil
 	}
-	res, err := m.Run(ctx)
+	res, err := m.Run(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,25 +285,10 @@ func logLine(t *testing.T, n *routed, fragments ...string) string {
 // the guest, which keeps its uptime and connection, and node-c's route
 // never leaves node-a.
 func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing.T) {
-	as := guestAssets(t)
 	cl := newCluster(t)
-	l := cl.bootVM(t, as, "fallback-vm")
-	wc := cl.client(t, l.vm)
-	conn := dialEcho(t, wc, l.vm)
-	if err := conn.roundTrip(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	before, err := l.qemu.Source.UptimeNow(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := harness.LeaseToken(cl.env.Lease(t, l.vm.lease()))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	routes, err := cl.c.WatchRoute(ctx, l.vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cl.runningGuest(t, guestAssets(t), "fallback-vm")
+	wc, conn, before, token := l.wc, l.conn, l.uptime, l.token
+	routes := watchRoute(t, cl.c, l.vm.prefix())
 	m := cl.migration(t, l.vm, cl.a, cl.b, l.src)
 	m.VMM = l.qemu
 	killed := errors.New("the target's qemu was killed")
@@ -306,7 +296,7 @@ func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing
 		l.qemu.Target.Kill()
 		return killed
 	}
-	res, err := m.Run(ctx)
+	res, err := m.Run(t.Context())
 	if !errors.Is(err, killed) || !res.FellBack || res.SourcePromote.Code != migration.ExitOK {
 		t.Fatalf("want the source to take the attachment back: err %v, result %+v", err, res)
 	}
@@ -344,24 +334,11 @@ func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing
 // node-c's route once and that nothing of the guest is left on the node
 // it left.
 func TestTenLiveMigrationsBackAndForth(t *testing.T) {
-	as := guestAssets(t)
 	cl := newCluster(t)
-	l := cl.bootVM(t, as, "ten-vm")
-	wc := cl.client(t, l.vm)
-	conn := dialEcho(t, wc, l.vm)
-	if err := conn.roundTrip(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	routes, err := cl.c.WatchRoute(ctx, l.vm.prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pinger, err := wc.StartPinger(l.vm.addr(), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cl.runningGuest(t, guestAssets(t), "ten-vm")
+	wc, conn := l.wc, l.conn
+	routes := watchRoute(t, cl.c, l.vm.prefix())
+	pinger := startPinger(t, wc, l.vm)
 	time.Sleep(500 * time.Millisecond)
 	dir := shortDir(t)
 	q, src := l.qemu, l.src
@@ -370,7 +347,7 @@ func TestTenLiveMigrationsBackAndForth(t *testing.T) {
 	for i := range 10 {
 		m := cl.migration(t, l.vm, from, to, src)
 		m.VMM = q
-		res, err := m.Run(ctx)
+		res, err := m.Run(t.Context())
 		if err != nil {
 			t.Fatalf("migration %d from %s to %s: %v", i+1, from.Name, to.Name, err)
 		}
