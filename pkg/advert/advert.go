@@ -264,6 +264,23 @@ func (a *Advertiser) Release(ctx context.Context, k Key, containerID, ifName str
 	return res, wrap(err, "releasing %s/%s", containerID, ifName)
 }
 
+// getOwned reads k's advertisement and checks that it is k's. A missing
+// one is nil with res Absent; any error is nil with the error.
+func (a *Advertiser) getOwned(ctx context.Context, k Key, res *Result) (*v1alpha1.BGPAdvertisement, error) {
+	cur, err := a.API.Get(ctx, res.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		res.Outcome = Absent
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := owned(cur, k); err != nil {
+		return nil, err
+	}
+	return cur, nil
+}
+
 // Remove drops the entries of k's advertisement for which drop is true,
 // with Release's rules: delete once nothing live remains, write nothing
 // when nothing matches.
@@ -274,15 +291,8 @@ func (a *Advertiser) Remove(ctx context.Context, k Key, drop func(v1alpha1.Conta
 	}
 	err := a.retry(ctx, &res, func() error {
 		res.Removed = nil
-		cur, err := a.API.Get(ctx, res.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			res.Outcome = Absent
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := owned(cur, k); err != nil {
+		cur, err := a.getOwned(ctx, k, &res)
+		if cur == nil {
 			return err
 		}
 		var kept []v1alpha1.ContainerEntry

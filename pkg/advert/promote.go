@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 )
 
@@ -25,15 +22,8 @@ func (a *Advertiser) Promote(ctx context.Context, k Key, containerID, ifName str
 		return res, fmt.Errorf("promoting %s/%s in %s: token %d is not a holder's", containerID, ifName, res.Name, generation)
 	}
 	err := a.retry(ctx, &res, func() error {
-		cur, err := a.API.Get(ctx, res.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			res.Outcome = Absent
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := owned(cur, k); err != nil {
+		cur, err := a.getOwned(ctx, k, &res)
+		if cur == nil {
 			return err
 		}
 		entries := make([]v1alpha1.ContainerEntry, 0, len(cur.Spec.Containers))

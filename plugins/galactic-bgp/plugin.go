@@ -137,6 +137,20 @@ func (inv *invocation) finish(err error) {
 	}
 }
 
+// attachmentConf parses the stanza of a verb that needs the previous
+// result, the attachment and the node settings (ADD, CHECK).
+func (inv *invocation) attachmentConf(args *skel.CmdArgs) (*Config, *types.Error) {
+	conf, terr := parseConf(args.StdinData, true, true)
+	if terr != nil {
+		return nil, terr
+	}
+	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment)
+	if terr := inv.requireNode(); terr != nil {
+		return nil, terr
+	}
+	return conf, nil
+}
+
 // requireNode returns the code 50 error STATUS would give when the node
 // settings cannot say which node this is.
 func (inv *invocation) requireNode() *types.Error {
@@ -189,12 +203,8 @@ func entryIDs(entries []v1alpha1.ContainerEntry) []string {
 func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	inv := p.begin("ADD", args)
 	defer func() { inv.finish(err) }()
-	conf, terr := parseConf(args.StdinData, true, true)
+	conf, terr := inv.attachmentConf(args)
 	if terr != nil {
-		return terr
-	}
-	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment)
-	if terr := inv.requireNode(); terr != nil {
 		return terr
 	}
 	prefixes := advert.HostPrefixes(conf.IPs)
@@ -307,12 +317,8 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 	inv := p.begin("CHECK", args)
 	defer func() { inv.finish(err) }()
-	conf, terr := parseConf(args.StdinData, true, true)
+	conf, terr := inv.attachmentConf(args)
 	if terr != nil {
-		return terr
-	}
-	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment)
-	if terr := inv.requireNode(); terr != nil {
 		return terr
 	}
 	want := advert.HostPrefixes(conf.IPs)
