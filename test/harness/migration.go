@@ -86,6 +86,7 @@ func (n *Node) KernelRoute(vpc string, p netip.Prefix) (*netlink.Route, error) {
 // RouteChange is one change of a kernel route seen by a RouteWatch.
 type RouteChange struct {
 	At      time.Time
+	Prefix  netip.Prefix
 	Deleted bool
 	// Via is the gateway; invalid for a route without one.
 	Via       netip.Addr
@@ -97,22 +98,33 @@ func (c RouteChange) String() string {
 	if c.Deleted {
 		verb = "deleted"
 	}
-	return fmt.Sprintf("%s %s via %v dev %d", c.At.Format("15:04:05.000"), verb, c.Via, c.LinkIndex)
+	return fmt.Sprintf("%s %s %s via %v dev %d", c.At.Format("15:04:05.000"), verb, c.Prefix, c.Via, c.LinkIndex)
 }
 
 // RouteWatch records, with the time it saw each, every change of one
-// prefix's routes in a node, from netlink's route notifications.
+// prefix's routes (or of every route) in a node, from netlink's route
+// notifications.
 type RouteWatch struct {
-	prefix netip.Prefix
-	done   chan struct{}
-	mu     sync.Mutex
-	seen   []RouteChange
+	done chan struct{}
+	mu   sync.Mutex
+	seen []RouteChange
 }
 
 // WatchRoute starts recording changes of p's routes in the node until
 // ctx ends.
 func (n *Node) WatchRoute(ctx context.Context, p netip.Prefix) (*RouteWatch, error) {
-	w := &RouteWatch{prefix: p, done: make(chan struct{})}
+	p = p.Masked()
+	return n.watchRoutes(ctx, func(q netip.Prefix) bool { return q == p })
+}
+
+// WatchRoutes starts recording changes of every route in the node, in
+// every table, until ctx ends.
+func (n *Node) WatchRoutes(ctx context.Context) (*RouteWatch, error) {
+	return n.watchRoutes(ctx, func(netip.Prefix) bool { return true })
+}
+
+func (n *Node) watchRoutes(ctx context.Context, match func(netip.Prefix) bool) (*RouteWatch, error) {
+	w := &RouteWatch{done: make(chan struct{})}
 	updates := make(chan netlink.RouteUpdate, 1024)
 	var subErr error
 	err := n.Do(func() error {
@@ -128,10 +140,16 @@ func (n *Node) WatchRoute(ctx context.Context, p netip.Prefix) (*RouteWatch, err
 	}()
 	go func() {
 		for u := range updates {
-			if u.Dst == nil || u.Dst.String() != p.String() {
+			if u.Dst == nil {
 				continue
 			}
-			c := RouteChange{At: time.Now(), Deleted: u.Type == unix.RTM_DELROUTE, LinkIndex: u.LinkIndex}
+			a, ok := netip.AddrFromSlice(u.Dst.IP)
+			ones, _ := u.Dst.Mask.Size()
+			dst := netip.PrefixFrom(a.Unmap(), ones).Masked()
+			if !ok || !match(dst) {
+				continue
+			}
+			c := RouteChange{At: time.Now(), Prefix: dst, Deleted: u.Type == unix.RTM_DELROUTE, LinkIndex: u.LinkIndex}
 			if a, ok := netip.AddrFromSlice(u.Gw); ok {
 				c.Via = a.Unmap()
 			}
@@ -148,6 +166,19 @@ func (w *RouteWatch) Changes() []RouteChange {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.seen)
+}
+
+// ChangesOf are the changes of p's routes seen so far.
+func (w *RouteWatch) ChangesOf(p netip.Prefix) []RouteChange {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []RouteChange
+	for _, c := range w.seen {
+		if c.Prefix == p.Masked() {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // LeaseVersion is one version of a lease as a LeaseWatch saw it.

@@ -1,13 +1,10 @@
 package routing
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
-	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -202,27 +198,11 @@ func waitCondition(t *testing.T, env *harness.Env, a attachment, node, typ strin
 // kernelRoute returns node's route for p in the VPC's table, nil if none.
 func kernelRoute(t *testing.T, n *harness.Node, vpc string, p netip.Prefix) *netlink.Route {
 	t.Helper()
-	var found *netlink.Route
-	err := n.Do(func() error {
-		d, err := routing.Find(vpc)
-		if err != nil || d == nil {
-			return err
-		}
-		routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: d.Table}, netlink.RT_FILTER_TABLE)
-		if err != nil {
-			return err
-		}
-		for i, r := range routes {
-			if r.Dst != nil && r.Dst.String() == p.String() {
-				found = &routes[i]
-			}
-		}
-		return nil
-	})
+	r, err := n.KernelRoute(vpc, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return found
+	return r
 }
 
 // show runs a command in the node for a failure message.
@@ -231,62 +211,23 @@ func show(n *harness.Node, args ...string) string {
 	return strings.TrimSpace(out)
 }
 
-// routeMonitor records `ip monitor route` in a node.
-type routeMonitor struct {
-	cmd  *exec.Cmd
-	out  *bytes.Buffer
-	mu   *sync.Mutex
-	done chan struct{}
-}
-
-type lockedBuffer struct {
-	mu  *sync.Mutex
-	buf *bytes.Buffer
-}
-
-func (l lockedBuffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
+// routeMonitor records every kernel route change in a node.
+type routeMonitor struct{ w *harness.RouteWatch }
 
 func monitorRoutes(t *testing.T, n *harness.Node) *routeMonitor {
 	t.Helper()
-	m := &routeMonitor{out: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
-	m.cmd = exec.Command("ip", "-n", n.Netns.Name, "monitor", "route")
-	m.cmd.Stdout = lockedBuffer{m.mu, m.out}
-	if err := m.cmd.Start(); err != nil {
+	w, err := n.WatchRoutes(t.Context())
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = m.cmd.Wait(); close(m.done) }()
-	t.Cleanup(m.stop)
-	time.Sleep(100 * time.Millisecond)
-	return m
+	return &routeMonitor{w}
 }
 
-func (m *routeMonitor) stop() {
-	_ = m.cmd.Process.Kill()
-	<-m.done
-}
-
-// changes are the monitor's lines about p (host prefixes print without
-// their length).
+// changes are the monitor's changes of p, one line each.
 func (m *routeMonitor) changes(p netip.Prefix) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var out []string
-	for _, line := range strings.Split(m.out.String(), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		dst := f[0]
-		if dst == "Deleted" && len(f) > 1 {
-			dst = f[1]
-		}
-		if dst == p.String() || dst == p.Addr().String() {
-			out = append(out, line)
-		}
+	for _, c := range m.w.ChangesOf(p) {
+		out = append(out, c.String())
 	}
 	return out
 }
