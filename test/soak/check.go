@@ -3,6 +3,7 @@ package soak
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -50,6 +51,10 @@ type Bounds struct {
 	// RoutingGrace extends the tolerance after a routing fault ends: a
 	// restarted router keeps stale routes until End-of-RIB or 30 s.
 	RoutingGrace time.Duration
+	// Lag is how long the checker's own view (informers, 100 ms samples)
+	// may trail a receiver's kernel: a next hop whose holding the samples
+	// have not shown yet is judged only once it outlasts Lag.
+	Lag time.Duration
 }
 
 // Violation is one invariant broken.
@@ -75,6 +80,9 @@ type routeState struct {
 	changes []time.Time
 	// since is when via last changed.
 	since time.Time
+	// unheld is when the checker first saw via at a node it had no sign
+	// of holding the attachment lately (zero while it has one).
+	unheld time.Time
 }
 
 type moveWindow struct {
@@ -214,12 +222,21 @@ func (c *Checker) Expected(s Snapshot, key string) string {
 func (c *Checker) Observe(s Snapshot) {
 	c.Samples++
 	now := s.At
-	for _, e := range s.Entries {
-		if e.Live {
-			if c.hosted[e.Key] == nil {
-				c.hosted[e.Key] = map[string]time.Time{}
+	// A node held an attachment while it had a live entry, a live
+	// galactic-cni record or the lease: a holder that lived for less than
+	// a sample (a takeover upgraded in place at once) may show in one of
+	// them only, and its announcement is then held at receivers like any
+	// other withdrawal.
+	for _, es := range [][]EntryView{s.Entries, s.Records} {
+		for _, e := range es {
+			if e.Live {
+				c.held(e.Key, e.Node, now)
 			}
-			c.hosted[e.Key][e.Node] = now
+		}
+	}
+	for key, l := range s.Leases {
+		if node, _, ok := strings.Cut(l.Holder, "/"); ok {
+			c.held(key, node, now)
 		}
 	}
 	for _, a := range c.Topo.Attachments {
@@ -247,9 +264,16 @@ func (c *Checker) Observe(s Snapshot) {
 			st.via, st.since = via, now
 			st.changes = append(st.changes, now)
 		}
-		c.checkRoute(now, rk, via, st.since)
+		c.checkRoute(now, rk, via, st)
 	}
 	c.checkMoves(now)
+}
+
+func (c *Checker) held(key, node string, now time.Time) {
+	if c.hosted[key] == nil {
+		c.hosted[key] = map[string]time.Time{}
+	}
+	c.hosted[key][node] = now
 }
 
 func sortedRouteKeys(m map[RouteKey]string) []RouteKey {
@@ -331,7 +355,8 @@ func (c *Checker) recent(key, node string, since time.Time) bool {
 	return false
 }
 
-func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string, routeSince time.Time) {
+func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string, st *routeState) {
+	routeSince := st.since
 	h := c.expected[rk.Key]
 	exp, since := h[len(h)-1].val, h[len(h)-1].at
 	// The window runs from the later of the holder's change and the
@@ -354,9 +379,15 @@ func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string, routeSince 
 	// whatever fault runs.
 	lately := now.Add(-c.Bounds.WithdrawHold - c.Bounds.RoutingGrace - 2*c.Bounds.Converge)
 	if via != "" && !c.recent(rk.Key, via, lately) {
-		c.violate(now, dedup, "route at holder", "%s routes %s via %s, which has not held it lately (holder: %q)", rk.Observer, rk.Key, via, exp)
+		if st.unheld.IsZero() {
+			st.unheld = now
+		}
+		if now.Sub(st.unheld) >= c.Bounds.Lag {
+			c.violate(now, dedup, "route at holder", "%s routes %s via %s, which has not held it lately (holder: %q)", rk.Observer, rk.Key, via, exp)
+		}
 		return
 	}
+	st.unheld = time.Time{}
 	if c.routingFault(now) || now.Sub(since) <= window {
 		return
 	}

@@ -19,8 +19,13 @@ type frame struct {
 
 func replay(t *testing.T, frames []frame, steps ...Step) *Checker {
 	t.Helper()
+	return replayWith(t, SimBounds, frames, steps...)
+}
+
+func replayWith(t *testing.T, b Bounds, frames []frame, steps ...Step) *Checker {
+	t.Helper()
 	start := time.Unix(0, 0)
-	c := NewChecker(DefaultTopology(), SimBounds, start)
+	c := NewChecker(DefaultTopology(), b, start)
 	for _, s := range steps {
 		c.Begin(s, start.Add(s.At))
 		c.Done(s, start.Add(s.At))
@@ -100,6 +105,39 @@ func TestARouteToANodeThatNeverHeldTheAttachmentFailsAtOnceEvenDuringAFault(t *t
 	if !strings.Contains(c.Violations[0].Detail, "has not held it lately") {
 		t.Errorf("got %s", c.Violations[0])
 	}
+}
+
+// A takeover upgraded in place at once (seed 20261201, step #55): its
+// instance held the lease for less than a sample and never showed as an
+// entry, but it was announced, and its withdrawal is held at a receiver
+// while its successor is not yet available. The lease shows it held the
+// attachment.
+func TestAHolderSeenOnlyInTheLeaseMayBeRoutedToDuringItsWithdrawalHold(t *testing.T) {
+	lease := func(holder string, token int64, available bool) LeaseView {
+		return LeaseView{Holder: holder, Token: token, Available: available}
+	}
+	wantNone(t, replayWith(t, DefaultBounds, []frame{
+		{at: 0, holder: "node-b", gen: 7, via: "node-b", lease: lease("node-b/c-node-b", 7, true)},
+		{at: 5 * time.Second, via: "node-b", lease: lease("node-a/takeover", 8, false)},
+		{at: 5*time.Second + 100*time.Millisecond, via: "node-a", lease: lease("node-a/upgraded", 9, false)},
+		{at: 5*time.Second + DefaultBounds.Lag + time.Second, holder: "node-a", gen: 9, via: "node-a", lease: lease("node-a/upgraded", 9, false)},
+	}))
+}
+
+// The checker's view may trail a receiver's kernel by a sample or an
+// informer event, so a next hop with no sign of holding is judged after
+// Lag; one that outlasts it fails, whatever fault runs.
+func TestARouteToANodeWithNoSignOfHoldingFailsOnceItOutlastsTheLag(t *testing.T) {
+	frames := func(d time.Duration) []frame {
+		return []frame{
+			{at: 0, holder: "node-a", gen: 1, via: "node-a"},
+			{at: 5 * time.Second, holder: "node-a", gen: 1, via: "node-b"},
+			{at: 5*time.Second + d, holder: "node-a", gen: 1, via: "node-a"},
+		}
+	}
+	fault := Step{Seq: 0, Kind: "reflector-outage", At: time.Second, For: time.Minute}
+	wantNone(t, replayWith(t, DefaultBounds, frames(DefaultBounds.Lag/2), fault))
+	wantViolation(t, replayWith(t, DefaultBounds, frames(DefaultBounds.Lag+time.Second), fault), "route at holder")
 }
 
 func TestStaleRoutesAreAllowedWhileARoutingFaultRuns(t *testing.T) {

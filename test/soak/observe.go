@@ -144,6 +144,7 @@ func (r *runner) observe() func() {
 			s := r.snapshot()
 			r.mu.Lock()
 			r.checker.Observe(s)
+			r.trace.note(s)
 			r.mu.Unlock()
 		}
 	}()

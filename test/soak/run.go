@@ -39,7 +39,7 @@ const (
 )
 
 // DefaultBounds are the checkers' windows for this topology.
-var DefaultBounds = Bounds{WithdrawHold: WithdrawHold, Converge: 15 * time.Second, RoutingGrace: 30 * time.Second}
+var DefaultBounds = Bounds{WithdrawHold: WithdrawHold, Converge: 15 * time.Second, RoutingGrace: 30 * time.Second, Lag: 2 * time.Second}
 
 // DefaultTopology is the soak's: two VPCs with overlapping addresses on
 // three nodes; node-c hosts each VPC's client (which pings the VPC's
@@ -98,6 +98,12 @@ type Options struct {
 	// Env is the control plane; nil starts one.
 	Env *harness.Env
 	Out io.Writer
+	// Trace, when set, gets every change the checkers sample (leases,
+	// entries, records, routes) and every step's start and end.
+	Trace io.Writer
+	// Keep leaves the nodes' directories (the daemons' logs, state and
+	// records) in place and names them on Out.
+	Keep bool
 }
 
 type node struct {
@@ -138,6 +144,7 @@ type runner struct {
 	lInf     cache.SharedIndexInformer
 	checker  *Checker
 	report   *Report
+	trace    *tracer
 	// reachable records, per attachment, whether it should answer.
 	reachable map[string][]change
 }
@@ -186,6 +193,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.say("schedule: seed %d, %s, %d steps (kinds: %s)", o.Seed, o.Duration, len(steps), strings.Join(Kinds(), ", "))
 	r.checker = NewChecker(topo, DefaultBounds, time.Now())
 	r.start = time.Now()
+	r.trace = &tracer{w: o.Trace, start: r.start}
 	stopObs := r.observe()
 	windows := r.execute(steps)
 	r.say("schedule done; quiet for %s", o.Quiet)
@@ -248,7 +256,13 @@ func (r *runner) setup() error {
 	if r.dir, err = os.MkdirTemp("", "galactic-soak-"); err != nil {
 		return err
 	}
-	r.undo = append(r.undo, func() { os.RemoveAll(r.dir) })
+	r.undo = append(r.undo, func() {
+		if r.o.Keep {
+			r.say("kept the nodes' logs and state in %s", r.dir)
+			return
+		}
+		os.RemoveAll(r.dir)
+	})
 	if r.fabric, err = harness.CreateFabric(harness.FabricOptions{}); err != nil {
 		return err
 	}

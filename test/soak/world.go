@@ -33,11 +33,13 @@ func (r *runner) execute(steps []Step) map[int]Window {
 		begin := time.Now()
 		r.mu.Lock()
 		r.checker.Begin(s, begin)
+		r.trace.step("begin", s, begin)
 		r.mu.Unlock()
 		err := RunStep(r, s)
 		done := time.Now()
 		r.mu.Lock()
 		r.checker.Done(s, done)
+		r.trace.step("done", s, done)
 		if err != nil {
 			r.report.StepErrors[s.Seq] = err.Error()
 			r.checker.Fail(done, "step failed", "%s: %v", s, err)
