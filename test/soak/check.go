@@ -21,6 +21,9 @@ type EntryView struct {
 	Generation             int64
 	// Live: the entry's netns exists.
 	Live bool
+	// Standby: a live-migration target's entry, which holds nothing and
+	// is never announced.
+	Standby bool
 }
 
 // RouteKey names a receiver's route for an attachment's prefix.
@@ -93,6 +96,11 @@ type moveWindow struct {
 	done     bool
 	// spoiled: another step touched the attachment within the window.
 	spoiled, checked bool
+	// migrate: a live migration, whose lease goes from the source's
+	// token to free to the target's next token and to no one else;
+	// token is the lease's token when it began.
+	migrate bool
+	token   int64
 }
 
 // Checker checks the invariants over a stream of snapshots and step
@@ -177,8 +185,9 @@ func (c *Checker) Begin(s Step, t time.Time) {
 			c.routingUntil = t.Add(c.Bounds.RoutingGrace + c.Bounds.WithdrawHold + c.Bounds.Converge)
 		}
 		delete(c.open, s.Start)
-	case s.Kind == "move":
-		c.moves = append(c.moves, &moveWindow{step: s.Seq, key: s.Attachment, from: t, nodes: []string{s.Node, s.To}})
+	case s.Kind == "move" || s.Kind == "migrate":
+		c.moves = append(c.moves, &moveWindow{step: s.Seq, key: s.Attachment, from: t, nodes: []string{s.Node, s.To},
+			migrate: s.Kind == "migrate", token: c.tokens[s.Attachment]})
 	}
 }
 
@@ -229,7 +238,7 @@ func (c *Checker) Observe(s Snapshot) {
 	// other withdrawal.
 	for _, es := range [][]EntryView{s.Entries, s.Records} {
 		for _, e := range es {
-			if e.Live {
+			if e.Live && !e.Standby {
 				c.held(e.Key, e.Node, now)
 			}
 		}
@@ -266,7 +275,30 @@ func (c *Checker) Observe(s Snapshot) {
 		}
 		c.checkRoute(now, rk, via, st)
 	}
+	c.checkMigrations(now, s.Leases)
 	c.checkMoves(now)
+}
+
+// checkMigrations: while a live migration runs, its lease is held by the
+// source under the token it began with, by no one, or by the target under
+// the next token; never by a third node, never further on.
+func (c *Checker) checkMigrations(now time.Time, leases map[string]LeaseView) {
+	for _, m := range c.moves {
+		if !m.migrate || m.spoiled || m.done {
+			continue
+		}
+		l := leases[m.key]
+		node, _, _ := strings.Cut(l.Holder, "/")
+		dedup := fmt.Sprintf("migration %d", m.step)
+		switch {
+		case l.Token > m.token+1:
+			c.violate(now, dedup, "one holder", "step #%d migrating %s: the lease went from token %d to %d", m.step, m.key, m.token, l.Token)
+		case node == m.nodes[0] && l.Token != m.token, node == m.nodes[1] && l.Token != m.token+1,
+			node != "" && !slices.Contains(m.nodes, node):
+			c.violate(now, dedup, "one holder", "step #%d migrating %s from %s to %s (token %d): the lease is held by %s under token %d",
+				m.step, m.key, m.nodes[0], m.nodes[1], m.token, l.Holder, l.Token)
+		}
+	}
 }
 
 func (c *Checker) held(key, node string, now time.Time) {
@@ -325,7 +357,7 @@ func (c *Checker) checkLease(now time.Time, key string, l LeaseView) {
 func (c *Checker) checkGenerations(now time.Time, key string, entries []EntryView, what string) {
 	seen := map[int64]string{}
 	for _, e := range entries {
-		if e.Key != key || !e.Live {
+		if e.Key != key || !e.Live || e.Standby {
 			continue
 		}
 		who := e.Node + "/" + e.ContainerID

@@ -199,3 +199,31 @@ func TestBlackoutBoundsAddOverlappingFaults(t *testing.T) {
 		t.Errorf("the router-kill's bound on another attachment: %s %v", b, ok)
 	}
 }
+
+// A live migration's lease goes from the source's token to free to the
+// target's next token; a third holder, or a token further on, fails.
+func TestAMigrationKeepsOneHolderFromSourceToTarget(t *testing.T) {
+	run := func(leases ...LeaseView) *Checker {
+		start := time.Unix(0, 0)
+		c := NewChecker(DefaultTopology(), SimBounds, start)
+		rk := RouteKey{Observer: "node-c", Key: "blue/app-1"}
+		at := start
+		observe := func(l LeaseView, holder string, gen int64) {
+			at = at.Add(sampleEvery)
+			c.Observe(Snapshot{At: at, Leases: map[string]LeaseView{"blue/app-1": l}, Routes: map[RouteKey]string{rk: holder},
+				Entries: []EntryView{{Key: "blue/app-1", Node: holder, ContainerID: "c-" + holder, Generation: gen, Live: true}}})
+		}
+		observe(LeaseView{Holder: "node-a/src", Token: 4}, "node-a", 4)
+		m := Step{Seq: 1, Kind: "migrate", Attachment: "blue/app-1", Node: "node-a", To: "node-b"}
+		c.Begin(m, at)
+		for _, l := range leases {
+			observe(l, "node-a", 4)
+		}
+		observe(LeaseView{Holder: "node-b/dst", Token: 5}, "node-b", 5)
+		c.Done(m, at)
+		return c
+	}
+	wantNone(t, run(LeaseView{Holder: "node-a/src", Token: 4}, LeaseView{Token: 4}, LeaseView{Holder: "node-b/dst", Token: 5}))
+	wantViolation(t, run(LeaseView{Token: 4}, LeaseView{Holder: "node-c/other", Token: 5}), "one holder")
+	wantViolation(t, run(LeaseView{Token: 4}, LeaseView{Holder: "node-b/dst", Token: 6}), "one holder")
+}

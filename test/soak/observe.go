@@ -58,7 +58,7 @@ func (r *runner) snapshot() Snapshot {
 		}
 		for _, e := range adv.Spec.Containers {
 			s.Entries = append(s.Entries, EntryView{Key: key, Node: adv.Spec.Node, ContainerID: e.ContainerID,
-				Generation: e.HolderGeneration, Live: live(e.Netns)})
+				Generation: e.HolderGeneration, Live: live(e.Netns), Standby: e.Standby})
 		}
 	}
 	for _, name := range r.topo.Nodes {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -77,7 +78,10 @@ func conflist(a Attachment, handoff bool) map[string]any {
 		"plugins": []any{
 			map[string]any{"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": "veth",
 				"addresses": []string{a.Address}, "routing": "table", "mtu": mtu,
-				"handoff": map[string]any{"enabled": handoff, "waitSeconds": 30, "leaseSeconds": LeaseSeconds}},
+				"handoff": map[string]any{"enabled": handoff, "waitSeconds": 30, "leaseSeconds": LeaseSeconds},
+				// A live migration's target is a standby ADD, asked for
+				// with the pod annotation.
+				"capabilities": map[string]bool{netconf.CapabilityPodAnnotations: true}},
 			map[string]any{"type": "galactic-bgp", "vpc": a.VPC, "attachment": a.Name, "vni": a.VNI, "announce": a.Announce},
 		},
 	}

@@ -91,7 +91,7 @@ func TestThePlanNeverPutsOverlappingAddressesOnOneNode(t *testing.T) {
 				}
 			case "delete":
 				where[s.Attachment] = ""
-			case "move":
+			case "move", "migrate":
 				where[s.Attachment] = s.To
 			}
 			for k, to := range s.Moves {

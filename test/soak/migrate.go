@@ -1,0 +1,42 @@
+package soak
+
+import (
+	"fmt"
+
+	"github.com/galactic-cni/galactic/test/migration"
+)
+
+// Migrate runs the reference driver (test/migration) without a VMM: the
+// source container keeps answering until its DEL, the target container
+// answers once promoted, as a migrated guest would.
+func (r *runner) Migrate(key, to string) error {
+	old, err := r.current(key)
+	if err != nil {
+		return err
+	}
+	c, err := r.container()
+	if err != nil {
+		return err
+	}
+	a := old.a
+	m := &migration.Migration{
+		VPC: a.VPC, Attachment: a.Name, Network: network(a), IfName: ifName,
+		Source: migration.Side{Node: r.nodes[old.node].Node, Container: old.netns},
+		Target: migration.Side{Node: r.nodes[to].Node, Container: c},
+	}
+	res, err := m.Run(r.ctx)
+	if err != nil {
+		if res.FellBack {
+			// The source promoted itself back: it holds a new token and
+			// reports available again.
+			old.available = a.Announce == "whenAvailable"
+		}
+		return fmt.Errorf("migrating %s from %s to %s: %w", key, old.node, to, err)
+	}
+	old.netns.Delete()
+	in := &instance{a: a, node: to, netns: c, available: a.Announce == "whenAvailable"}
+	r.mu.Lock()
+	r.inst[key] = in
+	r.mu.Unlock()
+	return nil
+}
