@@ -79,9 +79,11 @@ const MigrationBound = 500*time.Millisecond + pingInterval
 // margin for a loaded 2-core machine, not a budget.
 const NoLossBound = 3 * time.Second
 
+// present are the containers running on nodes that are up; absent those
+// deleted. A VM is neither: only live migration moves it.
 func (p *Plan) present() (out []string) {
 	for _, a := range p.Topo.Attachments {
-		if n := p.Where[a.Key()]; n != "" && !p.Down[n] {
+		if n := p.Where[a.Key()]; n != "" && !p.Down[n] && !a.VM {
 			out = append(out, a.Key())
 		}
 	}
@@ -90,7 +92,7 @@ func (p *Plan) present() (out []string) {
 
 func (p *Plan) absent() (out []string) {
 	for _, a := range p.Topo.Attachments {
-		if p.Where[a.Key()] == "" {
+		if p.Where[a.Key()] == "" && !a.VM {
 			out = append(out, a.Key())
 		}
 	}
@@ -104,6 +106,28 @@ func (p *Plan) fitting(key string, except string) (out []string) {
 		}
 	}
 	return out
+}
+
+// migratable are the attachments a live migration may move: the running
+// containers and VMs.
+func (p *Plan) migratable() (out []string) {
+	for _, a := range p.Topo.Attachments {
+		if n := p.Where[a.Key()]; n != "" && !p.Down[n] {
+			out = append(out, a.Key())
+		}
+	}
+	return out
+}
+
+// hostsVM reports whether a VM runs on node: the node is not crashed or
+// cut off, because its guest could only be booted afresh elsewhere.
+func (p *Plan) hostsVM(node string) bool {
+	for _, a := range p.Topo.Attachments {
+		if a.VM && p.Where[a.Key()] == node {
+			return true
+		}
+	}
+	return false
 }
 
 // reschedule plans where the attachments on node go when it is lost.
@@ -175,7 +199,7 @@ func init() {
 	}}, func(w World, s Step) error { return w.Move(s.Attachment, s.To) }, nil)
 
 	register(Kind{Name: "migrate", Weight: 2, Blackout: MigrationBound, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
-		key, ok := choose(r, p.present())
+		key, ok := choose(r, p.migratable())
 		if !ok {
 			return false
 		}
@@ -247,7 +271,7 @@ func init() {
 		Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 			var up []string
 			for _, n := range p.Topo.Crashable {
-				if !p.Down[n] {
+				if !p.Down[n] && !p.hostsVM(n) {
 					up = append(up, n)
 				}
 			}
@@ -266,7 +290,7 @@ func init() {
 	register(Kind{Name: "api-cutoff", Fault: true, Weight: 2, Blackout: NoLossBound,
 		Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 			node, ok := choose(r, p.Topo.Crashable)
-			if !ok || p.Down[node] {
+			if !ok || p.Down[node] || p.hostsVM(node) {
 				return false
 			}
 			// Longer than the lease: its holders' renewals stop and the

@@ -14,6 +14,9 @@ func (r *runner) Migrate(key, to string) error {
 	if err != nil {
 		return err
 	}
+	if old.vm != nil {
+		return r.migrateVM(old, to)
+	}
 	c, err := r.container()
 	if err != nil {
 		return err

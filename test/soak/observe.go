@@ -161,7 +161,10 @@ func (r *runner) observe() func() {
 			r.mu.Lock()
 			var senders []*instance
 			for _, in := range r.inst {
-				senders = append(senders, in)
+				// A guest's container holds no interface of it.
+				if in.vm == nil {
+					senders = append(senders, in)
+				}
 			}
 			r.mu.Unlock()
 			for _, in := range senders {

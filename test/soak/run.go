@@ -23,6 +23,7 @@ import (
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/vm"
 )
 
 // The soak's fixed settings. withdrawHold outlasts a move on a loaded
@@ -76,7 +77,7 @@ func conflist(a Attachment, handoff bool) map[string]any {
 	return map[string]any{
 		"cniVersion": "1.1.0", "name": network(a),
 		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": "veth",
+			map[string]any{"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": mode(a),
 				"addresses": []string{a.Address}, "routing": "table", "mtu": mtu,
 				"handoff": map[string]any{"enabled": handoff, "waitSeconds": 30, "leaseSeconds": LeaseSeconds},
 				// A live migration's target is a standby ADD, asked for
@@ -85,6 +86,13 @@ func conflist(a Attachment, handoff bool) map[string]any {
 			map[string]any{"type": "galactic-bgp", "vpc": a.VPC, "attachment": a.Name, "vni": a.VNI, "announce": a.Announce},
 		},
 	}
+}
+
+func mode(a Attachment) string {
+	if a.VM {
+		return "tap"
+	}
+	return "veth"
 }
 
 func addrOf(a Attachment) netip.Addr { return netip.MustParsePrefix(a.Address).Addr() }
@@ -105,6 +113,9 @@ type Options struct {
 	// Trace, when set, gets every change the checkers sample (leases,
 	// entries, records, routes) and every step's start and end.
 	Trace io.Writer
+	// VM adds a qemu guest (blue/vm-0, on a tap) that live migration
+	// moves between nodes with qemu's own migration.
+	VM bool
 	// Keep leaves the nodes' directories (the daemons' logs, state and
 	// records) in place and names them on Out.
 	Keep bool
@@ -123,6 +134,8 @@ type instance struct {
 	node      string
 	netns     *harness.Netns
 	available bool
+	// vm is the guest of a VM attachment.
+	vm *guest
 }
 
 // runner is the real World.
@@ -149,6 +162,9 @@ type runner struct {
 	checker  *Checker
 	report   *Report
 	trace    *tracer
+	assets   *vm.GuestAssets
+	sockDir  string
+	qmpSeq   int
 	// reachable records, per attachment, whether it should answer.
 	reachable map[string][]change
 }
@@ -167,6 +183,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		o.Quiet = WithdrawHold + 10*time.Second
 	}
 	topo := DefaultTopology()
+	if o.VM {
+		topo = WithVM(topo)
+	}
 	// A short soak plans outages that fit it.
 	topo.OutageMax = min(60*time.Second, max(5*time.Second, o.Duration/8))
 	steps := Schedule(o.Seed, o.Duration, topo)
@@ -267,6 +286,10 @@ func (r *runner) setup() error {
 		}
 		os.RemoveAll(r.dir)
 	})
+	if r.sockDir, err = os.MkdirTemp("", "qmp"); err != nil {
+		return err
+	}
+	r.undo = append(r.undo, func() { os.RemoveAll(r.sockDir) })
 	if r.fabric, err = harness.CreateFabric(harness.FabricOptions{}); err != nil {
 		return err
 	}

@@ -19,6 +19,8 @@ type Attachment struct {
 	Address  string
 	Announce string
 	Peer     string
+	// VM: a qemu guest on a tap, which only live migration moves.
+	VM bool
 }
 
 // Key is "<vpc>/<name>".

@@ -4,8 +4,8 @@
 // (default: the clock) replays a run, SOAK_STEPS replays only a prefix of
 // its schedule, SOAK_REPORT names the markdown report (default
 // soak-report.md), SOAK_TRACE a file that gets every change the checkers
-// sample, SOAK_KEEP=1 keeps the daemons' logs and state. It exits 1 on any
-// violation.
+// sample, SOAK_KEEP=1 keeps the daemons' logs and state, SOAK_VM=0 leaves
+// the qemu guest out. It exits 1 on any violation.
 package main
 
 import (
@@ -56,6 +56,7 @@ func main() {
 		o.Steps = n
 	}
 	o.Keep = os.Getenv("SOAK_KEEP") != ""
+	o.VM = os.Getenv("SOAK_VM") != "0"
 	if p := os.Getenv("SOAK_TRACE"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
