@@ -101,6 +101,9 @@ func addrOf(a Attachment) netip.Addr { return netip.MustParsePrefix(a.Address).A
 type Options struct {
 	Seed     uint64
 	Duration time.Duration
+	// Plan, when set, is the schedule instead of the seed's: a scenario
+	// written for one finding (its regression test).
+	Plan []Step
 	// Steps, when positive, runs only the schedule's first Steps steps
 	// (with their faults ended): a violation's reproduction.
 	Steps int
@@ -189,6 +192,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	// A short soak plans outages that fit it.
 	topo.OutageMax = min(60*time.Second, max(5*time.Second, o.Duration/8))
 	steps := Schedule(o.Seed, o.Duration, topo)
+	if o.Plan != nil {
+		steps = o.Plan
+	}
 	if o.Steps > 0 && o.Steps < len(steps) {
 		steps = Prefix(steps, o.Steps-1)
 	}
