@@ -119,6 +119,24 @@ func (p *Plan) migratable() (out []string) {
 	return out
 }
 
+// relocate plans moving one of candidates' attachments to another node
+// that fits it.
+func relocate(candidates func(*Plan) []string) func(r *rand.Rand, p *Plan, s *Step) bool {
+	return func(r *rand.Rand, p *Plan, s *Step) bool {
+		key, ok := choose(r, candidates(p))
+		if !ok {
+			return false
+		}
+		to, ok := choose(r, p.fitting(key, p.Where[key]))
+		if !ok {
+			return false
+		}
+		s.Attachment, s.Node, s.To = key, p.Where[key], to
+		p.Where[key], p.Available[key] = to, true
+		return true
+	}
+}
+
 // hostsVM reports whether a VM runs on node: the node is not crashed or
 // cut off, because its guest could only be booted afresh elsewhere.
 func (p *Plan) hostsVM(node string) bool {
@@ -184,33 +202,11 @@ func init() {
 		return true
 	}}, func(w World, s Step) error { return w.Upgrade(s.Attachment) }, nil)
 
-	register(Kind{Name: "move", Weight: 4, Blackout: 20 * time.Second, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
-		key, ok := choose(r, p.present())
-		if !ok {
-			return false
-		}
-		to, ok := choose(r, p.fitting(key, p.Where[key]))
-		if !ok {
-			return false
-		}
-		s.Attachment, s.Node, s.To = key, p.Where[key], to
-		p.Where[key], p.Available[key] = to, true
-		return true
-	}}, func(w World, s Step) error { return w.Move(s.Attachment, s.To) }, nil)
+	register(Kind{Name: "move", Weight: 4, Blackout: 20 * time.Second, Plan: relocate((*Plan).present)},
+		func(w World, s Step) error { return w.Move(s.Attachment, s.To) }, nil)
 
-	register(Kind{Name: "migrate", Weight: 2, Blackout: MigrationBound, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
-		key, ok := choose(r, p.migratable())
-		if !ok {
-			return false
-		}
-		to, ok := choose(r, p.fitting(key, p.Where[key]))
-		if !ok {
-			return false
-		}
-		s.Attachment, s.Node, s.To = key, p.Where[key], to
-		p.Where[key], p.Available[key] = to, true
-		return true
-	}}, func(w World, s Step) error { return w.Migrate(s.Attachment, s.To) }, nil)
+	register(Kind{Name: "migrate", Weight: 2, Blackout: MigrationBound, Plan: relocate((*Plan).migratable)},
+		func(w World, s Step) error { return w.Migrate(s.Attachment, s.To) }, nil)
 
 	register(Kind{Name: "flip", Weight: 2, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 		var whenAvailable []string

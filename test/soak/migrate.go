@@ -3,8 +3,19 @@ package soak
 import (
 	"fmt"
 
+	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/migration"
 )
+
+// migration is the reference driver's migration of old to a new container
+// c on node to; vmm nil without a guest.
+func (r *runner) migration(old *instance, to string, c *harness.Netns, vmm migration.VMM) *migration.Migration {
+	return &migration.Migration{
+		VPC: old.a.VPC, Attachment: old.a.Name, Network: network(old.a), IfName: ifName,
+		Source: migration.Side{Node: r.nodes[old.node].Node, Container: old.netns},
+		Target: migration.Side{Node: r.nodes[to].Node, Container: c}, VMM: vmm,
+	}
+}
 
 // Migrate runs the reference driver (test/migration) without a VMM: the
 // source container keeps answering until its DEL, the target container
@@ -22,12 +33,7 @@ func (r *runner) Migrate(key, to string) error {
 		return err
 	}
 	a := old.a
-	m := &migration.Migration{
-		VPC: a.VPC, Attachment: a.Name, Network: network(a), IfName: ifName,
-		Source: migration.Side{Node: r.nodes[old.node].Node, Container: old.netns},
-		Target: migration.Side{Node: r.nodes[to].Node, Container: c},
-	}
-	res, err := m.Run(r.ctx)
+	res, err := r.migration(old, to, c, nil).Run(r.ctx)
 	if err != nil {
 		if res.FellBack {
 			// The source promoted itself back: it holds a new token and

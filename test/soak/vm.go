@@ -123,14 +123,9 @@ func (r *runner) migrateVM(old *instance, to string) error {
 		return err
 	}
 	a := old.a
-	m := &migration.Migration{
-		VPC: a.VPC, Attachment: a.Name, Network: network(a), IfName: ifName,
-		Source: migration.Side{Node: r.nodes[old.node].Node, Container: old.netns},
-		Target: migration.Side{Node: n.Node, Container: c}, VMM: q,
-	}
 	ctx, cancel := context.WithTimeout(r.ctx, 3*time.Minute)
 	defer cancel()
-	res, err := m.Run(ctx)
+	res, err := r.migration(old, to, c, q).Run(ctx)
 	if err != nil {
 		// The guest runs on the source again (or nowhere), and the failed
 		// attempt holds its QMP connection: it is not migrated again.
