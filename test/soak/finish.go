@@ -22,7 +22,9 @@ import (
 // blackouts measures each step's longest outage of every attachment that
 // should have answered throughout it, against the step's bound.
 func (r *runner) blackouts(steps []Step, windows map[int]Window) {
-	defer slices.SortStableFunc(r.report.Longest, func(a, b Outage) int { return cmp.Compare(b.Length, a.Length) })
+	defer func() {
+		slices.SortStableFunc(r.report.Longest, func(a, b Outage) int { return cmp.Compare(b.Length, a.Length) })
+	}()
 	// An attachment counts as reachable from its first answer after it
 	// was started or reported available: the time it takes to get there
 	// is a create's or a flip's, not a blackout of whatever runs next.
