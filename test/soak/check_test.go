@@ -227,3 +227,31 @@ func TestAMigrationKeepsOneHolderFromSourceToTarget(t *testing.T) {
 	wantViolation(t, run(LeaseView{Token: 4}, LeaseView{Holder: "node-c/other", Token: 5}), "one holder")
 	wantViolation(t, run(LeaseView{Token: 4}, LeaseView{Holder: "node-b/dst", Token: 6}), "one holder")
 }
+
+// A migration needs a route change; while the reflector or a router is
+// down it cannot reach the receivers, so the migration is bounded like a
+// move. Other faults only add their own bound to the migration's.
+func TestAMigrationThatAStallingFaultOverlapsIsBoundedLikeAMove(t *testing.T) {
+	topo := DefaultTopology()
+	t0 := time.Unix(0, 0)
+	migrate := Step{Seq: 1, Kind: "migrate", Attachment: "blue/app-1", Node: "node-c", To: "node-b"}
+	for _, tc := range []struct {
+		fault string
+		want  time.Duration
+	}{
+		{"reflector-outage", StalledBound + NoLossBound},
+		{"router-term", StalledBound + NoLossBound},
+		{"gc-kill", MigrationBound + NoLossBound},
+		{"packet-loss", MigrationBound + NoLossBound},
+	} {
+		steps := []Step{{Seq: 0, Kind: tc.fault, Node: "node-c", For: 10 * time.Second}, migrate, {Seq: 2, Kind: tc.fault, End: true, Start: 0}}
+		w := map[int]Window{0: {t0, t0.Add(10 * time.Second)}, 1: {t0.Add(2 * time.Second), t0.Add(4 * time.Second)}}
+		if b, ok := BlackoutBound(topo, steps, w, 1, "blue/app-1"); !ok || b != tc.want {
+			t.Errorf("a migration during %s: bound %s %v, want %s", tc.fault, b, ok, tc.want)
+		}
+	}
+	alone := map[int]Window{1: {t0, t0.Add(time.Second)}}
+	if b, ok := BlackoutBound(topo, []Step{{Seq: 0, Kind: "gc-kill"}, migrate}, alone, 1, "blue/app-1"); !ok || b != MigrationBound {
+		t.Errorf("a migration alone: bound %s %v", b, ok)
+	}
+}

@@ -74,6 +74,11 @@ const TakeoverBound = 25 * time.Second
 // machine meet) plus one ping interval of the soak's 50 ms pingers.
 const MigrationBound = 500*time.Millisecond + pingInterval
 
+// StalledBound is the bound of a workload operation that needs a route
+// change while a fault that stalls route changes runs: the move's, whose
+// change may wait as long.
+const StalledBound = 20 * time.Second
+
 // NoLossBound is the bound of faults that should lose nothing (the kernel
 // keeps what the router programmed; an API outage changes nothing): a
 // margin for a loaded 2-core machine, not a budget.
@@ -248,8 +253,8 @@ func init() {
 		return true
 	}}, func(w World, s Step) error { return w.KillPlugin(s.Attachment, s.Node, s.Verb, s.KillAfter) }, nil)
 
-	daemon := func(name string, sig syscall.Signal, stop func(World, string, syscall.Signal) error, start func(World, string) error) {
-		register(Kind{Name: name, Fault: true, Weight: 2, Routing: true, Blackout: NoLossBound,
+	daemon := func(name string, sig syscall.Signal, stalls bool, stop func(World, string, syscall.Signal) error, start func(World, string) error) {
+		register(Kind{Name: name, Fault: true, Weight: 2, Routing: true, Stalls: stalls, Blackout: NoLossBound,
 			Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 				node, ok := choose(r, p.Up())
 				s.Node, s.For = node, between(r, time.Second, 6*time.Second)
@@ -258,10 +263,10 @@ func init() {
 			func(w World, s Step) error { return stop(w, s.Node, sig) },
 			func(w World, s Step) error { return start(w, s.Node) })
 	}
-	daemon("router-kill", syscall.SIGKILL, World.StopRouter, World.StartRouter)
-	daemon("router-term", syscall.SIGTERM, World.StopRouter, World.StartRouter)
-	daemon("gc-kill", syscall.SIGKILL, World.StopGC, World.StartGC)
-	daemon("gc-term", syscall.SIGTERM, World.StopGC, World.StartGC)
+	daemon("router-kill", syscall.SIGKILL, true, World.StopRouter, World.StartRouter)
+	daemon("router-term", syscall.SIGTERM, true, World.StopRouter, World.StartRouter)
+	daemon("gc-kill", syscall.SIGKILL, false, World.StopGC, World.StartGC)
+	daemon("gc-term", syscall.SIGTERM, false, World.StopGC, World.StartGC)
 
 	register(Kind{Name: "node-crash", Fault: true, Weight: 2, Routing: true, Blackout: NoLossBound,
 		Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
@@ -310,12 +315,12 @@ func init() {
 		func(w World, s Step) error { return w.SetAPI(false) },
 		func(w World, s Step) error { return w.SetAPI(true) })
 
-	register(Kind{Name: "reflector-restart", Fault: true, Weight: 1, Routing: true, Blackout: NoLossBound,
+	register(Kind{Name: "reflector-restart", Fault: true, Weight: 1, Routing: true, Stalls: true, Blackout: NoLossBound,
 		Plan: func(r *rand.Rand, p *Plan, s *Step) bool { s.For = 100 * time.Millisecond; return true }},
 		func(w World, s Step) error { return w.StopReflector() },
 		func(w World, s Step) error { return w.StartReflector() })
 
-	register(Kind{Name: "reflector-outage", Fault: true, Weight: 2, Routing: true, Blackout: NoLossBound,
+	register(Kind{Name: "reflector-outage", Fault: true, Weight: 2, Routing: true, Stalls: true, Blackout: NoLossBound,
 		Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 			s.For = between(r, 5*time.Second, 20*time.Second)
 			return true
