@@ -78,7 +78,9 @@ bench: build
 
 # Seeded random workload operations and faults with invariant checkers
 # (docs/soak.md): SOAK_DURATION (default 10m), SOAK_SEED to replay,
-# SOAK_STEPS to replay a prefix, SOAK_REPORT for the markdown report.
+# SOAK_STEPS to replay a prefix, SOAK_REPORT for the markdown report,
+# SOAK_TRACE and SOAK_KEEP=1 to look into a violation, SOAK_VM=0 without
+# the qemu guest.
 .PHONY: soak
 soak: deps build
 	SOAK_DURATION=$(or $(SOAK_DURATION),10m) $(GO) run ./test/cmd/soak

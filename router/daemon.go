@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -225,13 +226,46 @@ func listWatch[T runtime.Object](list func(context.Context, metav1.ListOptions) 
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
-			return list(ctx, o)
+			return untilReached(ctx, reconnectEvery, func(ctx context.Context) (T, error) { return list(ctx, o) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
-			return w(ctx, o)
+			return untilReached(ctx, reconnectEvery, func(ctx context.Context) (watch.Interface, error) { return w(ctx, o) })
 		},
 	}
+}
+
+// reconnectEvery is how often a list or watch is retried while the API
+// server cannot be reached.
+const reconnectEvery = 500 * time.Millisecond
+
+// untilReached retries call every interval while it fails for want of the
+// API server (connection errors, timeouts, 5xx, 429), so an informer
+// resyncs within an interval of the server's return. An informer that
+// sees those failures backs off exponentially up to 30 s before it asks
+// again, and what changed right after an outage (an upgrade's new entry)
+// would wait that long. Other errors are returned.
+func untilReached[T any](ctx context.Context, interval time.Duration, call func(context.Context) (T, error)) (T, error) {
+	for {
+		v, err := call(ctx)
+		if err == nil || !unreachable(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(interval):
+		}
+	}
+}
+
+func unreachable(err error) bool {
+	if apierrors.ReasonForError(err) == metav1.StatusReasonUnknown {
+		// Not a status from the server: it was not reached.
+		return true
+	}
+	return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
 }
 
 // Run serves until ctx ends. It returns without withdrawing anything or

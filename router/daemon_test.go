@@ -2,15 +2,19 @@ package router
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
@@ -250,5 +254,40 @@ func TestOnlyEstablishedTransitionsOfAPeerStartAPass(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if passes() != before {
 		t.Error("state changes between non-established states ran a pass")
+	}
+}
+
+// A list or watch that cannot reach the API server is retried until it
+// can, so the informer never backs off; an answer from the server, even an
+// error, is returned at once, and so is the end of the context.
+func TestListsAndWatchesAreRetriedUntilTheAPIServerAnswers(t *testing.T) {
+	ctx := context.Background()
+	calls := 0
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	v, err := untilReached(ctx, time.Millisecond, func(context.Context) (int, error) {
+		calls++
+		switch calls {
+		case 1:
+			return 0, refused
+		case 2:
+			return 0, apierrors.NewServiceUnavailable("starting")
+		}
+		return 7, nil
+	})
+	if v != 7 || err != nil || calls != 3 {
+		t.Fatalf("got %d, %v after %d calls", v, err, calls)
+	}
+	calls = 0
+	_, err = untilReached(ctx, time.Millisecond, func(context.Context) (int, error) {
+		calls++
+		return 0, apierrors.NewForbidden(schema.GroupResource{Resource: "leases"}, "x", errors.New("no"))
+	})
+	if !apierrors.IsForbidden(err) || calls != 1 {
+		t.Fatalf("a refusal by the server: %v after %d calls", err, calls)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := untilReached(cctx, time.Hour, func(context.Context) (int, error) { return 0, refused }); err == nil {
+		t.Fatal("an ended context still retried")
 	}
 }

@@ -398,6 +398,29 @@ func recordInterface(r state.Record) string {
 	return names.HostInterface(r.Mode, r.VPC, r.Attachment)
 }
 
+// halfMade reports whether l is the pair an earlier ADD of this very
+// container created and did not live to name: a veth without an alias
+// (the kernel takes none at creation, so the alias comes a step later)
+// whose peer is spec.IfName in spec.Netns. A killed ADD leaves one, and
+// the runtime's retry replaces it.
+func halfMade(l netlink.Link, spec Spec) bool {
+	if l.Type() != "veth" || l.Attrs().Alias != "" {
+		return false
+	}
+	netns, err := ns.GetNS(spec.Netns)
+	if err != nil {
+		return false
+	}
+	defer netns.Close()
+	peered := false
+	_ = netns.Do(func(ns.NetNS) error {
+		p, err := netlinksafe.LinkByName(spec.IfName)
+		peered = err == nil && p.Type() == "veth" && p.Attrs().ParentIndex == l.Attrs().Index && l.Attrs().ParentIndex == p.Attrs().Index
+		return nil
+	})
+	return peered
+}
+
 func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error) {
 	name := spec.HostInterface()
 	old, err := linkByName(name)
@@ -405,7 +428,7 @@ func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error)
 		return nil, nil, err
 	}
 	if old != nil {
-		if err := ours(old, spec.VPC, spec.Attachment, "veth"); err != nil {
+		if err := ours(old, spec.VPC, spec.Attachment, "veth"); err != nil && !halfMade(old, spec) {
 			return nil, nil, err
 		}
 		other, err := h.liveHolder(name, spec.ContainerID, spec.IfName)

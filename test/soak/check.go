@@ -3,6 +3,7 @@ package soak
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,9 @@ type EntryView struct {
 	Generation             int64
 	// Live: the entry's netns exists.
 	Live bool
+	// Standby: a live-migration target's entry, which holds nothing and
+	// is never announced.
+	Standby bool
 }
 
 // RouteKey names a receiver's route for an attachment's prefix.
@@ -50,6 +54,10 @@ type Bounds struct {
 	// RoutingGrace extends the tolerance after a routing fault ends: a
 	// restarted router keeps stale routes until End-of-RIB or 30 s.
 	RoutingGrace time.Duration
+	// Lag is how long the checker's own view (informers, 100 ms samples)
+	// may trail a receiver's kernel: a next hop whose holding the samples
+	// have not shown yet is judged only once it outlasts Lag.
+	Lag time.Duration
 }
 
 // Violation is one invariant broken.
@@ -75,6 +83,9 @@ type routeState struct {
 	changes []time.Time
 	// since is when via last changed.
 	since time.Time
+	// unheld is when the checker first saw via at a node it had no sign
+	// of holding the attachment lately (zero while it has one).
+	unheld time.Time
 }
 
 type moveWindow struct {
@@ -85,6 +96,11 @@ type moveWindow struct {
 	done     bool
 	// spoiled: another step touched the attachment within the window.
 	spoiled, checked bool
+	// migrate: a live migration, whose lease goes from the source's
+	// token to free to the target's next token and to no one else;
+	// token is the lease's token when it began.
+	migrate bool
+	token   int64
 }
 
 // Checker checks the invariants over a stream of snapshots and step
@@ -169,8 +185,9 @@ func (c *Checker) Begin(s Step, t time.Time) {
 			c.routingUntil = t.Add(c.Bounds.RoutingGrace + c.Bounds.WithdrawHold + c.Bounds.Converge)
 		}
 		delete(c.open, s.Start)
-	case s.Kind == "move":
-		c.moves = append(c.moves, &moveWindow{step: s.Seq, key: s.Attachment, from: t, nodes: []string{s.Node, s.To}})
+	case s.Kind == "move" || s.Kind == "migrate":
+		c.moves = append(c.moves, &moveWindow{step: s.Seq, key: s.Attachment, from: t, nodes: []string{s.Node, s.To},
+			migrate: s.Kind == "migrate", token: c.tokens[s.Attachment]})
 	}
 }
 
@@ -214,12 +231,21 @@ func (c *Checker) Expected(s Snapshot, key string) string {
 func (c *Checker) Observe(s Snapshot) {
 	c.Samples++
 	now := s.At
-	for _, e := range s.Entries {
-		if e.Live {
-			if c.hosted[e.Key] == nil {
-				c.hosted[e.Key] = map[string]time.Time{}
+	// A node held an attachment while it had a live entry, a live
+	// galactic-cni record or the lease: a holder that lived for less than
+	// a sample (a takeover upgraded in place at once) may show in one of
+	// them only, and its announcement is then held at receivers like any
+	// other withdrawal.
+	for _, es := range [][]EntryView{s.Entries, s.Records} {
+		for _, e := range es {
+			if e.Live && !e.Standby {
+				c.held(e.Key, e.Node, now)
 			}
-			c.hosted[e.Key][e.Node] = now
+		}
+	}
+	for key, l := range s.Leases {
+		if node, _, ok := strings.Cut(l.Holder, "/"); ok {
+			c.held(key, node, now)
 		}
 	}
 	for _, a := range c.Topo.Attachments {
@@ -247,9 +273,39 @@ func (c *Checker) Observe(s Snapshot) {
 			st.via, st.since = via, now
 			st.changes = append(st.changes, now)
 		}
-		c.checkRoute(now, rk, via, st.since)
+		c.checkRoute(now, rk, via, st)
 	}
+	c.checkMigrations(now, s.Leases)
 	c.checkMoves(now)
+}
+
+// checkMigrations: while a live migration runs, its lease is held by the
+// source under the token it began with, by no one, or by the target under
+// the next token; never by a third node, never further on.
+func (c *Checker) checkMigrations(now time.Time, leases map[string]LeaseView) {
+	for _, m := range c.moves {
+		if !m.migrate || m.spoiled || m.done {
+			continue
+		}
+		l := leases[m.key]
+		node, _, _ := strings.Cut(l.Holder, "/")
+		dedup := fmt.Sprintf("migration %d", m.step)
+		switch {
+		case l.Token > m.token+1:
+			c.violate(now, dedup, "one holder", "step #%d migrating %s: the lease went from token %d to %d", m.step, m.key, m.token, l.Token)
+		case node == m.nodes[0] && l.Token != m.token, node == m.nodes[1] && l.Token != m.token+1,
+			node != "" && !slices.Contains(m.nodes, node):
+			c.violate(now, dedup, "one holder", "step #%d migrating %s from %s to %s (token %d): the lease is held by %s under token %d",
+				m.step, m.key, m.nodes[0], m.nodes[1], m.token, l.Holder, l.Token)
+		}
+	}
+}
+
+func (c *Checker) held(key, node string, now time.Time) {
+	if c.hosted[key] == nil {
+		c.hosted[key] = map[string]time.Time{}
+	}
+	c.hosted[key][node] = now
 }
 
 func sortedRouteKeys(m map[RouteKey]string) []RouteKey {
@@ -301,7 +357,7 @@ func (c *Checker) checkLease(now time.Time, key string, l LeaseView) {
 func (c *Checker) checkGenerations(now time.Time, key string, entries []EntryView, what string) {
 	seen := map[int64]string{}
 	for _, e := range entries {
-		if e.Key != key || !e.Live {
+		if e.Key != key || !e.Live || e.Standby {
 			continue
 		}
 		who := e.Node + "/" + e.ContainerID
@@ -331,7 +387,8 @@ func (c *Checker) recent(key, node string, since time.Time) bool {
 	return false
 }
 
-func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string, routeSince time.Time) {
+func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string, st *routeState) {
+	routeSince := st.since
 	h := c.expected[rk.Key]
 	exp, since := h[len(h)-1].val, h[len(h)-1].at
 	// The window runs from the later of the holder's change and the
@@ -354,9 +411,15 @@ func (c *Checker) checkRoute(now time.Time, rk RouteKey, via string, routeSince 
 	// whatever fault runs.
 	lately := now.Add(-c.Bounds.WithdrawHold - c.Bounds.RoutingGrace - 2*c.Bounds.Converge)
 	if via != "" && !c.recent(rk.Key, via, lately) {
-		c.violate(now, dedup, "route at holder", "%s routes %s via %s, which has not held it lately (holder: %q)", rk.Observer, rk.Key, via, exp)
+		if st.unheld.IsZero() {
+			st.unheld = now
+		}
+		if now.Sub(st.unheld) >= c.Bounds.Lag {
+			c.violate(now, dedup, "route at holder", "%s routes %s via %s, which has not held it lately (holder: %q)", rk.Observer, rk.Key, via, exp)
+		}
 		return
 	}
+	st.unheld = time.Time{}
 	if c.routingFault(now) || now.Sub(since) <= window {
 		return
 	}

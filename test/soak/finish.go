@@ -1,7 +1,9 @@
 package soak
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +22,9 @@ import (
 // blackouts measures each step's longest outage of every attachment that
 // should have answered throughout it, against the step's bound.
 func (r *runner) blackouts(steps []Step, windows map[int]Window) {
+	defer func() {
+		slices.SortStableFunc(r.report.Longest, func(a, b Outage) int { return cmp.Compare(b.Length, a.Length) })
+	}()
 	// An attachment counts as reachable from its first answer after it
 	// was started or reported available: the time it takes to get there
 	// is a create's or a flip's, not a blackout of whatever runs next.
@@ -59,8 +64,17 @@ func (r *runner) blackouts(steps []Step, windows map[int]Window) {
 			if !bounded {
 				continue
 			}
-			out := r.pingers[key].StatsBetween(w.From, w.To).LongestOutage
+			st := r.pingers[key].StatsBetween(w.From, w.To)
+			out := st.LongestOutage
 			r.report.Blackouts[s.Kind] = append(r.report.Blackouts[s.Kind], out)
+			if out >= time.Second {
+				// The outage begins after the last reply before the longest gap.
+				from := st.LongestGapFrom
+				if from.IsZero() {
+					from = w.From
+				}
+				r.report.Longest = append(r.report.Longest, Outage{Step: s, Key: key, Length: out, Bound: bound, StartAt: from.Sub(r.start)})
+			}
 			if out > bound {
 				r.checker.FailStep(s.Seq, w.From, "blackout", "%s: %s unreachable for %s, bound %s", s, key, out.Round(time.Millisecond), bound)
 			}

@@ -132,7 +132,8 @@ func BlackoutBound(topo Topology, steps []Step, windows map[int]Window, i int, k
 		if s.Attachment != key || k.Blackout == 0 {
 			return 0, false
 		}
-		bound := k.Blackout
+		// A change that a stalling fault holds up waits like a move's.
+		base, faults := k.Blackout, time.Duration(0)
 		for j, o := range steps {
 			ko, _ := KindOf(o.Kind)
 			if !ko.Fault || o.End || !windows[j].overlaps(w) {
@@ -141,9 +142,12 @@ func BlackoutBound(topo Topology, steps []Step, windows map[int]Window, i int, k
 			if _, moved := o.Moves[key]; moved {
 				return 0, false
 			}
-			bound += ko.Blackout
+			if ko.Stalls {
+				base = max(base, StalledBound)
+			}
+			faults += ko.Blackout
 		}
-		return bound, true
+		return base + faults, true
 	}
 	for j, o := range steps {
 		ko, _ := KindOf(o.Kind)

@@ -58,7 +58,7 @@ func (r *runner) snapshot() Snapshot {
 		}
 		for _, e := range adv.Spec.Containers {
 			s.Entries = append(s.Entries, EntryView{Key: key, Node: adv.Spec.Node, ContainerID: e.ContainerID,
-				Generation: e.HolderGeneration, Live: live(e.Netns)})
+				Generation: e.HolderGeneration, Live: live(e.Netns), Standby: e.Standby})
 		}
 	}
 	for _, name := range r.topo.Nodes {
@@ -144,6 +144,7 @@ func (r *runner) observe() func() {
 			s := r.snapshot()
 			r.mu.Lock()
 			r.checker.Observe(s)
+			r.trace.note(s)
 			r.mu.Unlock()
 		}
 	}()
@@ -160,7 +161,10 @@ func (r *runner) observe() func() {
 			r.mu.Lock()
 			var senders []*instance
 			for _, in := range r.inst {
-				senders = append(senders, in)
+				// A guest's container holds no interface of it.
+				if in.vm == nil {
+					senders = append(senders, in)
+				}
 			}
 			r.mu.Unlock()
 			for _, in := range senders {

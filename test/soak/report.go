@@ -28,6 +28,9 @@ type Report struct {
 	Violations []Violation
 	// Blackouts are the measured outages by step kind.
 	Blackouts map[string][]time.Duration
+	// Longest are the measured outages of a second or more, longest
+	// first: which step, which attachment, and when the outage began.
+	Longest   []Outage
 	Resources []Resource
 	// Canary counts: Own probes a canary received from its own VPC,
 	// Strangers from another.
@@ -39,6 +42,15 @@ type Report struct {
 	// present.
 	Routes, Routed int
 	Aborted        string
+}
+
+// Outage is one measured blackout.
+type Outage struct {
+	Step    Step
+	Key     string
+	Length  time.Duration
+	Bound   time.Duration
+	StartAt time.Duration
 }
 
 // Counts are the executed starts by kind.
@@ -117,6 +129,12 @@ func (r *Report) Markdown(w io.Writer) {
 	for _, k := range sortedKeys(r.Blackouts) {
 		n, p50, p90, mx := Distribution(r.Blackouts[k])
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", k, n, ms(p50), ms(p90), ms(mx))
+	}
+	if len(r.Longest) > 0 {
+		fmt.Fprintf(w, "\n### The longest blackouts\n\n| step | attachment | blackout | from | bound |\n|---|---|---|---|---|\n")
+		for _, o := range r.Longest[:min(len(r.Longest), 12)] {
+			fmt.Fprintf(w, "| %s | %s | %s | +%.1fs | %s |\n", o.Step, o.Key, ms(o.Length), o.StartAt.Seconds(), ms(o.Bound))
+		}
 	}
 	fmt.Fprintf(w, "\n### Violations\n\n")
 	if len(r.Violations) == 0 {

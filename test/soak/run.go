@@ -21,7 +21,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
+	"github.com/galactic-cni/galactic/test/vm"
 )
 
 // The soak's fixed settings. withdrawHold outlasts a move on a loaded
@@ -39,7 +41,7 @@ const (
 )
 
 // DefaultBounds are the checkers' windows for this topology.
-var DefaultBounds = Bounds{WithdrawHold: WithdrawHold, Converge: 15 * time.Second, RoutingGrace: 30 * time.Second}
+var DefaultBounds = Bounds{WithdrawHold: WithdrawHold, Converge: 15 * time.Second, RoutingGrace: 30 * time.Second, Lag: 2 * time.Second}
 
 // DefaultTopology is the soak's: two VPCs with overlapping addresses on
 // three nodes; node-c hosts each VPC's client (which pings the VPC's
@@ -75,12 +77,22 @@ func conflist(a Attachment, handoff bool) map[string]any {
 	return map[string]any{
 		"cniVersion": "1.1.0", "name": network(a),
 		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": "veth",
+			map[string]any{"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": mode(a),
 				"addresses": []string{a.Address}, "routing": "table", "mtu": mtu,
-				"handoff": map[string]any{"enabled": handoff, "waitSeconds": 30, "leaseSeconds": LeaseSeconds}},
+				"handoff": map[string]any{"enabled": handoff, "waitSeconds": 30, "leaseSeconds": LeaseSeconds},
+				// A live migration's target is a standby ADD, asked for
+				// with the pod annotation.
+				"capabilities": map[string]bool{netconf.CapabilityPodAnnotations: true}},
 			map[string]any{"type": "galactic-bgp", "vpc": a.VPC, "attachment": a.Name, "vni": a.VNI, "announce": a.Announce},
 		},
 	}
+}
+
+func mode(a Attachment) string {
+	if a.VM {
+		return "tap"
+	}
+	return "veth"
 }
 
 func addrOf(a Attachment) netip.Addr { return netip.MustParsePrefix(a.Address).Addr() }
@@ -89,6 +101,9 @@ func addrOf(a Attachment) netip.Addr { return netip.MustParsePrefix(a.Address).A
 type Options struct {
 	Seed     uint64
 	Duration time.Duration
+	// Plan, when set, is the schedule instead of the seed's: a scenario
+	// written for one finding (its regression test).
+	Plan []Step
 	// Steps, when positive, runs only the schedule's first Steps steps
 	// (with their faults ended): a violation's reproduction.
 	Steps int
@@ -98,6 +113,15 @@ type Options struct {
 	// Env is the control plane; nil starts one.
 	Env *harness.Env
 	Out io.Writer
+	// Trace, when set, gets every change the checkers sample (leases,
+	// entries, records, routes) and every step's start and end.
+	Trace io.Writer
+	// VM adds a qemu guest (blue/vm-0, on a tap) that live migration
+	// moves between nodes with qemu's own migration.
+	VM bool
+	// Keep leaves the nodes' directories (the daemons' logs, state and
+	// records) in place and names them on Out.
+	Keep bool
 }
 
 type node struct {
@@ -113,6 +137,8 @@ type instance struct {
 	node      string
 	netns     *harness.Netns
 	available bool
+	// vm is the guest of a VM attachment.
+	vm *guest
 }
 
 // runner is the real World.
@@ -138,6 +164,10 @@ type runner struct {
 	lInf     cache.SharedIndexInformer
 	checker  *Checker
 	report   *Report
+	trace    *tracer
+	assets   *vm.GuestAssets
+	sockDir  string
+	qmpSeq   int
 	// reachable records, per attachment, whether it should answer.
 	reachable map[string][]change
 }
@@ -156,9 +186,15 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		o.Quiet = WithdrawHold + 10*time.Second
 	}
 	topo := DefaultTopology()
+	if o.VM {
+		topo = WithVM(topo)
+	}
 	// A short soak plans outages that fit it.
 	topo.OutageMax = min(60*time.Second, max(5*time.Second, o.Duration/8))
 	steps := Schedule(o.Seed, o.Duration, topo)
+	if o.Plan != nil {
+		steps = o.Plan
+	}
 	if o.Steps > 0 && o.Steps < len(steps) {
 		steps = Prefix(steps, o.Steps-1)
 	}
@@ -186,6 +222,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.say("schedule: seed %d, %s, %d steps (kinds: %s)", o.Seed, o.Duration, len(steps), strings.Join(Kinds(), ", "))
 	r.checker = NewChecker(topo, DefaultBounds, time.Now())
 	r.start = time.Now()
+	r.trace = &tracer{w: o.Trace, start: r.start}
 	stopObs := r.observe()
 	windows := r.execute(steps)
 	r.say("schedule done; quiet for %s", o.Quiet)
@@ -248,7 +285,17 @@ func (r *runner) setup() error {
 	if r.dir, err = os.MkdirTemp("", "galactic-soak-"); err != nil {
 		return err
 	}
-	r.undo = append(r.undo, func() { os.RemoveAll(r.dir) })
+	r.undo = append(r.undo, func() {
+		if r.o.Keep {
+			r.say("kept the nodes' logs and state in %s", r.dir)
+			return
+		}
+		os.RemoveAll(r.dir)
+	})
+	if r.sockDir, err = os.MkdirTemp("", "qmp"); err != nil {
+		return err
+	}
+	r.undo = append(r.undo, func() { os.RemoveAll(r.sockDir) })
 	if r.fabric, err = harness.CreateFabric(harness.FabricOptions{}); err != nil {
 		return err
 	}

@@ -19,6 +19,8 @@ type Attachment struct {
 	Address  string
 	Announce string
 	Peer     string
+	// VM: a qemu guest on a tap, which only live migration moves.
+	VM bool
 }
 
 // Key is "<vpc>/<name>".
@@ -167,6 +169,10 @@ type Kind struct {
 	// Routing faults leave routes stale, not wrong: a receiver's route may
 	// lag the holder while one is active and for RoutingGrace after.
 	Routing bool
+	// Stalls: while this fault runs, a route change may not reach the
+	// receivers at all (the reflector, or a router, is down): it waits for
+	// the fault's end.
+	Stalls bool
 }
 
 var kinds []Kind

@@ -91,7 +91,7 @@ func TestThePlanNeverPutsOverlappingAddressesOnOneNode(t *testing.T) {
 				}
 			case "delete":
 				where[s.Attachment] = ""
-			case "move":
+			case "move", "migrate":
 				where[s.Attachment] = s.To
 			}
 			for k, to := range s.Moves {
@@ -110,5 +110,36 @@ func TestThePlanNeverPutsOverlappingAddressesOnOneNode(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The VM is only ever live-migrated, and its node is never crashed or cut
+// off from the API.
+func TestTheVMIsOnlyMigratedAndItsNodeNeverLost(t *testing.T) {
+	topo := WithVM(DefaultTopology())
+	key := vmAttachment.Key()
+	migrations := 0
+	for seed := uint64(0); seed < 50; seed++ {
+		at := topo.Initial[key]
+		for _, s := range Schedule(seed, 10*time.Minute, topo) {
+			if s.End {
+				continue
+			}
+			switch {
+			case s.Attachment == key && s.Kind != "migrate":
+				t.Fatalf("seed %d: %s", seed, s)
+			case s.Attachment == key:
+				migrations++
+				at = s.To
+			case (s.Kind == "node-crash" || s.Kind == "api-cutoff") && s.Node == at:
+				t.Fatalf("seed %d: %s while the VM runs there", seed, s)
+			}
+			if _, moved := s.Moves[key]; moved {
+				t.Fatalf("seed %d: %s reschedules the VM", seed, s)
+			}
+		}
+	}
+	if migrations == 0 {
+		t.Fatal("no seed migrates the VM")
 	}
 }

@@ -347,6 +347,20 @@ func (w *sim) Move(key, to string) error {
 	return w.Create(key, to)
 }
 
+// Migrate releases the source's lease (its token stays), promotes a new
+// instance on to with the next token, then deletes the source.
+func (w *sim) Migrate(key, to string) error {
+	in := w.inst[key]
+	if in == nil {
+		return fmt.Errorf("%s is not running", key)
+	}
+	if l := w.leases[key]; l.holder == in.node+"/"+in.cid {
+		l.holder, l.available = "", false
+	}
+	w.advance(sampleEvery)
+	return w.Move(key, to)
+}
+
 func (w *sim) Flip(key string, available bool) error {
 	in := w.inst[key]
 	if in == nil {

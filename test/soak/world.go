@@ -33,11 +33,13 @@ func (r *runner) execute(steps []Step) map[int]Window {
 		begin := time.Now()
 		r.mu.Lock()
 		r.checker.Begin(s, begin)
+		r.trace.step("begin", s, begin)
 		r.mu.Unlock()
 		err := RunStep(r, s)
 		done := time.Now()
 		r.mu.Lock()
 		r.checker.Done(s, done)
+		r.trace.step("done", s, done)
 		if err != nil {
 			r.report.StepErrors[s.Seq] = err.Error()
 			r.checker.Fail(done, "step failed", "%s: %v", s, err)
@@ -76,8 +78,10 @@ func (r *runner) add(key, node string) (*instance, error) {
 	return &instance{a: a, node: node, netns: c}, nil
 }
 
-// del runs the DEL of an instance and removes its container.
+// del runs the DEL of an instance (after stopping its guest) and removes
+// its container.
 func (r *runner) del(in *instance) error {
+	in.vm.stop()
 	_, err := r.nodes[in.node].CNITool("del", network(in.a), in.netns, ifName)
 	if err != nil {
 		return fmt.Errorf("DEL of %s on %s: %w", in.a.Key(), in.node, err)
@@ -140,7 +144,11 @@ func (r *runner) forget(key string) {
 }
 
 func (r *runner) Create(key, node string) error {
-	in, err := r.add(key, node)
+	add := r.add
+	if r.attachment(key).VM {
+		add = r.bootVM
+	}
+	in, err := add(key, node)
 	if err != nil {
 		return err
 	}

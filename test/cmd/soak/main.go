@@ -3,7 +3,9 @@
 // SOAK_DURATION (default 10m) is how long the schedule runs, SOAK_SEED
 // (default: the clock) replays a run, SOAK_STEPS replays only a prefix of
 // its schedule, SOAK_REPORT names the markdown report (default
-// soak-report.md). It exits 1 on any violation.
+// soak-report.md), SOAK_TRACE a file that gets every change the checkers
+// sample, SOAK_KEEP=1 keeps the daemons' logs and state, SOAK_VM=0 leaves
+// the qemu guest out. It exits 1 on any violation.
 package main
 
 import (
@@ -52,6 +54,17 @@ func main() {
 			os.Exit(2)
 		}
 		o.Steps = n
+	}
+	o.Keep = os.Getenv("SOAK_KEEP") != ""
+	o.VM = os.Getenv("SOAK_VM") != "0"
+	if p := os.Getenv("SOAK_TRACE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		o.Trace = f
 	}
 	reportPath := os.Getenv("SOAK_REPORT")
 	if reportPath == "" {
