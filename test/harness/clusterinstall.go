@@ -13,10 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// MakeImage runs `make image` with its output in dir and returns the OCI
+// MakeImage runs `make image` with its output in dir (and make's
+// variables vars, such as SOURCE_DATE_EPOCH=...) and returns the OCI
 // archive and the image's reference by digest.
-func MakeImage(dir string) (archive, ref string, err error) {
-	cmd := exec.Command("make", "image", "BIN="+dir)
+func MakeImage(dir string, vars ...string) (archive, ref string, err error) {
+	cmd := exec.Command("make", append([]string{"image", "BIN=" + dir}, vars...)...)
 	cmd.Dir = RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("make image: %v\n%s", err, out)
@@ -144,4 +145,12 @@ func (f *Fabric) PeerStates() (map[string]string, error) {
 		states[addr] = p.State
 	}
 	return states, nil
+}
+
+// ImportImage imports an image archive into the node's containerd.
+func (n *ClusterNode) ImportImage(archive string) error {
+	if out, err := n.Ctd.ctr("images", "import", "--snapshotter", "native", archive); err != nil {
+		return fmt.Errorf("importing %s on %s: %v: %s", archive, n.Name, err, out)
+	}
+	return nil
 }

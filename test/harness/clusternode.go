@@ -99,6 +99,10 @@ func (c *Cluster) AddNode(ctx context.Context, fabric *Fabric, imageArchive, nam
 	if out, err := nn.Run("ip", "addr", "add", KubernetesServiceIP+"/32", "dev", "lo"); err != nil {
 		return n, fmt.Errorf("the kubernetes Service address on %s: %v %s", name, err, out)
 	}
+	// Forwarding is a node prerequisite (docs/installation.md).
+	if out, err := nn.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+		return n, fmt.Errorf("enabling forwarding on %s: %v %s", name, err, out)
+	}
 	n.svc = &Forwarder{path: nn.Path, port: c.Port, listen: KubernetesServiceIP + ":443", conns: map[net.Conn]struct{}{}}
 	if err = n.svc.Resume(); err != nil {
 		return n, err
@@ -112,8 +116,8 @@ func (c *Cluster) AddNode(ctx context.Context, fabric *Fabric, imageArchive, nam
 	if n.Ctd, err = newContainerd(n.Node, c.Dir, containerdOptions{mountNS: n.MountNS(), hostPaths: true}); err != nil {
 		return n, err
 	}
-	if out, err := n.Ctd.ctr("images", "import", "--snapshotter", "native", imageArchive); err != nil {
-		return n, fmt.Errorf("importing %s on %s: %v: %s", imageArchive, name, err, out)
+	if err = n.ImportImage(imageArchive); err != nil {
+		return n, err
 	}
 	kc, err := c.identityKubeconfig("kubelet-"+name, "system:node:"+name, "system:nodes")
 	if err != nil {

@@ -433,6 +433,8 @@ type PodStatus struct {
 	State string
 	// Netns is the path of the sandbox's network namespace.
 	Netns string
+	// Pid is the sandbox's pause process.
+	Pid int
 }
 
 // InspectPod reads a sandbox's state and netns path.
@@ -447,6 +449,7 @@ func (c *Containerd) InspectPod(id string) (PodStatus, error) {
 			State string `json:"state"`
 		} `json:"status"`
 		Info struct {
+			Pid         int `json:"pid"`
 			RuntimeSpec struct {
 				Linux struct {
 					Namespaces []struct {
@@ -460,7 +463,7 @@ func (c *Containerd) InspectPod(id string) (PodStatus, error) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		return PodStatus{}, fmt.Errorf("crictl inspectp %s: %v: %s", id, err, out)
 	}
-	s := PodStatus{ID: v.Status.ID, State: v.Status.State}
+	s := PodStatus{ID: v.Status.ID, State: v.Status.State, Pid: v.Info.Pid}
 	for _, ns := range v.Info.RuntimeSpec.Linux.Namespaces {
 		if ns.Type == "network" {
 			s.Netns = ns.Path

@@ -11,15 +11,21 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -33,8 +39,12 @@ type fixture struct {
 	ref     string
 	archive string
 	overlay string
+	// dir holds the images and overlays; removed with the cluster.
+	dir string
 	// installed is set once the DaemonSet is ready on every node.
 	installed bool
+	// workloads are the pods the pod test made, once they ping.
+	workloads []*workload
 }
 
 var fx *fixture
@@ -44,6 +54,7 @@ func TestMain(m *testing.M) {
 	if fx != nil {
 		fx.c.Close()
 		fx.fabric.Close()
+		os.RemoveAll(fx.dir)
 	}
 	os.Exit(code)
 }
@@ -71,13 +82,18 @@ func setup(t *testing.T) *fixture {
 		c.Close()
 		t.Fatal(err)
 	}
-	fx = &fixture{c: c, fabric: fabric, nodes: map[string]*harness.ClusterNode{}, overlay: t.TempDir()}
-	dir, err := os.MkdirTemp("", "galactic-image-")
+	fx = &fixture{c: c, fabric: fabric, nodes: map[string]*harness.ClusterNode{}}
+	if fx.dir, err = os.MkdirTemp("", "galactic-cluster-test-"); err != nil {
+		t.Fatal(err)
+	}
+	if fx.overlay, err = fx.subdir("overlay"); err != nil {
+		t.Fatal(err)
+	}
+	image, err := fx.subdir("image")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if fx.archive, fx.ref, err = harness.MakeImage(dir); err != nil {
+	if fx.archive, fx.ref, err = harness.MakeImage(image); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range nodeNames {
@@ -91,6 +107,11 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	return fx
+}
+
+func (f *fixture) subdir(name string) (string, error) {
+	d := filepath.Join(f.dir, name)
+	return d, os.MkdirAll(d, 0o755)
 }
 
 // requireInstalled skips t when the install test did not get the
@@ -220,4 +241,374 @@ func TestKubectlApplyOfTheOverlayMakesTheDaemonSetReadyOnEveryNodeAndTheRoutersP
 		return true, ""
 	})
 	f.installed = !t.Failed()
+}
+
+const (
+	vpc = "blue"
+	vni = "10100"
+)
+
+// vpcPod is a VPC workload: it names its attachment in annotations,
+// selects and tolerates the dedicated nodes, and keeps off the nodes of
+// the other pods labelled spread. Its container is the pause program of
+// the nodes' local image.
+func vpcPod(name, attachment, addr string) *corev1.Pod {
+	taint := harness.VPCNodeTaint()
+	spread := map[string]string{"app": "ping"}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: spread, Annotations: map[string]string{
+			netconf.AnnotationVPC: vpc, netconf.AnnotationAttachment: attachment, netconf.AnnotationAddresses: addr,
+			netconf.AnnotationMode: names.ModeVeth, netconf.AnnotationVNI: vni,
+		}},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{harness.VPCNodeLabel: "true"},
+			Tolerations:  []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}},
+			Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: spread}, TopologyKey: "kubernetes.io/hostname"}},
+			}},
+			TerminationGracePeriodSeconds: ptr(int64(2)),
+			Containers:                    []corev1.Container{{Name: "app", Image: harness.SandboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"/pause"}}},
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// createPod creates p and waits until it is Ready; it returns the node
+// the scheduler put it on.
+func (f *fixture) createPod(t *testing.T, ctx context.Context, p *corev1.Pod) *harness.ClusterNode {
+	t.Helper()
+	if _, err := f.c.Kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return f.waitPodReady(t, ctx, p.Namespace, p.Name)
+}
+
+func (f *fixture) waitPodReady(t *testing.T, ctx context.Context, namespace, name string) *harness.ClusterNode {
+	t.Helper()
+	var node string
+	eventually(t, 3*time.Minute, "pod "+name+" Ready", func() (bool, string) {
+		p, err := f.c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		node = p.Spec.NodeName
+		if podReady(p) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("on %q, phase %s, conditions %+v", node, p.Status.Phase, p.Status.Conditions)
+	})
+	n := f.nodes[node]
+	if n == nil {
+		t.Fatalf("pod %s is on %q, not a cluster node", name, node)
+	}
+	return n
+}
+
+// deletePod deletes a pod and waits until it is gone.
+func (f *fixture) deletePod(t *testing.T, ctx context.Context, namespace, name string) {
+	t.Helper()
+	if err := f.c.Kube.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "pod "+name+" gone", func() (bool, string) {
+		_, err := f.c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// workload is a pod of the package's tests, attached and reachable.
+type workload struct {
+	name, attachment string
+	addr             netip.Addr
+	node             *harness.ClusterNode
+	netns            *harness.Netns
+}
+
+func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *testing.T) {
+	f := requireInstalled(t)
+	f.dumpOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env, err := f.c.Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := []*workload{
+		{name: "web-0", attachment: "web-0-net0", addr: netip.MustParseAddr("10.20.0.5")},
+		{name: "web-1", attachment: "web-1-net0", addr: netip.MustParseAddr("10.20.0.6")},
+	}
+	for _, w := range pods {
+		w.node = f.createPod(t, ctx, vpcPod(w.name, w.attachment, w.addr.String()+"/24"))
+		if w.netns, err = w.node.PodNetns(metav1.NamespaceDefault, w.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pods[0].node == pods[1].node {
+		t.Fatalf("both pods on %s: the scheduler did not spread them", pods[0].node.Name)
+	}
+	for _, w := range pods {
+		eventually(t, time.Minute, w.attachment+" advertised from "+w.node.Name, func() (bool, string) {
+			advs := env.Advertisements(t, vpc, w.attachment)
+			routes, err := f.fabric.EVPNRoutes()
+			if err != nil {
+				return false, err.Error()
+			}
+			_, fromNode := advs[w.node.Name]
+			return len(advs) == 1 && fromNode && len(routes[netip.PrefixFrom(w.addr, 32)]) > 0,
+				fmt.Sprintf("advertisements %v, FRR paths %v", slices.Collect(maps.Keys(advs)), routes[netip.PrefixFrom(w.addr, 32)])
+		})
+	}
+	for i, w := range pods {
+		peer := pods[1-i]
+		eventually(t, time.Minute, w.name+" pings "+peer.name, func() (bool, string) {
+			err := w.netns.Ping(peer.addr)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	f.workloads = pods
+}
+
+func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *testing.T) {
+	f := requireInstalled(t)
+	if len(f.workloads) != 2 {
+		t.Skip("needs TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther to pass first")
+	}
+	f.dumpOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env, err := f.c.Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, observer := f.workloads[0], f.workloads[1]
+	var dst *harness.ClusterNode
+	for _, n := range f.nodes {
+		if n != src.node && n != observer.node {
+			dst = n
+		}
+	}
+	prefix := netip.PrefixFrom(src.addr, 32)
+	if r, err := observer.node.KernelRoute(vpc, prefix); err != nil || r == nil || !gatewayIs(r.Gw, src.node.Underlay) {
+		t.Fatalf("before the move %s routes %s by %+v (%v), want via %s", observer.node.Name, prefix, r, err, src.node.Underlay)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	routes, err := observer.node.WatchRoute(wctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := env.WatchLease(wctx, names.Lease(vpc, src.attachment))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Delete the pod and at once create its replacement on dst: with
+	// handoff on, the replacement's ADD waits until the old pod's DEL has
+	// released the attachment.
+	if err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, src.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	moved := vpcPod(src.name+"-moved", src.attachment, src.addr.String()+"/24")
+	moved.Labels, moved.Spec.Affinity = nil, nil
+	moved.Spec.NodeSelector["kubernetes.io/hostname"] = dst.Name
+	if n := f.createPod(t, ctx, moved); n != dst {
+		t.Fatalf("the replacement runs on %s, want %s", n.Name, dst.Name)
+	}
+	f.workloads[0] = &workload{name: moved.Name, attachment: src.attachment, addr: src.addr, node: dst}
+	if f.workloads[0].netns, err = dst.PodNetns(metav1.NamespaceDefault, moved.Name); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, observer.node.Name+" routing "+prefix.String()+" via "+dst.Name, func() (bool, string) {
+		r, err := observer.node.KernelRoute(vpc, prefix)
+		return err == nil && r != nil && gatewayIs(r.Gw, dst.Underlay), fmt.Sprintf("%+v %v", r, err)
+	})
+	eventually(t, time.Minute, observer.name+" pings the moved pod", func() (bool, string) {
+		err := observer.netns.Ping(src.addr)
+		return err == nil, fmt.Sprint(err)
+	})
+	// The old node's withdrawal must not change the route again: watch
+	// past the routers' withdraw hold (10 s in the overlay).
+	time.Sleep(15 * time.Second)
+	changes := routes.Changes()
+	if len(changes) != 1 || changes[0].Deleted || changes[0].Via != dst.Underlay {
+		t.Errorf("%s saw %d changes of %s, want one replace via %s: %v", observer.node.Name, len(changes), prefix, dst.Underlay, changes)
+	}
+	versions, err := leases.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.OneHolder(versions); err != nil {
+		t.Errorf("lease of %s: %v (%+v)", src.attachment, err, versions)
+	}
+	if last := versions[len(versions)-1]; !strings.HasPrefix(last.Holder, dst.Name) {
+		t.Errorf("the lease's last holder is %q, want one on %s", last.Holder, dst.Name)
+	}
+}
+
+func gatewayIs(gw []byte, want netip.Addr) bool {
+	a, ok := netip.AddrFromSlice(gw)
+	return ok && a.Unmap() == want
+}
+
+func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(t *testing.T) {
+	f := requireInstalled(t)
+	if len(f.workloads) != 2 {
+		t.Skip("needs TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther to pass first")
+	}
+	f.dumpOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	// Another build of the same commit: another build time in every
+	// layer, so another digest.
+	image, err := f.subdir("image-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, ref, err := harness.MakeImage(image, "SOURCE_DATE_EPOCH=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref == f.ref {
+		t.Fatalf("the second build has the first one's digest %s", ref)
+	}
+	for _, name := range nodeNames {
+		if err := f.nodes[name].ImportImage(archive); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := f.workloads[0], f.workloads[1]
+	pa, err := a.netns.StartPinger(b.addr, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := b.netns.StartPinger(a.addr, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := f.subdir("overlay-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.WriteOverlay(overlay, ref, f.fabric); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Kubectl(ctx, "apply", "--server-side", "-k", overlay); err != nil {
+		t.Fatal(err)
+	}
+	f.ref, f.overlay = ref, overlay
+
+	// A pod created on a node while its galactic pod is being replaced.
+	var mid string
+	eventually(t, 5*time.Minute, "a galactic pod being replaced", func() (bool, string) {
+		pods, err := f.c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || (p.Spec.Containers[0].Image == ref && !podReady(&p)) {
+				mid = p.Spec.NodeName
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d pods, none terminating or starting", len(pods.Items))
+	})
+	w := vpcPod("web-2", "web-2-net0", "10.20.0.7/24")
+	w.Labels, w.Spec.Affinity = nil, nil
+	w.Spec.NodeSelector["kubernetes.io/hostname"] = mid
+	if _, err := f.c.Kube.CoreV1().Pods(w.Namespace).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.WaitDaemonSetReady(ctx, len(nodeNames)); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.waitPodReady(t, ctx, w.Namespace, w.Name); n.Name != mid {
+		t.Fatalf("web-2 runs on %s, want %s", n.Name, mid)
+	}
+	sa, sb := pa.Stop(), pb.Stop()
+	t.Logf("during the rollout (web-2 created on %s): %s -> %s %+v; %s -> %s %+v", mid, a.name, b.name, sa, b.name, a.name, sb)
+	for _, s := range []harness.PingerStats{sa, sb} {
+		if s.Lost > 0 || s.Sent == 0 {
+			t.Errorf("%d of %d replies lost during the rollout (longest outage %s)", s.Lost, s.Sent, s.LongestOutage)
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode runs last: it
+// removes galactic the way docs/installation.md says.
+func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
+	f := requireInstalled(t)
+	f.dumpOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// No workload uses the network any more; their DELs withdraw.
+	pods, err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		f.deletePod(t, ctx, p.Namespace, p.Name)
+	}
+	if _, err := f.c.Kubectl(ctx, "delete", "-k", f.overlay, "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the galactic-system namespace gone", func() (bool, string) {
+		_, err := f.c.Kube.CoreV1().Namespaces().Get(ctx, harness.Namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	for _, name := range nodeNames {
+		out, err := f.c.Kubectl(ctx, "debug", "node/"+name, "--image="+f.ref, "--profile=sysadmin", "--",
+			"galactic-installer", "uninstall", "--root", "/host")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(out), "debugging pod ")
+		pod, _, _ := strings.Cut(rest, " ")
+		eventually(t, 2*time.Minute, "the uninstall pod on "+name+" done", func() (bool, string) {
+			p, err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if p.Status.Phase == corev1.PodFailed {
+				t.Fatalf("galactic-installer uninstall failed on %s: %+v", name, p.Status.ContainerStatuses)
+			}
+			return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+		})
+		f.deletePod(t, ctx, metav1.NamespaceDefault, pod)
+	}
+	for _, name := range nodeNames {
+		n := f.nodes[name]
+		for _, p := range []string{"/opt/cni/bin/galactic-cni", "/opt/cni/bin/galactic-bgp", "/etc/cni/net.d/10-galactic.conflist", "/etc/galactic"} {
+			if _, err := os.Lstat(n.HostPath(p)); err == nil {
+				t.Errorf("%s: %s is left", name, p)
+			}
+		}
+		left, err := n.Leftovers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := n.Run("nft", "list", "table", "inet", "galactic"); err == nil {
+			left = append(left, "nft table inet galactic:\n"+out)
+		}
+		if len(left) > 0 {
+			t.Errorf("%s keeps %v", name, left)
+		}
+	}
+	leases, err := f.c.Kube.CoordinationV1().Leases(harness.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases.Items) > 0 {
+		t.Errorf("%d galactic leases left", len(leases.Items))
+	}
 }
