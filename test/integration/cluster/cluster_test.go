@@ -193,23 +193,7 @@ func TestKubectlApplyOfTheOverlayMakesTheDaemonSetReadyOnEveryNodeAndTheRoutersP
 	if err := f.c.WaitDaemonSetReady(ctx, len(nodeNames)); err != nil {
 		t.Fatal(err)
 	}
-	pods, err := f.c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var on []string
-	for _, p := range pods.Items {
-		on = append(on, p.Spec.NodeName)
-		for _, ctr := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
-			if ctr.Image != f.ref {
-				t.Errorf("pod %s container %s runs %s, want %s", p.Name, ctr.Name, ctr.Image, f.ref)
-			}
-		}
-	}
-	slices.Sort(on)
-	if !slices.Equal(on, nodeNames) {
-		t.Fatalf("galactic pods on %v, want one on each of %v", on, nodeNames)
-	}
+	f.requireImage(t, ctx, f.ref)
 
 	// The init container wrote into each node's own tree, and nothing into
 	// this machine's.
@@ -523,6 +507,7 @@ func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(
 	if err := f.c.WaitDaemonSetReady(ctx, len(nodeNames)); err != nil {
 		t.Fatal(err)
 	}
+	f.requireImage(t, ctx, ref)
 	if n := f.waitPodReady(t, ctx, w.Namespace, w.Name); n.Name != mid {
 		t.Fatalf("web-2 runs on %s, want %s", n.Name, mid)
 	}
@@ -532,6 +517,32 @@ func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(
 		if s.Lost > 0 || s.Sent == 0 {
 			t.Errorf("%d of %d replies lost during the rollout (longest outage %s)", s.Lost, s.Sent, s.LongestOutage)
 		}
+	}
+}
+
+// requireImage checks that the galactic pods are one per node, every
+// container running ref.
+func (f *fixture) requireImage(t *testing.T, ctx context.Context, ref string) {
+	t.Helper()
+	pods, err := f.c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		on = append(on, p.Spec.NodeName)
+		for _, ctr := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+			if ctr.Image != ref {
+				t.Errorf("pod %s container %s runs %s, want %s", p.Name, ctr.Name, ctr.Image, ref)
+			}
+		}
+	}
+	slices.Sort(on)
+	if !slices.Equal(on, nodeNames) {
+		t.Fatalf("galactic pods on %v, want one on each of %v", on, nodeNames)
 	}
 }
 
@@ -588,11 +599,22 @@ func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
 	}
 	for _, name := range nodeNames {
 		n := f.nodes[name]
-		for _, p := range []string{"/opt/cni/bin/galactic-cni", "/opt/cni/bin/galactic-bgp", "/etc/cni/net.d/10-galactic.conflist", "/etc/galactic"} {
+		for _, p := range []string{"/opt/cni/bin/galactic-cni", "/opt/cni/bin/galactic-bgp", "/etc/cni/net.d/10-galactic.conflist"} {
 			if _, err := os.Lstat(n.HostPath(p)); err == nil {
 				t.Errorf("%s: %s is left", name, p)
 			}
 		}
+		// The kubelet made /etc/galactic for the hostPath
+		// (DirectoryOrCreate), so it may stay, empty; no attachment record
+		// may stay in the state dir, which uninstall keeps by design with
+		// the lock, the GC's and the router's memory and the log.
+		for _, d := range []string{"/etc/galactic", "/var/lib/galactic/records"} {
+			if entries, err := os.ReadDir(n.HostPath(d)); len(entries) > 0 {
+				t.Errorf("%s: %s keeps %v (%v)", name, d, entries, err)
+			}
+		}
+		kept, _ := filepath.Glob(n.HostPath("/var/lib/galactic/*"))
+		t.Logf("%s: the state dir keeps %v", name, kept)
 		left, err := n.Leftovers()
 		if err != nil {
 			t.Fatal(err)
