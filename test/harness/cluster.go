@@ -7,6 +7,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,13 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes []*ClusterNode
+}
+
+// Nodes are the nodes AddNode made.
+func (c *Cluster) Nodes() []*ClusterNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.nodes)
 }
 
 // Close removes the cluster's nodes, then stops the control plane.

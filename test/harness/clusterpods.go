@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/galactic-cni/galactic/pkg/client"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/netconf"
 )
 
 // Env is a view of the cluster for the Env helpers that read galactic's
@@ -37,4 +42,23 @@ func (n *ClusterNode) PodNetns(namespace, name string) (*Netns, error) {
 		return nil, fmt.Errorf("sandbox %s of %s/%s reports no pid", ids[0], namespace, name)
 	}
 	return &Netns{Name: "pod-" + name, Path: fmt.Sprintf("/proc/%d/ns/net", st.Pid)}, nil
+}
+
+// VPCPod is a VPC workload for a cluster node: its attachment in
+// annotations (veth), the dedicated nodes' selector and toleration, and
+// one container running the pause program of the nodes' local image.
+func VPCPod(name, vpc, attachment, addr, vni string) *corev1.Pod {
+	taint := VPCNodeTaint()
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Annotations: map[string]string{
+			netconf.AnnotationVPC: vpc, netconf.AnnotationAttachment: attachment, netconf.AnnotationAddresses: addr,
+			netconf.AnnotationMode: names.ModeVeth, netconf.AnnotationVNI: vni,
+		}},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{VPCNodeLabel: "true"},
+			Tolerations:                   []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}},
+			TerminationGracePeriodSeconds: new(int64),
+			Containers:                    []corev1.Container{{Name: "app", Image: SandboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"/pause"}}},
+		},
+	}
 }

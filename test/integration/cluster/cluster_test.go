@@ -25,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/names"
-	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -125,6 +124,18 @@ func requireInstalled(t *testing.T) *fixture {
 	return f
 }
 
+// requireWorkloads is requireInstalled for the tests that use the pod
+// test's two workloads.
+func requireWorkloads(t *testing.T) *fixture {
+	t.Helper()
+	f := requireInstalled(t)
+	if len(f.workloads) != 2 {
+		t.Skip("needs TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther to pass first")
+	}
+	f.dumpOnFailure(t)
+	return f
+}
+
 // eventually polls cond every 250 ms until it holds or limit passes.
 func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -157,6 +168,13 @@ func (f *fixture) dumpOnFailure(t *testing.T) {
 			t.Logf("%s containerd log:\n%s", name, n.Ctd.LogTail(20))
 			if b, err := os.ReadFile(n.HostPath("/var/log/galactic/galactic.log")); err == nil {
 				t.Logf("%s galactic log (tail):\n%s", name, tail(string(b), 30))
+			}
+			// The galactic containers' own output, kept by the kubelet.
+			logs, _ := filepath.Glob(filepath.Join(n.Kubelet.Dir, "pods-logs", harness.Namespace+"_galactic-node-*", "*", "*.log"))
+			for _, l := range logs {
+				if b, err := os.ReadFile(l); err == nil {
+					t.Logf("%s %s:\n%s", name, strings.TrimPrefix(l, n.Kubelet.Dir), tail(string(b), 25))
+				}
 			}
 		}
 	})
@@ -232,32 +250,18 @@ const (
 	vni = "10100"
 )
 
-// vpcPod is a VPC workload: it names its attachment in annotations,
-// selects and tolerates the dedicated nodes, and keeps off the nodes of
-// the other pods labelled spread. Its container is the pause program of
-// the nodes' local image.
+// vpcPod is a VPC workload that keeps off the nodes of the other pods
+// labelled spread.
 func vpcPod(name, attachment, addr string) *corev1.Pod {
-	taint := harness.VPCNodeTaint()
 	spread := map[string]string{"app": "ping"}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: spread, Annotations: map[string]string{
-			netconf.AnnotationVPC: vpc, netconf.AnnotationAttachment: attachment, netconf.AnnotationAddresses: addr,
-			netconf.AnnotationMode: names.ModeVeth, netconf.AnnotationVNI: vni,
-		}},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{harness.VPCNodeLabel: "true"},
-			Tolerations:  []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}},
-			Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-				RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-					LabelSelector: &metav1.LabelSelector{MatchLabels: spread}, TopologyKey: "kubernetes.io/hostname"}},
-			}},
-			TerminationGracePeriodSeconds: ptr(int64(2)),
-			Containers:                    []corev1.Container{{Name: "app", Image: harness.SandboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"/pause"}}},
-		},
-	}
+	p := harness.VPCPod(name, vpc, attachment, addr, vni)
+	p.Labels = spread
+	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: spread}, TopologyKey: "kubernetes.io/hostname"}},
+	}}
+	return p
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // createPod creates p and waits until it is Ready; it returns the node
 // the scheduler put it on.
@@ -355,11 +359,7 @@ func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *t
 }
 
 func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *testing.T) {
-	f := requireInstalled(t)
-	if len(f.workloads) != 2 {
-		t.Skip("needs TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther to pass first")
-	}
-	f.dumpOnFailure(t)
+	f := requireWorkloads(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	env, err := f.c.Env()
@@ -437,11 +437,7 @@ func gatewayIs(gw []byte, want netip.Addr) bool {
 }
 
 func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(t *testing.T) {
-	f := requireInstalled(t)
-	if len(f.workloads) != 2 {
-		t.Skip("needs TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther to pass first")
-	}
-	f.dumpOnFailure(t)
+	f := requireWorkloads(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// Another build of the same commit: another build time in every
