@@ -57,7 +57,7 @@ func (b *bench) clusterPodStart() error {
 		return err
 	}
 	b.undo = append(b.undo, c.Close)
-	fabric, err := harness.CreateFabric(harness.FabricOptions{ASN: 65010})
+	fabric, err := harness.CreateClusterFabric()
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,15 @@ func MakeImage(dir string, vars ...string) (archive, ref string, err error) {
 	return filepath.Join(dir, "galactic-image.tar"), strings.TrimSpace(string(b)), nil
 }
 
+// CreateClusterFabric is the fabric of a harness cluster: FRR as the
+// nodes' iBGP reflector in the AS of the shipped router config, helping
+// graceful restart for as long as that config's restartSeconds, as the
+// DaemonSet expects of a node's peers (a router replaced by a rollout
+// exits without withdrawing).
+func CreateClusterFabric() (*Fabric, error) {
+	return CreateFabric(FabricOptions{ASN: 65010, GracefulRestartSeconds: 120})
+}
+
 // WriteOverlay writes into dir a kustomize overlay of installer/manifests
 // that sets the image (by digest) and the fabric's values: the router's
 // AS and reflector, and table routing in the conflist (this kernel has no

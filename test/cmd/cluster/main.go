@@ -135,7 +135,7 @@ func serve() (err error) {
 		return err
 	}
 	defer c.Close()
-	fabric, err := harness.CreateFabric(harness.FabricOptions{ASN: 65010})
+	fabric, err := harness.CreateClusterFabric()
 	if err != nil {
 		return err
 	}

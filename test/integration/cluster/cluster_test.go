@@ -76,7 +76,7 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fabric, err := harness.CreateFabric(harness.FabricOptions{ASN: 65010})
+	fabric, err := harness.CreateClusterFabric()
 	if err != nil {
 		c.Close()
 		t.Fatal(err)
