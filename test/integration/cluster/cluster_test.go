@@ -617,6 +617,8 @@ func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
 		}
 		if out, err := n.Run("nft", "list", "table", "inet", "galactic"); err == nil {
 			left = append(left, "nft table inet galactic:\n"+out)
+		} else if !strings.Contains(out, "No such file or directory") {
+			t.Errorf("%s: cannot tell whether the nftables table is gone: %v %s", name, err, out)
 		}
 		if len(left) > 0 {
 			t.Errorf("%s keeps %v", name, left)
