@@ -5,7 +5,8 @@
 // namespace on the test fabric and a mount namespace of its own), applied
 // with the real kubectl through a kustomize overlay that sets only the
 // image and the fabric values. One cluster serves every test of the
-// package, in order: install, pods across nodes, a move, uninstall.
+// package, in order: install, pods across nodes, a move, a rolling
+// update, uninstall.
 package cluster
 
 import (
