@@ -4,7 +4,8 @@
 // containerd and registered kubelet per node (each node a network
 // namespace on the test fabric and a mount namespace of its own), applied
 // with the real kubectl through a kustomize overlay that sets only the
-// image and the fabric values. One cluster serves every test of the
+// image, the fabric values and table routing (this kernel has no VRF).
+// One cluster serves every test of the
 // package, in order: install, pods across nodes, a move, a rolling
 // update, uninstall.
 package cluster
