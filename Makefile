@@ -85,5 +85,14 @@ bench: build
 soak: deps build
 	SOAK_DURATION=$(or $(SOAK_DURATION),10m) $(GO) run ./test/cmd/soak
 
+# The harness's three-node cluster with the manifests applied, left
+# running for a person (docs/development.md); cluster-down removes it.
+.PHONY: cluster cluster-down
+cluster: deps build
+	$(GO) run ./test/cmd/cluster up
+
+cluster-down:
+	$(GO) run ./test/cmd/cluster down
+
 clean:
 	rm -rf $(BIN)

@@ -30,6 +30,8 @@ type Results struct {
 	Routing  *RoutingResult
 	// Migration is the live-migration section, one run per reflector.
 	Migration []*MigrationResult
+	// Cluster is pod start through the harness cluster.
+	Cluster *ClusterBench
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -216,6 +218,7 @@ func Render(r *Results) string {
 	renderCRI(&w, r)
 	renderRouting(&w, r)
 	renderMigration(&w, r)
+	renderCluster(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()

@@ -61,8 +61,10 @@ func (p *pki) issue(name string, subject pkix.Name, server bool) (certFile, keyF
 	}
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.DNSNames = []string{"localhost"}
+		// 10.96.0.1 and the kubernetes.default names are the kubernetes
+		// Service's, which pods of a harness cluster dial.
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)}
+		tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +26,30 @@ type Cluster struct {
 	Bin ClusterBinaries
 	// Kube is an admin clientset.
 	Kube kubernetes.Interface
+
+	mu    sync.Mutex
+	nodes []*ClusterNode
+}
+
+// Nodes are the nodes AddNode made.
+func (c *Cluster) Nodes() []*ClusterNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.nodes)
+}
+
+// Close removes the cluster's nodes, then stops the control plane.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	nodes := c.nodes
+	c.nodes = nil
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(n.Close)
+	}
+	wg.Wait()
+	c.Stop()
 }
 
 // StartCluster builds (first run only) and starts the cluster's control
@@ -34,7 +60,7 @@ func StartCluster(ctx context.Context, log io.Writer) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, err := startControlPlane(ctx, log, controlPlaneOptions{authorization: "Node,RBAC", admission: "NodeRestriction"})
+	cp, err := startControlPlane(ctx, log, controlPlaneOptions{authorization: "Node,RBAC", admission: "NodeRestriction", allowPrivileged: true})
 	if err != nil {
 		return nil, err
 	}
@@ -92,8 +118,8 @@ func StartCluster(ctx context.Context, log io.Writer) (c *Cluster, err error) {
 
 // identityKubeconfig writes a kubeconfig with a client certificate for
 // user (the CA signs it) and returns its path.
-func (c *Cluster) identityKubeconfig(name, user string) (string, error) {
-	cert, key, err := c.pki.issue(name, pkix.Name{CommonName: user}, false)
+func (c *Cluster) identityKubeconfig(name, user string, groups ...string) (string, error) {
+	cert, key, err := c.pki.issue(name, pkix.Name{CommonName: user, Organization: groups}, false)
 	if err != nil {
 		return "", err
 	}

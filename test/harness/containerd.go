@@ -30,9 +30,21 @@ type Containerd struct {
 	// LogPath is containerd's log, kept across restarts.
 	LogPath string
 
+	opts containerdOptions
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+}
+
+// containerdOptions are what a cluster node changes: containerd joins the
+// node's mount namespace and uses the host paths a DaemonSet installs
+// into (/opt/cni/bin, /etc/cni/net.d, netns under /var/run/netns).
+type containerdOptions struct {
+	// mountNS is a mount namespace path (/proc/<pid>/ns/mnt); empty: the
+	// test's own.
+	mountNS string
+	// hostPaths uses the default CNI dirs and netns dir.
+	hostPaths bool
 }
 
 var (
@@ -62,11 +74,17 @@ func (e *Env) StartContainerd(t testing.TB, node *Node) *Containerd {
 // NewContainerd is StartContainerd for programs outside tests; Close
 // undoes it.
 func (e *Env) NewContainerd(node *Node) (*Containerd, error) {
+	return newContainerd(node, e.BinDir, containerdOptions{})
+}
+
+// newContainerd starts containerd for node with the plugins of binDir
+// (unless o.hostPaths) and the pause image built there.
+func newContainerd(node *Node, binDir string, o containerdOptions) (*Containerd, error) {
 	bin, err := EnsureCRIBinaries(os.Stderr)
 	if err != nil {
 		return nil, err
 	}
-	imageOnce.Do(func() { imagePath, imageErr = BuildSandboxImage(e.BinDir) })
+	imageOnce.Do(func() { imagePath, imageErr = BuildSandboxImage(binDir) })
 	if imageErr != nil {
 		return nil, imageErr
 	}
@@ -75,8 +93,8 @@ func (e *Env) NewContainerd(node *Node) (*Containerd, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Containerd{Node: node, Bin: bin, Dir: dir, Socket: filepath.Join(dir, "c.sock"), LogPath: filepath.Join(dir, "containerd.log")}
-	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(c.config(e.BinDir)), 0o644); err != nil {
+	c := &Containerd{Node: node, Bin: bin, Dir: dir, Socket: filepath.Join(dir, "c.sock"), LogPath: filepath.Join(dir, "containerd.log"), opts: o}
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(c.config(binDir)), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -97,6 +115,10 @@ func (e *Env) NewContainerd(node *Node) (*Containerd, error) {
 func (c *Containerd) config(pluginDir string) string {
 	q := strconv.Quote
 	d := func(name string) string { return q(filepath.Join(c.Dir, name)) }
+	confDir, underState := filepath.Join(c.Node.Dir, "net.d"), "true"
+	if c.opts.hostPaths {
+		pluginDir, confDir, underState = "/opt/cni/bin", "/etc/cni/net.d", "false"
+	}
 	return `version = 3
 root = ` + d("root") + `
 state = ` + d("state") + `
@@ -129,13 +151,13 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
 [plugins."io.containerd.cri.v1.runtime"]
   enable_selinux = false
-  netns_mounts_under_state_dir = true
+  netns_mounts_under_state_dir = ` + underState + `
   # Where lowering oom_score_adj is refused (unprivileged hosts), keep
   # sandboxes at containerd's own.
   restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [` + q(pluginDir) + `]
-    conf_dir = ` + q(filepath.Join(c.Node.Dir, "net.d")) + `
+    conf_dir = ` + q(confDir) + `
     max_conf_num = 1
     use_internal_loopback = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
@@ -163,7 +185,7 @@ func (c *Containerd) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", "--net="+c.Node.Path, "--", c.Bin.Containerd, "--config", filepath.Join(c.Dir, "config.toml"), "--log-level", "info")
+	cmd := exec.Command("nsenter", append(c.opts.nsenter(c.Node), c.Bin.Containerd, "--config", filepath.Join(c.Dir, "config.toml"), "--log-level", "info")...)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "PATH=") }),
 		"PATH="+c.Bin.Dir+":"+os.Getenv("PATH"))
 	cmd.Env = append(cmd.Env, c.Node.Environ()...)
@@ -191,6 +213,16 @@ func (c *Containerd) Start() error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// nsenter is nsenter's arguments up to the program: the node's netns and
+// the mount namespace, if any.
+func (o containerdOptions) nsenter(n *Node) []string {
+	args := []string{"--net=" + n.Path}
+	if o.mountNS != "" {
+		args = append(args, "--mount="+o.mountNS)
+	}
+	return append(args, "--")
 }
 
 // Stop stops containerd (SIGTERM, then SIGKILL after 30 s) and leaves its
@@ -401,6 +433,8 @@ type PodStatus struct {
 	State string
 	// Netns is the path of the sandbox's network namespace.
 	Netns string
+	// Pid is the sandbox's pause process.
+	Pid int
 }
 
 // InspectPod reads a sandbox's state and netns path.
@@ -415,6 +449,7 @@ func (c *Containerd) InspectPod(id string) (PodStatus, error) {
 			State string `json:"state"`
 		} `json:"status"`
 		Info struct {
+			Pid         int `json:"pid"`
 			RuntimeSpec struct {
 				Linux struct {
 					Namespaces []struct {
@@ -428,7 +463,7 @@ func (c *Containerd) InspectPod(id string) (PodStatus, error) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		return PodStatus{}, fmt.Errorf("crictl inspectp %s: %v: %s", id, err, out)
 	}
-	s := PodStatus{ID: v.Status.ID, State: v.Status.State}
+	s := PodStatus{ID: v.Status.ID, State: v.Status.State, Pid: v.Info.Pid}
 	for _, ns := range v.Info.RuntimeSpec.Linux.Namespaces {
 		if ns.Type == "network" {
 			s.Netns = ns.Path

@@ -51,6 +51,9 @@ type controlPlaneOptions struct {
 	authorization string
 	// admission plugins enabled beside the defaults.
 	admission string
+	// allowPrivileged admits privileged containers (kubectl debug node's
+	// sysadmin profile), as kubeadm's clusters do.
+	allowPrivileged bool
 }
 
 // StartControlPlane builds (first time only) and starts etcd and
@@ -107,6 +110,9 @@ func startControlPlane(ctx context.Context, log io.Writer, o controlPlaneOptions
 	var admission []string
 	if o.admission != "" {
 		admission = []string{"--enable-admission-plugins=" + o.admission}
+	}
+	if o.allowPrivileged {
+		admission = append(admission, "--allow-privileged=true")
 	}
 
 	if err = cp.start("etcd", bins.Etcd,

@@ -46,7 +46,11 @@ func StartKubelet(t testing.TB, ctd *Containerd) *Kubelet {
 }
 
 // NewKubelet is StartKubelet outside tests; Close undoes it.
-func NewKubelet(ctd *Containerd) (*Kubelet, error) {
+func NewKubelet(ctd *Containerd) (*Kubelet, error) { return newKubelet(ctd, nil) }
+
+// newKubelet starts a kubelet; extra flags (a kubeconfig to register
+// with, node IP, labels, taints) follow the standalone ones.
+func newKubelet(ctd *Containerd, extra []string) (*Kubelet, error) {
 	bin, err := EnsureKubelet(os.Stderr)
 	if err != nil {
 		return nil, err
@@ -75,6 +79,10 @@ func NewKubelet(ctd *Containerd) (*Kubelet, error) {
 	// Paths the kubelet uses whatever its root dir: what did not exist
 	// before it is removed after it.
 	for _, p := range kubeletFixedPaths {
+		// In a mount namespace of its own they are the node's, not ours.
+		if ctd.opts.mountNS != "" {
+			break
+		}
 		if _, err := os.Lstat(p); os.IsNotExist(err) {
 			k.created = append(k.created, p)
 		}
@@ -83,9 +91,10 @@ func NewKubelet(ctd *Containerd) (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("nsenter", "--net="+ctd.Node.Path, "--", bin,
+	args := append(ctd.opts.nsenter(ctd.Node), bin,
 		"--config", cfg, "--root-dir", filepath.Join(k.Dir, "root"), "--cert-dir", filepath.Join(k.Dir, "pki"),
 		"--hostname-override", ctd.Node.Name, "--v", "2")
+	cmd := exec.Command("nsenter", append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

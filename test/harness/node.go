@@ -327,11 +327,13 @@ func (e *nodeExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData 
 // relays them to 127.0.0.1:<port> in the test's own namespace: a listening
 // socket keeps the namespace it was created in.
 type Forwarder struct {
-	path  string
-	port  int
-	mu    sync.Mutex
-	l     net.Listener
-	conns map[net.Conn]struct{}
+	path string
+	port int
+	// listen is the address inside the namespace; default 127.0.0.1:port.
+	listen string
+	mu     sync.Mutex
+	l      net.Listener
+	conns  map[net.Conn]struct{}
 }
 
 // NewForwarder starts relaying from the namespace at path to port.
@@ -349,7 +351,11 @@ func (f *Forwarder) Resume() error {
 	}
 	err := ns.WithNetNSPath(f.path, func(ns.NetNS) error {
 		var err error
-		f.l, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(f.port))
+		addr := f.listen
+		if addr == "" {
+			addr = "127.0.0.1:" + strconv.Itoa(f.port)
+		}
+		f.l, err = net.Listen("tcp", addr)
 		return err
 	})
 	if err != nil {

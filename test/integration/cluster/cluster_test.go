@@ -1,15 +1,21 @@
-// Package cluster runs the shipped manifests on a control plane as a
-// cluster runs it: kube-apiserver with Node and RBAC authorization and
-// NodeRestriction, kube-controller-manager and kube-scheduler, applied with
-// the real kubectl through a kustomize overlay that sets only the image and
-// the fabric values.
+// Package cluster runs the shipped manifests on a three-node cluster as a
+// cluster runs them: kube-apiserver with Node and RBAC authorization and
+// NodeRestriction, kube-controller-manager and kube-scheduler, and one
+// containerd and registered kubelet per node (each node a network
+// namespace on the test fabric and a mount namespace of its own), applied
+// with the real kubectl through a kustomize overlay that sets only the
+// image, the fabric values and table routing (this kernel has no VRF).
+// One cluster serves every test of the
+// package, in order: install, pods across nodes, a move, a rolling
+// update, uninstall.
 package cluster
 
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,165 +23,614 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
-// overlay writes a kustomize overlay of installer/manifests into dir that
-// sets the image (by digest) and the router's fabric values, nothing else.
-func overlay(t *testing.T, dir, imageRef string) {
-	t.Helper()
-	rel, err := filepath.Rel(dir, filepath.Join(harness.RepoRoot(), "installer", "manifests"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, digest, ok := strings.Cut(imageRef, "@")
-	if !ok {
-		t.Fatalf("image reference %q is not by digest", imageRef)
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- %s
-images:
-- name: galactic.example/galactic
-  newName: %s
-  digest: %s
-patches:
-- path: fabric.yaml
-`, rel, name, digest)
-	fabric := `apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: galactic-router
-  namespace: galactic-system
-data:
-  router.json: |
-    {
-      "asn": 65010,
-      "routeTargetASN": 65000,
-      "listenPort": -1,
-      "gracefulRestart": { "enabled": true, "restartSeconds": 120 },
-      "withdrawHoldSeconds": 10,
-      "peers": [ { "address": "192.0.2.1", "asn": 65010, "holdSeconds": 9, "keepaliveSeconds": 3 } ],
-      "metricsAddress": "127.0.0.1:9655"
-    }
-`
-	for f, data := range map[string]string{"kustomization.yaml": k, "fabric.yaml": fabric} {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+var nodeNames = []string{"node-a", "node-b", "node-c"}
+
+// fixture is the package's cluster, started by the first test.
+type fixture struct {
+	c       *harness.Cluster
+	fabric  *harness.Fabric
+	nodes   map[string]*harness.ClusterNode
+	ref     string
+	archive string
+	overlay string
+	// dir holds the images and overlays; removed with the cluster.
+	dir string
+	// installed is set once the DaemonSet is ready on every node.
+	installed bool
+	// workloads are the pods the pod test made, once they ping.
+	workloads []*workload
 }
 
-// makeImage runs `make image` into a directory of its own and returns the
-// image's reference by digest.
-func makeImage(t *testing.T) string {
-	t.Helper()
-	bin := t.TempDir()
-	cmd := exec.Command("make", "image", "BIN="+bin)
-	cmd.Dir = harness.RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
+var fx *fixture
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fx != nil {
+		fx.c.Close()
+		fx.fabric.Close()
+		os.RemoveAll(fx.dir)
 	}
-	ref, err := os.ReadFile(filepath.Join(bin, "galactic-image.ref"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(ref))
+	os.Exit(code)
 }
 
-func TestKubectlApplyOfTheOverlayPutsTheDaemonSetOnEveryDedicatedNodeAndNowhereElse(t *testing.T) {
+// setup starts the cluster on first use: the control plane, the fabric
+// with FRR as reflector, `make image` and three nodes with it imported.
+func setup(t *testing.T) *fixture {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("builds kube-controller-manager, kube-scheduler and kubectl on the first run")
+		t.Skip("builds the control plane, the kubelet and containerd on the first run")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	harness.RequireRoot(t)
+	harness.RequireFRR(t)
+	if fx != nil {
+		return fx
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c, err := harness.StartCluster(ctx, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Stop)
-	ref := makeImage(t)
-	dir := t.TempDir()
-	overlay(t, dir, ref)
-	rendered, err := c.Kubectl(ctx, "kustomize", dir)
+	fabric, err := harness.CreateClusterFabric()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	fx = &fixture{c: c, fabric: fabric, nodes: map[string]*harness.ClusterNode{}}
+	if fx.dir, err = os.MkdirTemp("", "galactic-cluster-test-"); err != nil {
+		t.Fatal(err)
+	}
+	if fx.overlay, err = fx.subdir("overlay"); err != nil {
+		t.Fatal(err)
+	}
+	image, err := fx.subdir("image")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(rendered), "REPLACE_ME") || !strings.Contains(string(rendered), "image: "+ref) {
-		t.Fatalf("the overlay does not set the image %s everywhere:\n%s", ref, rendered)
-	}
-	if _, err := c.Kubectl(ctx, "apply", "--server-side", "-k", dir); err != nil {
+	if fx.archive, fx.ref, err = harness.MakeImage(image); err != nil {
 		t.Fatal(err)
 	}
-	dedicated := []string{"node-a", "node-b", "node-c"}
-	taint := harness.VPCNodeTaint()
-	for _, n := range append(slices.Clone(dedicated), "node-plain") {
-		// The labels a kubelet registers with, and the dedicated nodes' own.
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/hostname": n}}}
-		if n != "node-plain" {
-			node.Labels[harness.VPCNodeLabel] = "true"
-			node.Spec.Taints = []corev1.Taint{taint}
-		}
-		if _, err := c.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// The DaemonSet controller makes one pod per dedicated node, pinned to
-	// it by node affinity, with the image by digest.
-	var got []string
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		pods, err := c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
+	for _, name := range nodeNames {
+		n, err := c.AddNode(ctx, fabric, fx.archive, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = got[:0]
-		for _, p := range pods.Items {
-			got = append(got, affinityNode(p))
-			for _, ctr := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
-				if ctr.Image != ref {
-					t.Fatalf("pod %s container %s runs %s, want %s", p.Name, ctr.Name, ctr.Image, ref)
-				}
-			}
-		}
-		slices.Sort(got)
-		if slices.Equal(got, dedicated) {
-			break
-		}
-		if time.Now().After(deadline) {
-			ds, _ := c.Kubectl(ctx, "-n", harness.Namespace, "describe", "daemonset", "galactic-node")
-			t.Fatalf("DaemonSet pods for nodes %v, want one for each of %v\n%s", got, dedicated, ds)
-		}
-		time.Sleep(500 * time.Millisecond)
+		fx.nodes[name] = n
 	}
-	ds, err := c.Kube.AppsV1().DaemonSets(harness.Namespace).Get(ctx, "galactic-node", metav1.GetOptions{})
-	if err != nil {
+	if err := harness.WriteOverlay(fx.overlay, fx.ref, fabric); err != nil {
 		t.Fatal(err)
 	}
-	if ds.Status.DesiredNumberScheduled != int32(len(dedicated)) {
-		t.Errorf("DaemonSet wants %d pods, want %d (the dedicated nodes only)", ds.Status.DesiredNumberScheduled, len(dedicated))
+	return fx
+}
+
+func (f *fixture) subdir(name string) (string, error) {
+	d := filepath.Join(f.dir, name)
+	return d, os.MkdirAll(d, 0o755)
+}
+
+// requireInstalled skips t when the install test did not get the
+// DaemonSet ready.
+func requireInstalled(t *testing.T) *fixture {
+	t.Helper()
+	f := setup(t)
+	if !f.installed {
+		t.Skip("needs TestKubectlApplyOfTheOverlayMakesTheDaemonSetReadyOnEveryNodeAndTheRoutersPeer to pass first")
+	}
+	return f
+}
+
+// requireWorkloads is requireInstalled for the tests that use the pod
+// test's two workloads.
+func requireWorkloads(t *testing.T) *fixture {
+	t.Helper()
+	f := requireInstalled(t)
+	if len(f.workloads) != 2 {
+		t.Skip("needs TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther to pass first")
+	}
+	f.dumpOnFailure(t)
+	return f
+}
+
+// eventually polls cond every 250 ms until it holds or limit passes.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %s", what, limit, detail)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
-// affinityNode is the node a DaemonSet pod is pinned to.
-func affinityNode(p corev1.Pod) string {
-	if p.Spec.NodeName != "" {
-		return p.Spec.NodeName
+func (f *fixture) dumpOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		out, _ := f.c.Kubectl(context.Background(), "get", "pods", "-A", "-o", "wide")
+		t.Logf("pods:\n%s", out)
+		for _, name := range nodeNames {
+			n := f.nodes[name]
+			if n == nil {
+				continue
+			}
+			t.Logf("%s kubelet log:\n%s", name, n.Kubelet.LogTail(30))
+			t.Logf("%s containerd log:\n%s", name, n.Ctd.LogTail(20))
+			if b, err := os.ReadFile(n.HostPath("/var/log/galactic/galactic.log")); err == nil {
+				t.Logf("%s galactic log (tail):\n%s", name, tail(string(b), 30))
+			}
+			// The galactic containers' own output, kept by the kubelet.
+			logs, _ := filepath.Glob(filepath.Join(n.Kubelet.Dir, "pods-logs", harness.Namespace+"_galactic-node-*", "*", "*.log"))
+			for _, l := range logs {
+				if b, err := os.ReadFile(l); err == nil {
+					t.Logf("%s %s:\n%s", name, strings.TrimPrefix(l, n.Kubelet.Dir), tail(string(b), 25))
+				}
+			}
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
 	}
-	a := p.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return ""
+	return strings.Join(lines, "\n")
+}
+
+func TestKubectlApplyOfTheOverlayMakesTheDaemonSetReadyOnEveryNodeAndTheRoutersPeer(t *testing.T) {
+	f := setup(t)
+	f.dumpOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rendered, err := f.c.Kubectl(ctx, "kustomize", f.overlay)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		for _, f := range term.MatchFields {
-			if f.Key == "metadata.name" && len(f.Values) == 1 {
-				return f.Values[0]
+	if strings.Contains(string(rendered), "REPLACE_ME") || !strings.Contains(string(rendered), "image: "+f.ref) {
+		t.Fatalf("the overlay does not set the image %s everywhere:\n%s", f.ref, rendered)
+	}
+	// A node without the dedicated label gets no galactic pod.
+	plain := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-plain", Labels: map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/hostname": "node-plain"}}}
+	if _, err := f.c.Kube.CoreV1().Nodes().Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Kubectl(ctx, "apply", "--server-side", "-k", f.overlay); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.WaitDaemonSetReady(ctx, len(nodeNames)); err != nil {
+		t.Fatal(err)
+	}
+	f.requireImage(t, ctx, f.ref)
+
+	// The init container wrote into each node's own tree, and nothing into
+	// this machine's.
+	for _, name := range nodeNames {
+		n := f.nodes[name]
+		for _, p := range []string{"/opt/cni/bin/galactic-cni", "/opt/cni/bin/galactic-bgp", "/etc/cni/net.d/10-galactic.conflist",
+			"/etc/galactic/node.json", "/etc/galactic/kubeconfig", "/etc/galactic/router.json"} {
+			if _, err := os.Stat(n.HostPath(p)); err != nil {
+				t.Errorf("%s: %v", name, err)
 			}
 		}
 	}
-	return ""
+	for _, p := range []string{"/etc/cni/net.d/10-galactic.conflist", "/opt/cni/bin/galactic-cni", "/etc/galactic"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s exists on this machine: a node wrote outside its own tree", p)
+		}
+	}
+	// Every router has its session with the reflector.
+	eventually(t, 2*time.Minute, "FRR's sessions with every node", func() (bool, string) {
+		states, err := f.fabric.PeerStates()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, name := range nodeNames {
+			if states[f.nodes[name].Underlay.String()] != "Established" {
+				return false, fmt.Sprint(states)
+			}
+		}
+		return true, ""
+	})
+	f.installed = !t.Failed()
+}
+
+const (
+	vpc = "blue"
+	vni = "10100"
+)
+
+// vpcPod is a VPC workload that keeps off the nodes of the other pods
+// labelled spread.
+func vpcPod(name, attachment, addr string) *corev1.Pod {
+	spread := map[string]string{"app": "ping"}
+	p := harness.VPCPod(name, vpc, attachment, addr, vni)
+	p.Labels = spread
+	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: spread}, TopologyKey: "kubernetes.io/hostname"}},
+	}}
+	return p
+}
+
+// createPod creates p and waits until it is Ready; it returns the node
+// the scheduler put it on.
+func (f *fixture) createPod(t *testing.T, ctx context.Context, p *corev1.Pod) *harness.ClusterNode {
+	t.Helper()
+	if _, err := f.c.Kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return f.waitPodReady(t, ctx, p.Namespace, p.Name)
+}
+
+func (f *fixture) waitPodReady(t *testing.T, ctx context.Context, namespace, name string) *harness.ClusterNode {
+	t.Helper()
+	var node string
+	eventually(t, 3*time.Minute, "pod "+name+" Ready", func() (bool, string) {
+		p, err := f.c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		node = p.Spec.NodeName
+		if podReady(p) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("on %q, phase %s, conditions %+v", node, p.Status.Phase, p.Status.Conditions)
+	})
+	n := f.nodes[node]
+	if n == nil {
+		t.Fatalf("pod %s is on %q, not a cluster node", name, node)
+	}
+	return n
+}
+
+// deletePod deletes a pod and waits until it is gone.
+func (f *fixture) deletePod(t *testing.T, ctx context.Context, namespace, name string) {
+	t.Helper()
+	if err := f.c.Kube.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "pod "+name+" gone", func() (bool, string) {
+		_, err := f.c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// workload is a pod of the package's tests, attached and reachable.
+type workload struct {
+	name, attachment string
+	addr             netip.Addr
+	node             *harness.ClusterNode
+	netns            *harness.Netns
+}
+
+func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *testing.T) {
+	f := requireInstalled(t)
+	f.dumpOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env, err := f.c.Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := []*workload{
+		{name: "web-0", attachment: "web-0-net0", addr: netip.MustParseAddr("10.20.0.5")},
+		{name: "web-1", attachment: "web-1-net0", addr: netip.MustParseAddr("10.20.0.6")},
+	}
+	for _, w := range pods {
+		w.node = f.createPod(t, ctx, vpcPod(w.name, w.attachment, w.addr.String()+"/24"))
+		if w.netns, err = w.node.PodNetns(metav1.NamespaceDefault, w.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pods[0].node == pods[1].node {
+		t.Fatalf("both pods on %s: the scheduler did not spread them", pods[0].node.Name)
+	}
+	for _, w := range pods {
+		eventually(t, time.Minute, w.attachment+" advertised from "+w.node.Name, func() (bool, string) {
+			advs := env.Advertisements(t, vpc, w.attachment)
+			routes, err := f.fabric.EVPNRoutes()
+			if err != nil {
+				return false, err.Error()
+			}
+			_, fromNode := advs[w.node.Name]
+			return len(advs) == 1 && fromNode && len(routes[netip.PrefixFrom(w.addr, 32)]) > 0,
+				fmt.Sprintf("advertisements %v, FRR paths %v", slices.Collect(maps.Keys(advs)), routes[netip.PrefixFrom(w.addr, 32)])
+		})
+	}
+	for i, w := range pods {
+		peer := pods[1-i]
+		eventually(t, time.Minute, w.name+" pings "+peer.name, func() (bool, string) {
+			err := w.netns.Ping(peer.addr)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	f.workloads = pods
+}
+
+func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *testing.T) {
+	f := requireWorkloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env, err := f.c.Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, observer := f.workloads[0], f.workloads[1]
+	var dst *harness.ClusterNode
+	for _, n := range f.nodes {
+		if n != src.node && n != observer.node {
+			dst = n
+		}
+	}
+	prefix := netip.PrefixFrom(src.addr, 32)
+	if r, err := observer.node.KernelRoute(vpc, prefix); err != nil || r == nil || !gatewayIs(r.Gw, src.node.Underlay) {
+		t.Fatalf("before the move %s routes %s by %+v (%v), want via %s", observer.node.Name, prefix, r, err, src.node.Underlay)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	routes, err := observer.node.WatchRoute(wctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := env.WatchLease(wctx, names.Lease(vpc, src.attachment))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Delete the pod and at once create its replacement on dst: with
+	// handoff on, the replacement's ADD waits until the old pod's DEL has
+	// released the attachment.
+	if err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, src.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	moved := vpcPod(src.name+"-moved", src.attachment, src.addr.String()+"/24")
+	moved.Labels, moved.Spec.Affinity = nil, nil
+	moved.Spec.NodeSelector["kubernetes.io/hostname"] = dst.Name
+	if n := f.createPod(t, ctx, moved); n != dst {
+		t.Fatalf("the replacement runs on %s, want %s", n.Name, dst.Name)
+	}
+	f.workloads[0] = &workload{name: moved.Name, attachment: src.attachment, addr: src.addr, node: dst}
+	if f.workloads[0].netns, err = dst.PodNetns(metav1.NamespaceDefault, moved.Name); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, observer.node.Name+" routing "+prefix.String()+" via "+dst.Name, func() (bool, string) {
+		r, err := observer.node.KernelRoute(vpc, prefix)
+		return err == nil && r != nil && gatewayIs(r.Gw, dst.Underlay), fmt.Sprintf("%+v %v", r, err)
+	})
+	eventually(t, time.Minute, observer.name+" pings the moved pod", func() (bool, string) {
+		err := observer.netns.Ping(src.addr)
+		return err == nil, fmt.Sprint(err)
+	})
+	// The old node's withdrawal must not change the route again: watch
+	// past the routers' withdraw hold (10 s in the overlay).
+	time.Sleep(15 * time.Second)
+	changes := routes.Changes()
+	if len(changes) != 1 || changes[0].Deleted || changes[0].Via != dst.Underlay {
+		t.Errorf("%s saw %d changes of %s, want one replace via %s: %v", observer.node.Name, len(changes), prefix, dst.Underlay, changes)
+	}
+	versions, err := leases.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.OneHolder(versions); err != nil {
+		t.Errorf("lease of %s: %v (%+v)", src.attachment, err, versions)
+	}
+	if last := versions[len(versions)-1]; !strings.HasPrefix(last.Holder, dst.Name) {
+		t.Errorf("the lease's last holder is %q, want one on %s", last.Holder, dst.Name)
+	}
+}
+
+func gatewayIs(gw []byte, want netip.Addr) bool {
+	a, ok := netip.AddrFromSlice(gw)
+	return ok && a.Unmap() == want
+}
+
+func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(t *testing.T) {
+	f := requireWorkloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	// Another build of the same commit: another build time in every
+	// layer, so another digest.
+	image, err := f.subdir("image-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, ref, err := harness.MakeImage(image, "SOURCE_DATE_EPOCH=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref == f.ref {
+		t.Fatalf("the second build has the first one's digest %s", ref)
+	}
+	for _, name := range nodeNames {
+		if err := f.nodes[name].ImportImage(archive); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := f.workloads[0], f.workloads[1]
+	pa, err := a.netns.StartPinger(b.addr, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := b.netns.StartPinger(a.addr, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := f.subdir("overlay-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.WriteOverlay(overlay, ref, f.fabric); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Kubectl(ctx, "apply", "--server-side", "-k", overlay); err != nil {
+		t.Fatal(err)
+	}
+	f.ref, f.overlay = ref, overlay
+
+	// A pod created on a node while its galactic pod is being replaced.
+	var mid string
+	eventually(t, 5*time.Minute, "a galactic pod being replaced", func() (bool, string) {
+		pods, err := f.c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || (p.Spec.Containers[0].Image == ref && !podReady(&p)) {
+				mid = p.Spec.NodeName
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d pods, none terminating or starting", len(pods.Items))
+	})
+	w := vpcPod("web-2", "web-2-net0", "10.20.0.7/24")
+	w.Labels, w.Spec.Affinity = nil, nil
+	w.Spec.NodeSelector["kubernetes.io/hostname"] = mid
+	if _, err := f.c.Kube.CoreV1().Pods(w.Namespace).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.WaitDaemonSetReady(ctx, len(nodeNames)); err != nil {
+		t.Fatal(err)
+	}
+	f.requireImage(t, ctx, ref)
+	if n := f.waitPodReady(t, ctx, w.Namespace, w.Name); n.Name != mid {
+		t.Fatalf("web-2 runs on %s, want %s", n.Name, mid)
+	}
+	sa, sb := pa.Stop(), pb.Stop()
+	t.Logf("during the rollout (web-2 created on %s): %s -> %s %+v; %s -> %s %+v", mid, a.name, b.name, sa, b.name, a.name, sb)
+	for _, s := range []harness.PingerStats{sa, sb} {
+		if s.Lost > 0 || s.Sent == 0 {
+			t.Errorf("%d of %d replies lost during the rollout (longest outage %s)", s.Lost, s.Sent, s.LongestOutage)
+		}
+	}
+}
+
+// requireImage checks that the galactic pods are one per node, every
+// container running ref.
+func (f *fixture) requireImage(t *testing.T, ctx context.Context, ref string) {
+	t.Helper()
+	pods, err := f.c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		on = append(on, p.Spec.NodeName)
+		for _, ctr := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+			if ctr.Image != ref {
+				t.Errorf("pod %s container %s runs %s, want %s", p.Name, ctr.Name, ctr.Image, ref)
+			}
+		}
+	}
+	slices.Sort(on)
+	if !slices.Equal(on, nodeNames) {
+		t.Fatalf("galactic pods on %v, want one on each of %v", on, nodeNames)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode runs last: it
+// removes galactic the way docs/installation.md says.
+func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
+	f := requireInstalled(t)
+	f.dumpOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// No workload uses the network any more; their DELs withdraw.
+	pods, err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		f.deletePod(t, ctx, p.Namespace, p.Name)
+	}
+	if _, err := f.c.Kubectl(ctx, "delete", "-k", f.overlay, "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the galactic-system namespace gone", func() (bool, string) {
+		_, err := f.c.Kube.CoreV1().Namespaces().Get(ctx, harness.Namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	for _, name := range nodeNames {
+		out, err := f.c.Kubectl(ctx, "debug", "node/"+name, "--image="+f.ref, "--profile=sysadmin", "--",
+			"galactic-installer", "uninstall", "--root", "/host")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(out), "debugging pod ")
+		pod, _, _ := strings.Cut(rest, " ")
+		eventually(t, 2*time.Minute, "the uninstall pod on "+name+" done", func() (bool, string) {
+			p, err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if p.Status.Phase == corev1.PodFailed {
+				t.Fatalf("galactic-installer uninstall failed on %s: %+v", name, p.Status.ContainerStatuses)
+			}
+			return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+		})
+		f.deletePod(t, ctx, metav1.NamespaceDefault, pod)
+	}
+	for _, name := range nodeNames {
+		n := f.nodes[name]
+		for _, p := range []string{"/opt/cni/bin/galactic-cni", "/opt/cni/bin/galactic-bgp", "/etc/cni/net.d/10-galactic.conflist"} {
+			if _, err := os.Lstat(n.HostPath(p)); err == nil {
+				t.Errorf("%s: %s is left", name, p)
+			}
+		}
+		// The kubelet made /etc/galactic for the hostPath
+		// (DirectoryOrCreate), so it may stay, empty; no attachment record
+		// may stay in the state dir, which uninstall keeps by design with
+		// the lock, the GC's and the router's memory and the log.
+		for _, d := range []string{"/etc/galactic", "/var/lib/galactic/records"} {
+			if entries, err := os.ReadDir(n.HostPath(d)); len(entries) > 0 {
+				t.Errorf("%s: %s keeps %v (%v)", name, d, entries, err)
+			}
+		}
+		kept, _ := filepath.Glob(n.HostPath("/var/lib/galactic/*"))
+		t.Logf("%s: the state dir keeps %v", name, kept)
+		left, err := n.Leftovers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := n.Run("nft", "list", "table", "inet", "galactic"); err == nil {
+			left = append(left, "nft table inet galactic:\n"+out)
+		} else if !strings.Contains(out, "No such file or directory") {
+			t.Errorf("%s: cannot tell whether the nftables table is gone: %v %s", name, err, out)
+		}
+		if len(left) > 0 {
+			t.Errorf("%s keeps %v", name, left)
+		}
+	}
+	leases, err := f.c.Kube.CoordinationV1().Leases(harness.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases.Items) > 0 {
+		t.Errorf("%d galactic leases left", len(leases.Items))
+	}
 }
