@@ -26,7 +26,9 @@
 //     underlay or any other interface.
 //
 // Every operation runs in one netlink batch, which the kernel applies
-// atomically. Ensure rebuilds the table's rules when they are missing or
+// atomically (a GC pass's large change may take several). Attachment
+// elements carry a timeout and are removed by expiring them, not deleted
+// (write.go says why). Ensure rebuilds the table's rules when they are missing or
 // not galactic's current ones (another agent flushed the ruleset), keeping
 // the sets and their elements; it is safe to call from several processes
 // at once, since each rebuild flushes the table's rules before adding them.

@@ -181,9 +181,14 @@ func missing(c *nftables.Conn) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the sets of inet %s: %w", TableName, err)
 	}
+	ss := sets()
 	for _, name := range setOrder {
-		if !slices.ContainsFunc(have, func(s *nftables.Set) bool { return s.Name == name }) {
+		i := slices.IndexFunc(have, func(s *nftables.Set) bool { return s.Name == name })
+		switch {
+		case i < 0:
 			out = append(out, fmt.Sprintf("set inet %s %s is missing", TableName, name))
+		case have[i].HasTimeout != ss[name].HasTimeout || have[i].Interval != ss[name].Interval:
+			out = append(out, fmt.Sprintf("set inet %s %s has another definition than galactic's", TableName, name))
 		}
 	}
 	for _, cs := range chains() {
@@ -222,7 +227,13 @@ func ensure(c *nftables.Conn) (bool, error) {
 	if err != nil || len(miss) == 0 {
 		return false, err
 	}
-	if err := build(c); err != nil {
+	err = build(c)
+	if err == nil {
+		if miss, err = missing(c); err == nil && len(miss) > 0 {
+			err = errors.New(strings.Join(miss, "; "))
+		}
+	}
+	if err != nil {
 		// A set of an older definition cannot be changed in place: start
 		// the table afresh; the callers put the elements back.
 		c.DelTable(table)
@@ -272,7 +283,8 @@ func Delete() error {
 	return nil
 }
 
-// listElements returns the elements of the named sets.
+// listElements returns the elements of the named sets, without those
+// being removed (an expiration set by a removal, not yet reached).
 func listElements(c *nftables.Conn, names ...string) ([]element, error) {
 	var out []element
 	for _, name := range names {
@@ -282,7 +294,7 @@ func listElements(c *nftables.Conn, names ...string) ([]element, error) {
 			return nil, fmt.Errorf("listing set inet %s %s: %w", TableName, name, err)
 		}
 		for _, e := range elems {
-			if e.IntervalEnd {
+			if e.IntervalEnd || (s.HasTimeout && e.Expires < goneAfter) {
 				continue
 			}
 			el := element{set: name, key: e.Key}
@@ -305,7 +317,8 @@ func toSetElements(es []element) map[string][]nftables.SetElement {
 	return out
 }
 
-// apply adds and deletes elements in one batch.
+// apply adds and deletes VTEP elements in one batch. Attachment elements
+// go through writeElements.
 func apply(c *nftables.Conn, add, del []element) error {
 	if len(add) == 0 && len(del) == 0 {
 		return nil
@@ -330,9 +343,9 @@ func apply(c *nftables.Conn, add, del []element) error {
 // Add restores the table if it is gone and adds a's elements. previous
 // are what the node's records say the interface had before (a re-ADD, a
 // replacement); their elements a does not have are removed in the same
-// batch. Without an exact previous (an interface whose earlier ADD was
-// interrupted, say) Add falls back to reading the sets and replacing
-// every element of the interface.
+// batch. Elements of the interface no record names (an ADD interrupted
+// before its record was written) are left to the GC's pass, which removes
+// whatever no record holds.
 func Add(a Attachment, previous ...Attachment) error {
 	c, err := conn()
 	if err != nil {
@@ -347,15 +360,32 @@ func Add(a Attachment, previous ...Attachment) error {
 		stale = append(stale, p.elements()...)
 	}
 	_, del := diff(stale, want, func(e element) bool { return e.iface() == a.Interface })
-	if err := apply(c, want, dedupe(del)); err == nil {
-		return nil
+	if err := writeElements(want, dedupe(del), nil); err == nil || errors.Is(err, unix.ENOENT) {
+		return err
 	}
+	// The kernel refused an interval overlapping one the sets hold (a new
+	// prefix inside a removed one, or records and sets diverged): replace
+	// every element of the interface from what the sets hold, deleting
+	// the intervals outright.
 	have, err := listElements(c, attachmentSets...)
 	if err != nil {
 		return err
 	}
-	add, del := diff(have, want, func(e element) bool { return e.iface() == a.Interface })
-	return apply(c, add, del)
+	_, del = diff(have, want, func(e element) bool { return e.iface() == a.Interface })
+	expire, intervals := splitIntervals(del)
+	return writeElements(want, expire, intervals)
+}
+
+// splitIntervals separates interval elements from the others.
+func splitIntervals(es []element) (others, intervals []element) {
+	for _, e := range es {
+		if len(e.end) > 0 {
+			intervals = append(intervals, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	return others, intervals
 }
 
 func dedupe(es []element) []element {
@@ -371,17 +401,15 @@ func dedupe(es []element) []element {
 }
 
 // ensureQuick restores the table when it or its prerouting rules are gone
-// (a flush): two reads instead of Ensure's full comparison, which CHECK,
+// (a flush): one read instead of Ensure's full comparison, which CHECK,
 // the GC and the router make.
 func ensureQuick(c *nftables.Conn) error {
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err == nil {
-		for _, cs := range chains() {
-			if cs.chain.Name != "prerouting" {
-				continue
-			}
-			if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
-				return nil
-			}
+	for _, cs := range chains() {
+		if cs.chain.Name != "prerouting" {
+			continue
+		}
+		if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
+			return nil
 		}
 	}
 	_, err := ensure(c)
@@ -414,11 +442,24 @@ func diff(have, want []element, mine func(element) bool) (add, del []element) {
 	return add, del
 }
 
-// Remove deletes every element of the interface; what is already gone,
+// Remove removes every element of the interface; what is already gone,
 // the table included, is not an error. known are the attachments the
-// node's records say the interface had: when their elements are all
-// there, they are deleted without reading the sets.
+// node's records say the interface had: their elements are removed
+// without reading the sets, unless the kernel refuses that (records and
+// sets diverged).
 func Remove(iface string, known ...Attachment) error {
+	var exact []element
+	for _, k := range known {
+		if k.Interface == iface {
+			exact = append(exact, k.elements()...)
+		}
+	}
+	if len(exact) > 0 {
+		err := writeElements(nil, dedupe(exact), nil)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil // ENOENT: no table, or no set: nothing to remove
+		}
+	}
 	c, err := conn()
 	if err != nil {
 		return err
@@ -426,21 +467,12 @@ func Remove(iface string, known ...Attachment) error {
 	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
 		return nil
 	}
-	var exact []element
-	for _, k := range known {
-		if k.Interface == iface {
-			exact = append(exact, k.elements()...)
-		}
-	}
-	if len(exact) > 0 && apply(c, nil, dedupe(exact)) == nil {
-		return nil
-	}
 	have, err := listElements(c, attachmentSets...)
 	if err != nil {
 		return err
 	}
 	_, del := diff(have, nil, func(e element) bool { return e.iface() == iface })
-	return apply(c, nil, del)
+	return writeElements(nil, del, nil)
 }
 
 // Check describes what of a's filter the kernel lacks: the table, a chain
@@ -502,7 +534,12 @@ func Sync(atts []Attachment) (SyncResult, error) {
 	}
 	add, del := diff(have, want, func(element) bool { return true })
 	res.Added, res.Removed = len(add), len(del)
-	return res, apply(c, add, del)
+	if err := writeElements(add, del, nil); err == nil || errors.Is(err, unix.ENOENT) {
+		return res, err
+	}
+	// An interval overlapping one being removed: delete those outright.
+	expire, intervals := splitIntervals(del)
+	return res, writeElements(add, expire, intervals)
 }
 
 // SetVTEPs makes the VTEP sets exactly vteps (galactic-router's installed

@@ -65,7 +65,7 @@ func concat(t ...nftables.SetDatatype) nftables.SetDatatype { return nftables.Mu
 // sets are the table's sets; their elements are the node's state.
 func sets() map[string]*nftables.Set {
 	mk := func(name string, key nftables.SetDatatype, interval bool) *nftables.Set {
-		return &nftables.Set{Table: table, Name: name, KeyType: key, Interval: interval, Concatenation: len(nftables.ConcatSetTypeElements(key)) > 1}
+		return &nftables.Set{Table: table, Name: name, KeyType: key, Interval: interval, HasTimeout: true, Concatenation: len(nftables.ConcatSetTypeElements(key)) > 1}
 	}
 	return map[string]*nftables.Set{
 		setSrc4:  mk(setSrc4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
