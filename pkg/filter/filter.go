@@ -162,6 +162,9 @@ func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:
 // Missing describes what of galactic's table, chains and rules the kernel
 // lacks; empty when everything is in place.
 func Missing() ([]string, error) {
+	if !enabled {
+		return nil, nil
+	}
 	c, err := conn()
 	if err != nil {
 		return nil, err
@@ -215,6 +218,9 @@ func missing(c *nftables.Conn) ([]string, error) {
 // of them is missing or different, keeping the elements of sets that
 // survive. It reports whether it rebuilt anything.
 func Ensure() (bool, error) {
+	if !enabled {
+		return false, nil
+	}
 	c, err := conn()
 	if err != nil {
 		return false, err
@@ -347,6 +353,9 @@ func apply(c *nftables.Conn, add, del []element) error {
 // before its record was written) are left to the GC's pass, which removes
 // whatever no record holds.
 func Add(a Attachment, previous ...Attachment) error {
+	if !enabled {
+		return nil
+	}
 	c, err := conn()
 	if err != nil {
 		return err
@@ -448,6 +457,9 @@ func diff(have, want []element, mine func(element) bool) (add, del []element) {
 // without reading the sets, unless the kernel refuses that (records and
 // sets diverged).
 func Remove(iface string, known ...Attachment) error {
+	if !enabled {
+		return nil
+	}
 	var exact []element
 	for _, k := range known {
 		if k.Interface == iface {
@@ -478,6 +490,9 @@ func Remove(iface string, known ...Attachment) error {
 // Check describes what of a's filter the kernel lacks: the table, a chain
 // or rules, or one of its elements. Nil when everything is in place.
 func Check(a Attachment) error {
+	if !enabled {
+		return nil
+	}
 	c, err := conn()
 	if err != nil {
 		return err
@@ -516,6 +531,9 @@ type SyncResult struct {
 // interfaces atts does not name. Attachments sharing an interface (a
 // replacement and its predecessor) add up.
 func Sync(atts []Attachment) (SyncResult, error) {
+	if !enabled {
+		return SyncResult{}, nil
+	}
 	var res SyncResult
 	c, err := conn()
 	if err != nil {
@@ -545,6 +563,9 @@ func Sync(atts []Attachment) (SyncResult, error) {
 // SetVTEPs makes the VTEP sets exactly vteps (galactic-router's installed
 // next hops), restoring the table first when it is missing.
 func SetVTEPs(vteps []netip.Addr) (SyncResult, error) {
+	if !enabled {
+		return SyncResult{}, nil
+	}
 	var res SyncResult
 	c, err := conn()
 	if err != nil {
