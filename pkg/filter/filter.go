@@ -87,17 +87,17 @@ func (a Attachment) elements() []element {
 	// set, whose updates cost more the more elements it holds.
 	for _, p := range Cover(a.Sources) {
 		key := append(slices.Clone(name), p.Addr().AsSlice()...)
+		// IPv4 sources are also what the workload may claim in ARP.
 		switch {
 		case p.IsSingleIP() && p.Addr().Is4():
-			out = append(out, element{set: setSrc4, key: key})
+			out = append(out, element{set: setSrc4, key: key}, element{set: setARPSrc, key: key})
 		case p.IsSingleIP():
 			out = append(out, element{set: setSrc6, key: key})
+		case p.Addr().Is4():
+			end := append(slices.Clone(name), lastAddr(p).AsSlice()...)
+			out = append(out, element{set: setNet4, key: key, end: end}, element{set: setARPNet, key: key, end: end})
 		default:
-			set := setNet4
-			if p.Addr().Is6() {
-				set = setNet6
-			}
-			out = append(out, element{set: set, key: key, end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
+			out = append(out, element{set: setNet6, key: key, end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
 		}
 	}
 	seen := map[netip.Addr]bool{}
@@ -113,7 +113,8 @@ func (a Attachment) elements() []element {
 		out = append(out, element{set: set, key: append(slices.Clone(name), g.AsSlice()...)})
 	}
 	if len(a.MAC) == 6 {
-		out = append(out, element{set: setMAC, key: append(append(slices.Clone(name), a.MAC...), 0, 0)})
+		key := append(append(slices.Clone(name), a.MAC...), 0, 0)
+		out = append(out, element{set: setMAC, key: key}, element{set: setARPMAC, key: key})
 	}
 	return out
 }
@@ -123,7 +124,7 @@ func (e element) describe() string {
 	name := string(bytes.TrimRight(e.key[:min(len(e.key), unix.IFNAMSIZ)], "\x00"))
 	rest := e.key[min(len(e.key), unix.IFNAMSIZ):]
 	switch e.set {
-	case setMAC:
+	case setMAC, setARPMAC:
 		return fmt.Sprintf("%s . %s", name, net.HardwareAddr(rest[:6]))
 	case setVTEP4, setVTEP6:
 		a, _ := netip.AddrFromSlice(e.key)
@@ -157,7 +158,7 @@ func conn() (*nftables.Conn, error) {
 
 // ruleTag marks each rule with its place, so a changed or partial ruleset
 // is told from galactic's own.
-func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v2", chain, i) }
+func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v3", chain, i) }
 
 // Missing describes what of galactic's table, chains and rules the kernel
 // lacks; empty when everything is in place.
@@ -173,45 +174,68 @@ func Missing() ([]string, error) {
 }
 
 func missing(c *nftables.Conn) ([]string, error) {
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return []string{"nftables table inet " + TableName + " is missing"}, nil
-		}
-		return nil, fmt.Errorf("reading nftables table inet %s: %w", TableName, err)
-	}
 	var out []string
-	have, err := c.GetSets(table)
-	if err != nil {
-		return nil, fmt.Errorf("listing the sets of inet %s: %w", TableName, err)
+	present := map[*nftables.Table]bool{}
+	have := map[string]*nftables.Set{}
+	for _, t := range tables {
+		name := familyName(t) + " " + TableName
+		if _, err := c.ListTableOfFamily(TableName, t.Family); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				out = append(out, "nftables table "+name+" is missing")
+				continue
+			}
+			return nil, fmt.Errorf("reading nftables table %s: %w", name, err)
+		}
+		present[t] = true
+		ss, err := c.GetSets(t)
+		if err != nil {
+			return nil, fmt.Errorf("listing the sets of %s: %w", name, err)
+		}
+		for _, s := range ss {
+			have[s.Name] = s
+		}
 	}
 	ss := sets()
 	for _, name := range setOrder {
-		i := slices.IndexFunc(have, func(s *nftables.Set) bool { return s.Name == name })
+		want := ss[name]
+		got, ok := have[name]
 		switch {
-		case i < 0:
-			out = append(out, fmt.Sprintf("set inet %s %s is missing", TableName, name))
-		case have[i].HasTimeout != ss[name].HasTimeout || have[i].Interval != ss[name].Interval:
-			out = append(out, fmt.Sprintf("set inet %s %s has another definition than galactic's", TableName, name))
+		case !present[want.Table]:
+		case !ok:
+			out = append(out, fmt.Sprintf("set %s %s %s is missing", familyName(want.Table), TableName, name))
+		case got.HasTimeout != want.HasTimeout || got.Interval != want.Interval:
+			out = append(out, fmt.Sprintf("set %s %s %s has another definition than galactic's", familyName(want.Table), TableName, name))
 		}
 	}
 	for _, cs := range chains() {
-		rules, err := c.GetRules(table, cs.chain)
+		if !present[cs.chain.Table] {
+			continue
+		}
+		where := fmt.Sprintf("chain %s %s %s", familyName(cs.chain.Table), TableName, cs.chain.Name)
+		rules, err := c.GetRules(cs.chain.Table, cs.chain)
 		if err != nil {
 			if errors.Is(err, unix.ENOENT) {
-				out = append(out, fmt.Sprintf("chain inet %s %s is missing", TableName, cs.chain.Name))
+				out = append(out, where+" is missing")
 				continue
 			}
-			return nil, fmt.Errorf("listing chain inet %s %s: %w", TableName, cs.chain.Name, err)
+			return nil, fmt.Errorf("listing %s: %w", where, err)
 		}
 		ok := len(rules) == len(cs.rules)
 		for i := 0; ok && i < len(rules); i++ {
 			ok = bytes.Equal(rules[i].UserData, ruleTag(cs.chain.Name, i))
 		}
 		if !ok {
-			out = append(out, fmt.Sprintf("chain inet %s %s does not hold galactic's %d rules (has %d)", TableName, cs.chain.Name, len(cs.rules), len(rules)))
+			out = append(out, fmt.Sprintf("%s does not hold galactic's %d rules (has %d)", where, len(cs.rules), len(rules)))
 		}
 	}
 	return out, nil
+}
+
+func familyName(t *nftables.Table) string {
+	if t.Family == nftables.TableFamilyARP {
+		return "arp"
+	}
+	return "inet"
 }
 
 // Ensure puts galactic's table, sets, chains and rules in place when any
@@ -241,13 +265,13 @@ func ensure(c *nftables.Conn) (bool, error) {
 	}
 	if err != nil {
 		// A set of an older definition cannot be changed in place: start
-		// the table afresh; the callers put the elements back.
-		c.DelTable(table)
+		// the tables afresh; the callers put the elements back.
+		delTables(c)
 		if ferr := c.Flush(); ferr != nil && !errors.Is(ferr, unix.ENOENT) {
-			return false, fmt.Errorf("creating nftables table inet %s: %w (and deleting it to start afresh: %v)", TableName, err, ferr)
+			return false, fmt.Errorf("creating nftables tables inet and arp %s: %w (and deleting them to start afresh: %v)", TableName, err, ferr)
 		}
 		if err := build(c); err != nil {
-			return false, fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
+			return false, fmt.Errorf("creating nftables tables inet and arp %s: %w", TableName, err)
 		}
 	}
 	return true, nil
@@ -256,7 +280,9 @@ func ensure(c *nftables.Conn) (bool, error) {
 // build writes the table, sets, chains and rules in one batch; the table's
 // rules are flushed first, so concurrent builds leave one copy.
 func build(c *nftables.Conn) error {
-	c.AddTable(table)
+	for _, t := range tables {
+		c.AddTable(t)
+	}
 	ss := sets()
 	for _, name := range setOrder {
 		if err := c.AddSet(ss[name], nil); err != nil {
@@ -267,26 +293,41 @@ func build(c *nftables.Conn) error {
 	for _, cs := range all {
 		c.AddChain(cs.chain)
 	}
-	c.FlushTable(table)
+	for _, t := range tables {
+		c.FlushTable(t)
+	}
 	for _, cs := range all {
 		for i, exprs := range cs.rules {
-			c.AddRule(&nftables.Rule{Table: table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
+			c.AddRule(&nftables.Rule{Table: cs.chain.Table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
 		}
 	}
 	return c.Flush()
 }
 
-// Delete removes galactic's table (uninstall). A missing table is not an error.
+// Delete removes galactic's tables (uninstall). A missing table is not an error.
 func Delete() error {
 	c, err := conn()
 	if err != nil {
 		return err
 	}
-	c.DelTable(table)
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("deleting nftables table inet %s: %w", TableName, err)
+	for _, t := range tables {
+		c.DelTable(t)
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("deleting nftables table %s %s: %w", familyName(t), TableName, err)
+		}
 	}
 	return nil
+}
+
+// delTables deletes both tables in one batch, on c's next Flush. A
+// table that is missing makes the kernel refuse the batch: delete only
+// the present ones.
+func delTables(c *nftables.Conn) {
+	for _, t := range tables {
+		if _, err := c.ListTableOfFamily(TableName, t.Family); err == nil {
+			c.DelTable(t)
+		}
+	}
 }
 
 // listElements returns the elements of the named sets, without those
@@ -297,7 +338,7 @@ func listElements(c *nftables.Conn, names ...string) ([]element, error) {
 		s := sets()[name]
 		elems, err := c.GetSetElements(s)
 		if err != nil {
-			return nil, fmt.Errorf("listing set inet %s %s: %w", TableName, name, err)
+			return nil, fmt.Errorf("listing set %s %s %s: %w", familyName(s.Table), TableName, name, err)
 		}
 		for _, e := range elems {
 			if e.IntervalEnd || (s.HasTimeout && e.Expires < goneAfter) {
@@ -313,7 +354,7 @@ func listElements(c *nftables.Conn, names ...string) ([]element, error) {
 	return out, nil
 }
 
-var attachmentSets = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC}
+var attachmentSets = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC, setARPSrc, setARPNet, setARPMAC}
 
 func toSetElements(es []element) map[string][]nftables.SetElement {
 	out := map[string][]nftables.SetElement{}
@@ -341,7 +382,7 @@ func apply(c *nftables.Conn, add, del []element) error {
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("updating the sets of nftables table inet %s: %w", TableName, err)
+		return fmt.Errorf("updating the sets of nftables table %s: %w", TableName, err)
 	}
 	return nil
 }
@@ -369,7 +410,15 @@ func Add(a Attachment, previous ...Attachment) error {
 		stale = append(stale, p.elements()...)
 	}
 	_, del := diff(stale, want, func(e element) bool { return e.iface() == a.Interface })
-	if err := writeElements(want, dedupe(del), nil); err == nil || errors.Is(err, unix.ENOENT) {
+	err = writeElements(want, dedupe(del), nil)
+	if errors.Is(err, unix.ENOENT) {
+		// A table or set of an older galactic, or flushed since the check.
+		if _, err := ensure(c); err != nil {
+			return err
+		}
+		err = writeElements(want, dedupe(del), nil)
+	}
+	if err == nil || errors.Is(err, unix.ENOENT) {
 		return err
 	}
 	// The kernel refused an interval overlapping one the sets hold (a new
@@ -508,10 +557,10 @@ func Check(a Attachment) error {
 		}
 		add, del := diff(have, a.elements(), func(e element) bool { return e.iface() == a.Interface })
 		for _, e := range add {
-			miss = append(miss, fmt.Sprintf("set inet %s %s lacks %s", TableName, e.set, e.describe()))
+			miss = append(miss, fmt.Sprintf("set %s %s %s lacks %s", familyName(sets()[e.set].Table), TableName, e.set, e.describe()))
 		}
 		for _, e := range del {
-			miss = append(miss, fmt.Sprintf("set inet %s %s has %s, which the attachment does not allow", TableName, e.set, e.describe()))
+			miss = append(miss, fmt.Sprintf("set %s %s %s has %s, which the attachment does not allow", familyName(sets()[e.set].Table), TableName, e.set, e.describe()))
 		}
 	}
 	if len(miss) > 0 {
@@ -592,16 +641,24 @@ func SetVTEPs(vteps []netip.Addr) (SyncResult, error) {
 	return res, apply(c, add, del)
 }
 
-// Elements counts the elements of every set of the table; a missing table
-// counts none.
+// Elements counts the elements of every set of the tables; a missing
+// table counts none.
 func Elements() (int, error) {
 	c, err := conn()
 	if err != nil {
 		return 0, err
 	}
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
-		return 0, nil
+	var names []string
+	for _, t := range tables {
+		if _, err := c.ListTableOfFamily(TableName, t.Family); errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		for _, name := range setOrder {
+			if sets()[name].Table == t {
+				names = append(names, name)
+			}
+		}
 	}
-	es, err := listElements(c, setOrder...)
+	es, err := listElements(c, names...)
 	return len(es), err
 }

@@ -126,7 +126,7 @@ func writeElements(add, expire, del []element) error {
 			for n < len(ops) && n < maxMessageElem && ops[n].e.set == ops[0].e.set && (ops[n].expires == 0) == (ops[0].expires == 0) {
 				n++
 			}
-			m, err := elementMessage(ops[0].e.set, ops[0].expires == 0, func(yield func(element, time.Duration) bool) {
+			m, err := elementMessage(sets()[ops[0].e.set].Table, ops[0].e.set, ops[0].expires == 0, func(yield func(element, time.Duration) bool) {
 				for _, o := range ops[:n] {
 					if !yield(o.e, o.expires) {
 						return
@@ -141,14 +141,14 @@ func writeElements(add, expire, del []element) error {
 			ops = ops[n:]
 		}
 		if err := sendBatch(msgs); err != nil {
-			return fmt.Errorf("updating the sets of nftables table inet %s: %w", TableName, err)
+			return fmt.Errorf("updating the sets of nftables tables %s: %w", TableName, err)
 		}
 	}
 	return nil
 }
 
 // elementMessage is one NEWSETELEM (DELSETELEM when del) of a set.
-func elementMessage(set string, del bool, elems func(func(element, time.Duration) bool)) (netlink.Message, error) {
+func elementMessage(t *nftables.Table, set string, del bool, elems func(func(element, time.Duration) bool)) (netlink.Message, error) {
 	var list []netlink.Attribute
 	var err error
 	for e, expires := range elems {
@@ -176,7 +176,7 @@ func elementMessage(set string, del bool, elems func(func(element, time.Duration
 	}
 	return netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | verb), Flags: flags},
-		Data:   append(nfgen(unix.NFPROTO_INET, 0), body...),
+		Data:   append(nfgen(uint8(t.Family), 0), body...),
 	}, nil
 }
 
