@@ -24,6 +24,8 @@ type IsolationResult struct {
 	// Leftover counts the filter's elements beyond the residents' after
 	// the loop: every DEL must remove exactly what its ADD added.
 	Leftover int
+	// Forwarding is the data path's half.
+	Forwarding []ForwardRow
 }
 
 // IsolationMode is one interface mode's pair of rows.
@@ -154,7 +156,7 @@ func (b *bench) isolation() error {
 		b.say("%s: filter's share: ADD %s, DEL %s (budget %s each)", m.Mode, m.addShare(), m.delShare(), ms(isolationBudget))
 	}
 	b.say("%d elements left over", r.Leftover)
-	return nil
+	return b.forwarding()
 }
 
 func (m *IsolationMode) addShare() string { return signedMs(m.With.Add.P50() - m.Without.Add.P50()) }
@@ -187,5 +189,16 @@ func renderIsolation(w *strings.Builder, r *Results) {
 	}
 	p("")
 	p("Budget: at most +%s on each p50. Elements left in the filter after the loop beyond the residents': %d.", ms(isolationBudget), s.Leftover)
+	p("")
+	if len(s.Forwarding) == 0 {
+		return
+	}
+	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d rounds of each with the filter on both nodes and with galactic's tables removed, alternating; medians of the delivered rate. The filters hold the given number of attachments on each node.", forwardRounds)
+	p("")
+	p("| attachments | payload | with the filter | without | ratio | goal |")
+	p("|---|---|---|---|---|---|")
+	for _, f := range s.Forwarding {
+		p("| %s | %d B | %s | %s | %.0f%% | ≥ %.0f%% |", thousands(f.Residents), f.Payload, f.describe(f.With), f.describe(f.Without), 100*f.With/f.Without, 100*forwardGoal)
+	}
 	p("")
 }
