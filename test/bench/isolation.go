@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -24,8 +25,9 @@ type IsolationResult struct {
 	// Leftover counts the filter's elements beyond the residents' after
 	// the loop: every DEL must remove exactly what its ADD added.
 	Leftover int
-	// Forwarding is the data path's half.
-	Forwarding []ForwardRow
+	// Forwarding is the data path's half, medians of ForwardRounds rounds.
+	Forwarding    []ForwardRow
+	ForwardRounds int
 }
 
 // IsolationMode is one interface mode's pair of rows.
@@ -123,9 +125,12 @@ func (b *bench) isolation() error {
 	}
 	defer func() { n.CNIPath = shipped }()
 	total := b.opts.Warmup + b.opts.Iterations
+	// A new order every iteration (seeded: runs compare): what ran just
+	// before (a DEL's deferred kernel work) falls on every row alike.
+	rng := rand.New(rand.NewPCG(21, 21))
 	for i := range total {
-		for j := range rows {
-			row := rows[(i+j)%len(rows)]
+		for _, j := range rng.Perm(len(rows)) {
+			row := rows[j]
 			n.CNIPath = row.cniPath
 			add, err := b.cnitool(n, "add", row.network, row.c, ifName)
 			if err != nil {
@@ -193,7 +198,7 @@ func renderIsolation(w *strings.Builder, r *Results) {
 	if len(s.Forwarding) == 0 {
 		return
 	}
-	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d rounds of each with the filter on both nodes and with galactic's tables removed, alternating; medians of the delivered rate. The filters hold the given number of attachments on each node.", forwardRounds)
+	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d one-second rounds of each with the filter on both nodes and with galactic's tables removed, alternating; medians of the delivered rate. The filters hold the given number of attachments on each node.", s.ForwardRounds)
 	p("")
 	p("| attachments | payload | with the filter | without | ratio | goal |")
 	p("|---|---|---|---|---|---|")
