@@ -410,13 +410,13 @@ func Add(a Attachment, previous ...Attachment) error {
 		stale = append(stale, p.elements()...)
 	}
 	_, del := diff(stale, want, func(e element) bool { return e.iface() == a.Interface })
-	err = writeElements(want, dedupe(del), nil)
+	err = remove(want, dedupe(del))
 	if errors.Is(err, unix.ENOENT) {
 		// A table or set of an older galactic, or flushed since the check.
 		if _, err := ensure(c); err != nil {
 			return err
 		}
-		err = writeElements(want, dedupe(del), nil)
+		err = remove(want, dedupe(del))
 	}
 	if err == nil || errors.Is(err, unix.ENOENT) {
 		return err
@@ -516,7 +516,7 @@ func Remove(iface string, known ...Attachment) error {
 		}
 	}
 	if len(exact) > 0 {
-		err := writeElements(nil, dedupe(exact), nil)
+		err := remove(nil, dedupe(exact))
 		if err == nil || errors.Is(err, unix.ENOENT) {
 			return nil // ENOENT: no table, or no set: nothing to remove
 		}
@@ -533,7 +533,7 @@ func Remove(iface string, known ...Attachment) error {
 		return err
 	}
 	_, del := diff(have, nil, func(e element) bool { return e.iface() == iface })
-	return writeElements(nil, del, nil)
+	return remove(nil, del)
 }
 
 // Check describes what of a's filter the kernel lacks: the table, a chain
@@ -601,7 +601,7 @@ func Sync(atts []Attachment) (SyncResult, error) {
 	}
 	add, del := diff(have, want, func(element) bool { return true })
 	res.Added, res.Removed = len(add), len(del)
-	if err := writeElements(add, del, nil); err == nil || errors.Is(err, unix.ENOENT) {
+	if err := remove(add, del); err == nil || errors.Is(err, unix.ENOENT) {
 		return res, err
 	}
 	// An interval overlapping one being removed: delete those outright.

@@ -177,3 +177,25 @@ func TestSetVTEPsKeepsExactlyTheNextHops(t *testing.T) {
 		}
 	})
 }
+
+func TestARemovedElementExpiresAtOnce(t *testing.T) {
+	inNetns(t, func() {
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range blue().elements() {
+			if left, err := expires(e); err != nil || left < goneAfter {
+				t.Fatalf("%s %s after Add: expires in %v, %v", e.set, e.describe(), left, err)
+			}
+		}
+		if err := Remove(blue().Interface, blue()); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range blue().elements() {
+			// Zero: already gone; else within the removal's expiration.
+			if left, err := expires(e); err != nil || left >= goneAfter {
+				t.Fatalf("%s %s after Remove: expires in %v, %v", e.set, e.describe(), left, err)
+			}
+		}
+	})
+}

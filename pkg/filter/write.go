@@ -2,6 +2,7 @@ package filter
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -212,4 +213,95 @@ func sendBatch(msgs []netlink.Message) error {
 		acks += len(replies)
 	}
 	return nil
+}
+
+// expires reports how long the kernel keeps element e: its remaining
+// expiration, or 0 when it holds no such element.
+func expires(e element) (time.Duration, error) {
+	b, err := elemAttrs(e, 0)
+	if err != nil {
+		return 0, err
+	}
+	list, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: nested(1), Data: b}})
+	if err != nil {
+		return 0, err
+	}
+	t := sets()[e.set].Table
+	body, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: attrListTable, Data: []byte(TableName + "\x00")},
+		{Type: attrListSet, Data: []byte(e.set + "\x00")},
+		{Type: nested(attrListElements), Data: list},
+	})
+	if err != nil {
+		return 0, err
+	}
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return 0, fmt.Errorf("opening nftables netlink: %w", err)
+	}
+	defer c.Close()
+	replies, err := c.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM), Flags: netlink.Request},
+		Data:   append(nfgen(uint8(t.Family), 0), body...),
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range replies {
+		if len(m.Data) < 4 {
+			continue
+		}
+		if d, ok := findExpiration(m.Data[4:]); ok {
+			return d, nil
+		}
+	}
+	return 0, nil
+}
+
+// findExpiration reads NFTA_SET_ELEM_EXPIRATION from a set element
+// message's attributes: the element list, its first element.
+func findExpiration(b []byte) (time.Duration, bool) {
+	for _, t := range []uint16{attrListElements, 1} {
+		inner, ok := attribute(b, t)
+		if !ok {
+			return 0, false
+		}
+		b = inner
+	}
+	v, ok := attribute(b, attrElemExpires)
+	if !ok || len(v) != 8 {
+		return 0, false
+	}
+	return time.Duration(binary.BigEndian.Uint64(v)) * time.Millisecond, true
+}
+
+func attribute(b []byte, typ uint16) ([]byte, bool) {
+	attrs, err := netlink.UnmarshalAttributes(b)
+	if err != nil {
+		return nil, false
+	}
+	for _, a := range attrs {
+		if a.Type&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER) == typ {
+			return a.Data, true
+		}
+	}
+	return nil, false
+}
+
+// remove expires del (and adds add) in one batch, and deletes del instead
+// when the kernel kept the first of them: one that ignores expiration
+// updates of existing elements (before element timeout updates) would
+// otherwise keep every removed element.
+func remove(add, del []element) error {
+	if err := writeElements(add, del, nil); err != nil || len(del) == 0 {
+		return err
+	}
+	left, err := expires(del[0])
+	if err != nil || left < goneAfter {
+		return err
+	}
+	return writeElements(nil, nil, del)
 }
