@@ -167,6 +167,40 @@ func (b *bench) isolation() error {
 func (m *IsolationMode) addShare() string { return signedMs(m.With.Add.P50() - m.Without.Add.P50()) }
 func (m *IsolationMode) delShare() string { return signedMs(m.With.Del.P50() - m.Without.Del.P50()) }
 
+// isolationTargets judges issue 21's: the filter's share of each p50, and
+// forwarding with the filter against without.
+func (r *Results) isolationTargets() []Target {
+	s := r.Isolation
+	if s == nil {
+		return nil
+	}
+	var ts []Target
+	for _, m := range s.Modes {
+		for _, v := range []struct {
+			verb      string
+			with, ref Sample
+		}{{"ADD", m.With.Add, m.Without.Add}, {"DEL", m.With.Del, m.Without.Del}} {
+			d := v.with.P50() - v.ref.P50()
+			t := Target{What: fmt.Sprintf("%s %s p50 with the filter at most %s over without", m.Mode, v.verb, ms(isolationBudget)),
+				Measured: fmt.Sprintf("%s (%s vs %s)", signedMs(d), ms(v.with.P50()), ms(v.ref.P50())), Met: d <= isolationBudget}
+			if !t.Met {
+				t.Miss = ms(d-isolationBudget) + " over"
+			}
+			ts = append(ts, t)
+		}
+	}
+	for _, f := range s.Forwarding {
+		q := f.With / f.Without
+		t := Target{What: fmt.Sprintf("forwarding at %s attachments, %d-byte payloads, with the filter at least %.0f%% of without", thousands(f.Residents), f.Payload, 100*forwardGoal),
+			Measured: fmt.Sprintf("%.0f%%", 100*q), Met: q >= forwardGoal}
+		if !t.Met {
+			t.Miss = fmt.Sprintf("%.0f points under", 100*(forwardGoal-q))
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
 func signedMs(d time.Duration) string {
 	if d < 0 {
 		return "−" + ms(-d)

@@ -158,7 +158,7 @@ func (r *Results) Targets() []Target {
 		}
 		ts = append(ts, t)
 	}
-	return ts
+	return append(ts, r.isolationTargets()...)
 }
 
 // unattributed describes the requests that named no galactic program.
