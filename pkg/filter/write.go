@@ -141,7 +141,17 @@ func writeElements(add, expire, del []element) error {
 			size += len(m.Data)
 			ops = ops[n:]
 		}
-		if err := sendBatch(msgs); err != nil {
+		// EBUSY: a hash set refuses a key whose bucket already holds many
+		// expired copies (one per removal and re-add of the same element
+		// since the kernel's set GC last ran, about every second); the GC
+		// frees them, so wait for it rather than fail.
+		err := sendBatch(msgs)
+		for wait, waited := time.Millisecond, time.Duration(0); errors.Is(err, unix.EBUSY) && waited < 3*time.Second; wait = min(2*wait, 500*time.Millisecond) {
+			time.Sleep(wait)
+			waited += wait
+			err = sendBatch(msgs)
+		}
+		if err != nil {
 			return fmt.Errorf("updating the sets of nftables tables %s: %w", TableName, err)
 		}
 	}
