@@ -1,6 +1,7 @@
-// Package filter keeps galactic's packet filter: one nftables table,
-// `inet galactic`, whose chains and rules are fixed and whose sets hold
-// what changes with the attachments on the node. ADD and DEL add and remove
+// Package filter keeps galactic's packet filter: the nftables tables
+// `inet galactic` and `arp galactic` (ARP passes no inet hook), whose
+// chains and rules are fixed and whose sets hold what changes with the
+// attachments on the node. ADD and DEL add and remove
 // set elements, never rules, so the cost per packet is a few hash or
 // interval lookups whatever the number of attachments.
 //
@@ -12,7 +13,11 @@
 //     or it is ICMPv6 from a link-local or the unspecified source (neighbour
 //     discovery, DAD). Router advertisements, redirects and DHCP server
 //     replies are dropped whatever their source; a veth's frames must carry
-//     the container end's MAC.
+//     the container end's MAC. A neighbour advertisement's target must be
+//     link-local or a source of the attachment; a veth's solicitations and
+//     advertisements carry at most its own MAC as link-layer option.
+//   - arp input: an ARP sender address must be a source of the attachment
+//     (or 0.0.0.0), a veth's sender hardware address its MAC.
 //   - input: from a workload the node accepts neighbour discovery, replies
 //     of connections the node opened, and ICMP echo requests to the
 //     interface's own gateways; everything else addressed to the node
@@ -26,7 +31,9 @@
 //     underlay or any other interface.
 //
 // Every operation runs in one netlink batch, which the kernel applies
-// atomically. Ensure rebuilds the table's rules when they are missing or
+// atomically (a GC pass's large change may take several). Attachment
+// elements carry a timeout and are removed by expiring them, not deleted
+// (write.go says why). Ensure rebuilds the table's rules when they are missing or
 // not galactic's current ones (another agent flushed the ruleset), keeping
 // the sets and their elements; it is safe to call from several processes
 // at once, since each rebuild flushes the table's rules before adding them.

@@ -87,17 +87,17 @@ func (a Attachment) elements() []element {
 	// set, whose updates cost more the more elements it holds.
 	for _, p := range Cover(a.Sources) {
 		key := append(slices.Clone(name), p.Addr().AsSlice()...)
+		// IPv4 sources are also what the workload may claim in ARP.
 		switch {
 		case p.IsSingleIP() && p.Addr().Is4():
-			out = append(out, element{set: setSrc4, key: key})
+			out = append(out, element{set: setSrc4, key: key}, element{set: setARPSrc, key: key})
 		case p.IsSingleIP():
 			out = append(out, element{set: setSrc6, key: key})
+		case p.Addr().Is4():
+			end := append(slices.Clone(name), lastAddr(p).AsSlice()...)
+			out = append(out, element{set: setNet4, key: key, end: end}, element{set: setARPNet, key: key, end: end})
 		default:
-			set := setNet4
-			if p.Addr().Is6() {
-				set = setNet6
-			}
-			out = append(out, element{set: set, key: key, end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
+			out = append(out, element{set: setNet6, key: key, end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
 		}
 	}
 	seen := map[netip.Addr]bool{}
@@ -113,7 +113,8 @@ func (a Attachment) elements() []element {
 		out = append(out, element{set: set, key: append(slices.Clone(name), g.AsSlice()...)})
 	}
 	if len(a.MAC) == 6 {
-		out = append(out, element{set: setMAC, key: append(append(slices.Clone(name), a.MAC...), 0, 0)})
+		key := append(append(slices.Clone(name), a.MAC...), 0, 0)
+		out = append(out, element{set: setMAC, key: key}, element{set: setARPMAC, key: key})
 	}
 	return out
 }
@@ -123,7 +124,7 @@ func (e element) describe() string {
 	name := string(bytes.TrimRight(e.key[:min(len(e.key), unix.IFNAMSIZ)], "\x00"))
 	rest := e.key[min(len(e.key), unix.IFNAMSIZ):]
 	switch e.set {
-	case setMAC:
+	case setMAC, setARPMAC:
 		return fmt.Sprintf("%s . %s", name, net.HardwareAddr(rest[:6]))
 	case setVTEP4, setVTEP6:
 		a, _ := netip.AddrFromSlice(e.key)
@@ -157,11 +158,14 @@ func conn() (*nftables.Conn, error) {
 
 // ruleTag marks each rule with its place, so a changed or partial ruleset
 // is told from galactic's own.
-func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v2", chain, i) }
+func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v3", chain, i) }
 
 // Missing describes what of galactic's table, chains and rules the kernel
 // lacks; empty when everything is in place.
 func Missing() ([]string, error) {
+	if !enabled {
+		return nil, nil
+	}
 	c, err := conn()
 	if err != nil {
 		return nil, err
@@ -170,46 +174,77 @@ func Missing() ([]string, error) {
 }
 
 func missing(c *nftables.Conn) ([]string, error) {
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return []string{"nftables table inet " + TableName + " is missing"}, nil
-		}
-		return nil, fmt.Errorf("reading nftables table inet %s: %w", TableName, err)
-	}
 	var out []string
-	have, err := c.GetSets(table)
-	if err != nil {
-		return nil, fmt.Errorf("listing the sets of inet %s: %w", TableName, err)
+	present := map[*nftables.Table]bool{}
+	have := map[string]*nftables.Set{}
+	for _, t := range tables {
+		name := familyName(t) + " " + TableName
+		if _, err := c.ListTableOfFamily(TableName, t.Family); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				out = append(out, "nftables table "+name+" is missing")
+				continue
+			}
+			return nil, fmt.Errorf("reading nftables table %s: %w", name, err)
+		}
+		present[t] = true
+		ss, err := c.GetSets(t)
+		if err != nil {
+			return nil, fmt.Errorf("listing the sets of %s: %w", name, err)
+		}
+		for _, s := range ss {
+			have[s.Name] = s
+		}
 	}
+	ss := sets()
 	for _, name := range setOrder {
-		if !slices.ContainsFunc(have, func(s *nftables.Set) bool { return s.Name == name }) {
-			out = append(out, fmt.Sprintf("set inet %s %s is missing", TableName, name))
+		want := ss[name]
+		got, ok := have[name]
+		switch {
+		case !present[want.Table]:
+		case !ok:
+			out = append(out, fmt.Sprintf("set %s %s %s is missing", familyName(want.Table), TableName, name))
+		case got.HasTimeout != want.HasTimeout || got.Interval != want.Interval:
+			out = append(out, fmt.Sprintf("set %s %s %s has another definition than galactic's", familyName(want.Table), TableName, name))
 		}
 	}
 	for _, cs := range chains() {
-		rules, err := c.GetRules(table, cs.chain)
+		if !present[cs.chain.Table] {
+			continue
+		}
+		where := fmt.Sprintf("chain %s %s %s", familyName(cs.chain.Table), TableName, cs.chain.Name)
+		rules, err := c.GetRules(cs.chain.Table, cs.chain)
 		if err != nil {
 			if errors.Is(err, unix.ENOENT) {
-				out = append(out, fmt.Sprintf("chain inet %s %s is missing", TableName, cs.chain.Name))
+				out = append(out, where+" is missing")
 				continue
 			}
-			return nil, fmt.Errorf("listing chain inet %s %s: %w", TableName, cs.chain.Name, err)
+			return nil, fmt.Errorf("listing %s: %w", where, err)
 		}
 		ok := len(rules) == len(cs.rules)
 		for i := 0; ok && i < len(rules); i++ {
 			ok = bytes.Equal(rules[i].UserData, ruleTag(cs.chain.Name, i))
 		}
 		if !ok {
-			out = append(out, fmt.Sprintf("chain inet %s %s does not hold galactic's %d rules (has %d)", TableName, cs.chain.Name, len(cs.rules), len(rules)))
+			out = append(out, fmt.Sprintf("%s does not hold galactic's %d rules (has %d)", where, len(cs.rules), len(rules)))
 		}
 	}
 	return out, nil
+}
+
+func familyName(t *nftables.Table) string {
+	if t.Family == nftables.TableFamilyARP {
+		return "arp"
+	}
+	return "inet"
 }
 
 // Ensure puts galactic's table, sets, chains and rules in place when any
 // of them is missing or different, keeping the elements of sets that
 // survive. It reports whether it rebuilt anything.
 func Ensure() (bool, error) {
+	if !enabled {
+		return false, nil
+	}
 	c, err := conn()
 	if err != nil {
 		return false, err
@@ -222,15 +257,21 @@ func ensure(c *nftables.Conn) (bool, error) {
 	if err != nil || len(miss) == 0 {
 		return false, err
 	}
-	if err := build(c); err != nil {
+	err = build(c)
+	if err == nil {
+		if miss, err = missing(c); err == nil && len(miss) > 0 {
+			err = errors.New(strings.Join(miss, "; "))
+		}
+	}
+	if err != nil {
 		// A set of an older definition cannot be changed in place: start
-		// the table afresh; the callers put the elements back.
-		c.DelTable(table)
+		// the tables afresh; the callers put the elements back.
+		delTables(c)
 		if ferr := c.Flush(); ferr != nil && !errors.Is(ferr, unix.ENOENT) {
-			return false, fmt.Errorf("creating nftables table inet %s: %w (and deleting it to start afresh: %v)", TableName, err, ferr)
+			return false, fmt.Errorf("creating nftables tables inet and arp %s: %w (and deleting them to start afresh: %v)", TableName, err, ferr)
 		}
 		if err := build(c); err != nil {
-			return false, fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
+			return false, fmt.Errorf("creating nftables tables inet and arp %s: %w", TableName, err)
 		}
 	}
 	return true, nil
@@ -239,7 +280,9 @@ func ensure(c *nftables.Conn) (bool, error) {
 // build writes the table, sets, chains and rules in one batch; the table's
 // rules are flushed first, so concurrent builds leave one copy.
 func build(c *nftables.Conn) error {
-	c.AddTable(table)
+	for _, t := range tables {
+		c.AddTable(t)
+	}
 	ss := sets()
 	for _, name := range setOrder {
 		if err := c.AddSet(ss[name], nil); err != nil {
@@ -250,39 +293,55 @@ func build(c *nftables.Conn) error {
 	for _, cs := range all {
 		c.AddChain(cs.chain)
 	}
-	c.FlushTable(table)
+	for _, t := range tables {
+		c.FlushTable(t)
+	}
 	for _, cs := range all {
 		for i, exprs := range cs.rules {
-			c.AddRule(&nftables.Rule{Table: table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
+			c.AddRule(&nftables.Rule{Table: cs.chain.Table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
 		}
 	}
 	return c.Flush()
 }
 
-// Delete removes galactic's table (uninstall). A missing table is not an error.
+// Delete removes galactic's tables (uninstall). A missing table is not an error.
 func Delete() error {
 	c, err := conn()
 	if err != nil {
 		return err
 	}
-	c.DelTable(table)
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("deleting nftables table inet %s: %w", TableName, err)
+	for _, t := range tables {
+		c.DelTable(t)
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("deleting nftables table %s %s: %w", familyName(t), TableName, err)
+		}
 	}
 	return nil
 }
 
-// listElements returns the elements of the named sets.
+// delTables deletes both tables in one batch, on c's next Flush. A
+// table that is missing makes the kernel refuse the batch: delete only
+// the present ones.
+func delTables(c *nftables.Conn) {
+	for _, t := range tables {
+		if _, err := c.ListTableOfFamily(TableName, t.Family); err == nil {
+			c.DelTable(t)
+		}
+	}
+}
+
+// listElements returns the elements of the named sets, without those
+// being removed (an expiration set by a removal, not yet reached).
 func listElements(c *nftables.Conn, names ...string) ([]element, error) {
 	var out []element
 	for _, name := range names {
 		s := sets()[name]
 		elems, err := c.GetSetElements(s)
 		if err != nil {
-			return nil, fmt.Errorf("listing set inet %s %s: %w", TableName, name, err)
+			return nil, fmt.Errorf("listing set %s %s %s: %w", familyName(s.Table), TableName, name, err)
 		}
 		for _, e := range elems {
-			if e.IntervalEnd {
+			if e.IntervalEnd || (s.HasTimeout && e.Expires < goneAfter) {
 				continue
 			}
 			el := element{set: name, key: e.Key}
@@ -295,7 +354,7 @@ func listElements(c *nftables.Conn, names ...string) ([]element, error) {
 	return out, nil
 }
 
-var attachmentSets = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC}
+var attachmentSets = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC, setARPSrc, setARPNet, setARPMAC}
 
 func toSetElements(es []element) map[string][]nftables.SetElement {
 	out := map[string][]nftables.SetElement{}
@@ -305,7 +364,8 @@ func toSetElements(es []element) map[string][]nftables.SetElement {
 	return out
 }
 
-// apply adds and deletes elements in one batch.
+// apply adds and deletes VTEP elements in one batch. Attachment elements
+// go through writeElements.
 func apply(c *nftables.Conn, add, del []element) error {
 	if len(add) == 0 && len(del) == 0 {
 		return nil
@@ -322,7 +382,7 @@ func apply(c *nftables.Conn, add, del []element) error {
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("updating the sets of nftables table inet %s: %w", TableName, err)
+		return fmt.Errorf("updating the sets of nftables table %s: %w", TableName, err)
 	}
 	return nil
 }
@@ -330,10 +390,13 @@ func apply(c *nftables.Conn, add, del []element) error {
 // Add restores the table if it is gone and adds a's elements. previous
 // are what the node's records say the interface had before (a re-ADD, a
 // replacement); their elements a does not have are removed in the same
-// batch. Without an exact previous (an interface whose earlier ADD was
-// interrupted, say) Add falls back to reading the sets and replacing
-// every element of the interface.
+// batch. Elements of the interface no record names (an ADD interrupted
+// before its record was written) are left to the GC's pass, which removes
+// whatever no record holds.
 func Add(a Attachment, previous ...Attachment) error {
+	if !enabled {
+		return nil
+	}
 	c, err := conn()
 	if err != nil {
 		return err
@@ -347,15 +410,40 @@ func Add(a Attachment, previous ...Attachment) error {
 		stale = append(stale, p.elements()...)
 	}
 	_, del := diff(stale, want, func(e element) bool { return e.iface() == a.Interface })
-	if err := apply(c, want, dedupe(del)); err == nil {
-		return nil
+	err = remove(want, dedupe(del))
+	if errors.Is(err, unix.ENOENT) {
+		// A table or set of an older galactic, or flushed since the check.
+		if _, err := ensure(c); err != nil {
+			return err
+		}
+		err = remove(want, dedupe(del))
 	}
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	// The kernel refused an interval overlapping one the sets hold (a new
+	// prefix inside a removed one, or records and sets diverged): replace
+	// every element of the interface from what the sets hold, deleting
+	// the intervals outright.
 	have, err := listElements(c, attachmentSets...)
 	if err != nil {
 		return err
 	}
-	add, del := diff(have, want, func(e element) bool { return e.iface() == a.Interface })
-	return apply(c, add, del)
+	_, del = diff(have, want, func(e element) bool { return e.iface() == a.Interface })
+	expire, intervals := splitIntervals(del)
+	return writeElements(want, expire, intervals)
+}
+
+// splitIntervals separates interval elements from the others.
+func splitIntervals(es []element) (others, intervals []element) {
+	for _, e := range es {
+		if len(e.end) > 0 {
+			intervals = append(intervals, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	return others, intervals
 }
 
 func dedupe(es []element) []element {
@@ -371,17 +459,15 @@ func dedupe(es []element) []element {
 }
 
 // ensureQuick restores the table when it or its prerouting rules are gone
-// (a flush): two reads instead of Ensure's full comparison, which CHECK,
+// (a flush): one read instead of Ensure's full comparison, which CHECK,
 // the GC and the router make.
 func ensureQuick(c *nftables.Conn) error {
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err == nil {
-		for _, cs := range chains() {
-			if cs.chain.Name != "prerouting" {
-				continue
-			}
-			if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
-				return nil
-			}
+	for _, cs := range chains() {
+		if cs.chain.Name != "prerouting" {
+			continue
+		}
+		if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
+			return nil
 		}
 	}
 	_, err := ensure(c)
@@ -414,16 +500,13 @@ func diff(have, want []element, mine func(element) bool) (add, del []element) {
 	return add, del
 }
 
-// Remove deletes every element of the interface; what is already gone,
+// Remove removes every element of the interface; what is already gone,
 // the table included, is not an error. known are the attachments the
-// node's records say the interface had: when their elements are all
-// there, they are deleted without reading the sets.
+// node's records say the interface had: their elements are removed
+// without reading the sets, unless the kernel refuses that (records and
+// sets diverged).
 func Remove(iface string, known ...Attachment) error {
-	c, err := conn()
-	if err != nil {
-		return err
-	}
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
+	if !enabled {
 		return nil
 	}
 	var exact []element
@@ -432,7 +515,17 @@ func Remove(iface string, known ...Attachment) error {
 			exact = append(exact, k.elements()...)
 		}
 	}
-	if len(exact) > 0 && apply(c, nil, dedupe(exact)) == nil {
+	if len(exact) > 0 {
+		err := remove(nil, dedupe(exact))
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil // ENOENT: no table, or no set: nothing to remove
+		}
+	}
+	c, err := conn()
+	if err != nil {
+		return err
+	}
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
 		return nil
 	}
 	have, err := listElements(c, attachmentSets...)
@@ -440,12 +533,15 @@ func Remove(iface string, known ...Attachment) error {
 		return err
 	}
 	_, del := diff(have, nil, func(e element) bool { return e.iface() == iface })
-	return apply(c, nil, del)
+	return remove(nil, del)
 }
 
 // Check describes what of a's filter the kernel lacks: the table, a chain
 // or rules, or one of its elements. Nil when everything is in place.
 func Check(a Attachment) error {
+	if !enabled {
+		return nil
+	}
 	c, err := conn()
 	if err != nil {
 		return err
@@ -461,10 +557,10 @@ func Check(a Attachment) error {
 		}
 		add, del := diff(have, a.elements(), func(e element) bool { return e.iface() == a.Interface })
 		for _, e := range add {
-			miss = append(miss, fmt.Sprintf("set inet %s %s lacks %s", TableName, e.set, e.describe()))
+			miss = append(miss, fmt.Sprintf("set %s %s %s lacks %s", familyName(sets()[e.set].Table), TableName, e.set, e.describe()))
 		}
 		for _, e := range del {
-			miss = append(miss, fmt.Sprintf("set inet %s %s has %s, which the attachment does not allow", TableName, e.set, e.describe()))
+			miss = append(miss, fmt.Sprintf("set %s %s %s has %s, which the attachment does not allow", familyName(sets()[e.set].Table), TableName, e.set, e.describe()))
 		}
 	}
 	if len(miss) > 0 {
@@ -484,6 +580,9 @@ type SyncResult struct {
 // interfaces atts does not name. Attachments sharing an interface (a
 // replacement and its predecessor) add up.
 func Sync(atts []Attachment) (SyncResult, error) {
+	if !enabled {
+		return SyncResult{}, nil
+	}
 	var res SyncResult
 	c, err := conn()
 	if err != nil {
@@ -502,12 +601,20 @@ func Sync(atts []Attachment) (SyncResult, error) {
 	}
 	add, del := diff(have, want, func(element) bool { return true })
 	res.Added, res.Removed = len(add), len(del)
-	return res, apply(c, add, del)
+	if err := remove(add, del); err == nil || errors.Is(err, unix.ENOENT) {
+		return res, err
+	}
+	// An interval overlapping one being removed: delete those outright.
+	expire, intervals := splitIntervals(del)
+	return res, writeElements(add, expire, intervals)
 }
 
 // SetVTEPs makes the VTEP sets exactly vteps (galactic-router's installed
 // next hops), restoring the table first when it is missing.
 func SetVTEPs(vteps []netip.Addr) (SyncResult, error) {
+	if !enabled {
+		return SyncResult{}, nil
+	}
 	var res SyncResult
 	c, err := conn()
 	if err != nil {
@@ -534,16 +641,24 @@ func SetVTEPs(vteps []netip.Addr) (SyncResult, error) {
 	return res, apply(c, add, del)
 }
 
-// Elements counts the elements of every set of the table; a missing table
-// counts none.
+// Elements counts the elements of every set of the tables; a missing
+// table counts none.
 func Elements() (int, error) {
 	c, err := conn()
 	if err != nil {
 		return 0, err
 	}
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
-		return 0, nil
+	var names []string
+	for _, t := range tables {
+		if _, err := c.ListTableOfFamily(TableName, t.Family); errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		for _, name := range setOrder {
+			if sets()[name].Table == t {
+				names = append(names, name)
+			}
+		}
 	}
-	es, err := listElements(c, setOrder...)
+	es, err := listElements(c, names...)
 	return len(es), err
 }

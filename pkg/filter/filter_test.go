@@ -66,8 +66,8 @@ func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 				t.Fatalf("CHECK after ADD: %v", err)
 			}
 		}
-		if n, err := Elements(); err != nil || n != 8 {
-			t.Fatalf("elements = %d, %v; want 8", n, err)
+		if n, err := Elements(); err != nil || n != 12 {
+			t.Fatalf("elements = %d, %v; want 12 (blue 9 with its ARP elements, red 3)", n, err)
 		}
 		// A re-ADD with other sources replaces those of the previous record.
 		narrowed := blue()
@@ -97,8 +97,8 @@ func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 		if err := Remove(narrowed.Interface); err != nil {
 			t.Fatalf("a second Remove: %v", err)
 		}
-		if n, err := Elements(); err != nil || n != 2 {
-			t.Fatalf("elements after removing blue = %d, %v; want red's 2", n, err)
+		if n, err := Elements(); err != nil || n != 3 {
+			t.Fatalf("elements after removing blue = %d, %v; want red's 3", n, err)
 		}
 		if err := Check(red); err != nil {
 			t.Fatalf("red's filter after blue's DEL: %v", err)
@@ -130,8 +130,8 @@ func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Rebuilt || res.Added != 6 || res.Removed != 1 {
-			t.Fatalf("Sync = %+v, want 6 added and the leftover removed (the table was rebuilt by the leftover's ADD)", res)
+		if res.Rebuilt || res.Added != 9 || res.Removed != 2 {
+			t.Fatalf("Sync = %+v, want 9 added and the leftover's 2 removed (the table was rebuilt by the leftover's ADD)", res)
 		}
 		if err := Check(blue()); err != nil {
 			t.Fatalf("CHECK after Sync: %v", err)
@@ -174,6 +174,28 @@ func TestSetVTEPsKeepsExactlyTheNextHops(t *testing.T) {
 		}
 		if n, err := Elements(); err != nil || n != 1 {
 			t.Fatalf("elements = %d, %v", n, err)
+		}
+	})
+}
+
+func TestARemovedElementExpiresAtOnce(t *testing.T) {
+	inNetns(t, func() {
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range blue().elements() {
+			if left, err := expires(e); err != nil || left < goneAfter {
+				t.Fatalf("%s %s after Add: expires in %v, %v", e.set, e.describe(), left, err)
+			}
+		}
+		if err := Remove(blue().Interface, blue()); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range blue().elements() {
+			// Zero: already gone; else within the removal's expiration.
+			if left, err := expires(e); err != nil || left >= goneAfter {
+				t.Fatalf("%s %s after Remove: expires in %v, %v", e.set, e.describe(), left, err)
+			}
 		}
 	})
 }

@@ -33,6 +33,11 @@ const (
 	setMAC   = "workload_mac"
 	setVTEP4 = "vtep4"
 	setVTEP6 = "vtep6"
+	// The arp table's: ARP never reaches the inet family's hooks, and a
+	// rule can look up only its own table's sets.
+	setARPSrc = "arp_src4"
+	setARPNet = "arp_net4"
+	setARPMAC = "arp_mac"
 )
 
 // metaSDIFNAME is NFT_META_SDIFNAME: the enslaved device a packet arrived
@@ -58,30 +63,44 @@ const (
 	icmp6Redirect     = 137
 )
 
-var table = &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+var (
+	table    = &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+	arpTable = &nftables.Table{Name: TableName, Family: nftables.TableFamilyARP}
+	tables   = []*nftables.Table{table, arpTable}
+)
+
+// nfArpIn is NF_ARP_IN, the arp family's input hook (google/nftables
+// names only the inet hooks, whose input is another number).
+var nfArpIn = nftables.ChainHookRef(0)
 
 func concat(t ...nftables.SetDatatype) nftables.SetDatatype { return nftables.MustConcatSetType(t...) }
 
 // sets are the table's sets; their elements are the node's state.
 func sets() map[string]*nftables.Set {
-	mk := func(name string, key nftables.SetDatatype, interval bool) *nftables.Set {
-		return &nftables.Set{Table: table, Name: name, KeyType: key, Interval: interval, Concatenation: len(nftables.ConcatSetTypeElements(key)) > 1}
+	in := func(t *nftables.Table) func(string, nftables.SetDatatype, bool) *nftables.Set {
+		return func(name string, key nftables.SetDatatype, interval bool) *nftables.Set {
+			return &nftables.Set{Table: t, Name: name, KeyType: key, Interval: interval, HasTimeout: true, Concatenation: len(nftables.ConcatSetTypeElements(key)) > 1}
+		}
 	}
+	mk, arp := in(table), in(arpTable)
 	return map[string]*nftables.Set{
-		setSrc4:  mk(setSrc4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
-		setSrc6:  mk(setSrc6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
-		setNet4:  mk(setNet4, concat(nftables.TypeIFName, nftables.TypeIPAddr), true),
-		setNet6:  mk(setNet6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), true),
-		setGw4:   mk(setGw4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
-		setGw6:   mk(setGw6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
-		setMAC:   mk(setMAC, concat(nftables.TypeIFName, nftables.TypeEtherAddr), false),
-		setVTEP4: {Table: table, Name: setVTEP4, KeyType: nftables.TypeIPAddr},
-		setVTEP6: {Table: table, Name: setVTEP6, KeyType: nftables.TypeIP6Addr},
+		setSrc4:   mk(setSrc4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
+		setSrc6:   mk(setSrc6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
+		setNet4:   mk(setNet4, concat(nftables.TypeIFName, nftables.TypeIPAddr), true),
+		setNet6:   mk(setNet6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), true),
+		setGw4:    mk(setGw4, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
+		setGw6:    mk(setGw6, concat(nftables.TypeIFName, nftables.TypeIP6Addr), false),
+		setMAC:    mk(setMAC, concat(nftables.TypeIFName, nftables.TypeEtherAddr), false),
+		setVTEP4:  {Table: table, Name: setVTEP4, KeyType: nftables.TypeIPAddr},
+		setVTEP6:  {Table: table, Name: setVTEP6, KeyType: nftables.TypeIP6Addr},
+		setARPSrc: arp(setARPSrc, concat(nftables.TypeIFName, nftables.TypeIPAddr), false),
+		setARPNet: arp(setARPNet, concat(nftables.TypeIFName, nftables.TypeIPAddr), true),
+		setARPMAC: arp(setARPMAC, concat(nftables.TypeIFName, nftables.TypeEtherAddr), false),
 	}
 }
 
 // setOrder is the order sets are created in.
-var setOrder = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC, setVTEP4, setVTEP6}
+var setOrder = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC, setVTEP4, setVTEP6, setARPSrc, setARPNet, setARPMAC}
 
 // chainSpec is one chain and its rules, each rule a list of expressions.
 type chainSpec struct {
@@ -97,6 +116,8 @@ func baseChain(name string, hook *nftables.ChainHook, prio nftables.ChainPriorit
 }
 
 func regularChain(name string) *nftables.Chain { return &nftables.Chain{Name: name, Table: table} }
+
+func inARP(c *nftables.Chain) *nftables.Chain { c.Table = arpTable; return c }
 
 // Expression helpers. Each returns the expressions of one match.
 
@@ -167,6 +188,23 @@ func ifAddrIn(key expr.MetaKey, v6, dst bool, set string) []expr.Any {
 		&expr.Payload{DestRegister: regField, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
 		&expr.Lookup{SourceRegister: reg1, SetName: set},
 	})
+}
+
+// ifFieldIn matches `iifname . <base>[off:off+n] @set`, or its negation.
+func ifFieldIn(base expr.PayloadBase, off, n uint32, set string, invert bool) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+		&expr.Payload{DestRegister: regField, Base: base, Offset: off, Len: n},
+		&expr.Lookup{SourceRegister: reg1, SetName: set, Invert: invert},
+	}
+}
+
+// field compares <base>[off:off+len(v)] with v.
+func field(base expr.PayloadBase, off uint32, op expr.CmpOp, v []byte) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: base, Offset: off, Len: uint32(len(v))},
+		&expr.Cmp{Op: op, Register: reg1, Data: v},
+	}
 }
 
 // addrIn matches `saddr @set`.
@@ -257,8 +295,57 @@ func toNode(name string, key expr.MetaKey) chainSpec {
 	}}
 }
 
+// Offsets in an ARP header (Ethernet/IPv4) and in an ICMPv6 neighbour
+// solicitation or advertisement.
+const (
+	arpFormat   = 2  // htype's end: ptype, hlen, plen
+	arpSHA      = 8  // sender hardware address
+	arpSPA      = 14 // sender protocol address
+	ndTarget    = 8  // target address of an NS or NA
+	ndOption    = 24 // the first option: type, length, link-layer address
+	ndOptionMAC = 26
+	ip6PayLen   = 4 // IPv6 payload length in the network header
+)
+
+// arpChains bind what a workload claims in ARP: the sender address must be
+// one of the attachment's IPv4 sources (or 0.0.0.0, a probe), and a
+// veth's sender hardware address its container end's MAC.
+func arpChains() []chainSpec {
+	workload := chainSpec{chain: inARP(regularChain("arp_workload")), rules: [][]expr.Any{
+		// Ethernet and IPv4 only, so the offsets below are the fields.
+		rule(field(expr.PayloadBaseNetworkHeader, arpFormat, expr.CmpOpNeq, []byte{0x08, 0x00, 6, 4}), drop),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), ifFieldIn(expr.PayloadBaseNetworkHeader, arpSHA, 6, setARPMAC, true), drop),
+		rule(field(expr.PayloadBaseNetworkHeader, arpSPA, expr.CmpOpEq, make([]byte, 4)), accept),
+		rule(ifFieldIn(expr.PayloadBaseNetworkHeader, arpSPA, 4, setARPSrc, false), accept),
+		rule(ifFieldIn(expr.PayloadBaseNetworkHeader, arpSPA, 4, setARPNet, false), accept),
+		rule(drop),
+	}}
+	input := chainSpec{chain: inARP(baseChain("arp_input", nfArpIn, nftables.ChainPriority(0))), rules: [][]expr.Any{
+		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("arp_workload")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), jump("arp_workload")),
+	}}
+	return []chainSpec{workload, input}
+}
+
 // chains is the whole ruleset, in the order it is created.
 func chains() []chainSpec {
+	// An advertisement may name as its target only an address the
+	// attachment may send from, or a link-local one.
+	ndTargetChain := chainSpec{chain: regularChain("nd_target"), rules: [][]expr.Any{
+		rule(field(expr.PayloadBaseTransportHeader, ndTarget, expr.CmpOpEq, []byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0}), verdict(expr.VerdictReturn)),
+		rule(ifFieldIn(expr.PayloadBaseTransportHeader, ndTarget, 16, setSrc6, false), verdict(expr.VerdictReturn)),
+		rule(ifFieldIn(expr.PayloadBaseTransportHeader, ndTarget, 16, setNet6, false), verdict(expr.VerdictReturn)),
+		rule(drop),
+	}}
+	// A veth's solicitation or advertisement carries no option or one
+	// link-layer address option, and that is the container end's MAC.
+	ndLLAddr := chainSpec{chain: regularChain("nd_lladdr"), rules: [][]expr.Any{
+		rule(field(expr.PayloadBaseNetworkHeader, ip6PayLen, expr.CmpOpEq, []byte{0, ndOption}), verdict(expr.VerdictReturn)),
+		rule(field(expr.PayloadBaseNetworkHeader, ip6PayLen, expr.CmpOpNeq, []byte{0, ndOption + 8}), drop),
+		rule(field(expr.PayloadBaseTransportHeader, ndOption, expr.CmpOpEq, []byte{1, 1}), ifFieldIn(expr.PayloadBaseTransportHeader, ndOptionMAC, 6, setMAC, false), verdict(expr.VerdictReturn)),
+		rule(field(expr.PayloadBaseTransportHeader, ndOption, expr.CmpOpEq, []byte{2, 1}), ifFieldIn(expr.PayloadBaseTransportHeader, ndOptionMAC, 6, setMAC, false), verdict(expr.VerdictReturn)),
+		rule(drop),
+	}}
 	workload := chainSpec{chain: regularChain("workload"), rules: [][]expr.Any{
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), macNotIn(), drop),
 		rule(icmpType(true, icmp6RouterAdvert), drop),
@@ -266,8 +353,12 @@ func chains() []chainSpec {
 		rule(icmpType(false, icmpRedirect), drop),
 		rule(udpPort(false, 67), drop),
 		rule(udpPort(false, 547), drop),
-		rule(linkLocalSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
+		// DAD: a solicitation from :: announces nothing.
 		rule(unspecifiedSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
+		rule(icmpType(true, icmp6NeighAdvert), jump("nd_target")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), icmpType(true, icmp6NeighSolicit), jump("nd_lladdr")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), icmpType(true, icmp6NeighAdvert), jump("nd_lladdr")),
+		rule(linkLocalSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setSrc4), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setSrc6), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setNet4), accept),
@@ -309,5 +400,5 @@ func chains() []chainSpec {
 		rule(namePrefix(expr.MetaKeyOIFNAME, vethPrefix), drop),
 	}}
 	// Regular chains first: base chains jump to them.
-	return []chainSpec{workload, toNode("to_node", expr.MetaKeyIIFNAME), toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, prerouting, input, forward}
+	return append([]chainSpec{ndTargetChain, ndLLAddr, workload, toNode("to_node", expr.MetaKeyIIFNAME), toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, prerouting, input, forward}, arpChains()...)
 }

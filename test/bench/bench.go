@@ -104,6 +104,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		{"Routing", b.routing},
 		{"live migration", b.liveMigration},
 		{"cluster pod start", b.clusterPodStart},
+		{"tenant isolation", b.isolation},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {

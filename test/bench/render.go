@@ -32,6 +32,8 @@ type Results struct {
 	Migration []*MigrationResult
 	// Cluster is pod start through the harness cluster.
 	Cluster *ClusterBench
+	// Isolation is the packet filter's share of ADD and DEL.
+	Isolation *IsolationResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -158,7 +160,7 @@ func (r *Results) Targets() []Target {
 		}
 		ts = append(ts, t)
 	}
-	return ts
+	return append(ts, r.isolationTargets()...)
 }
 
 // unattributed describes the requests that named no galactic program.
@@ -219,6 +221,7 @@ func Render(r *Results) string {
 	renderRouting(&w, r)
 	renderMigration(&w, r)
 	renderCluster(&w, r)
+	renderIsolation(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()

@@ -15,7 +15,44 @@ import (
 const (
 	EtherTypeIPv4 = 0x0800
 	EtherTypeIPv6 = 0x86dd
+	EtherTypeARP  = 0x0806
 )
+
+// ARP operations.
+const (
+	ARPRequest = 1
+	ARPReply   = 2
+)
+
+// ARP is an Ethernet/IPv4 ARP message (an EtherTypeARP payload): op,
+// then sender and target hardware and protocol addresses.
+func ARP(op uint16, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) []byte {
+	b := []byte{0, 1, 0x08, 0x00, 6, 4}
+	b = binary.BigEndian.AppendUint16(b, op)
+	b = append(append(b, sha[:6]...), spa.AsSlice()...)
+	return append(append(b, tha[:6]...), tpa.AsSlice()...)
+}
+
+// NeighborSolicitation asks for target's link-layer address, from src to
+// target's solicited-node group, with a source link-layer option of sll
+// (none when nil).
+func NeighborSolicitation(src, target netip.Addr, sll net.HardwareAddr) []byte {
+	t := target.As16()
+	group := netip.AddrFrom16([16]byte{0xff, 0x02, 11: 1, 12: 0xff, 13: t[13], 14: t[14], 15: t[15]})
+	body := append([]byte{0, 0, 0, 0}, t[:]...)
+	if sll != nil {
+		body = append(append(body, 1, 1), sll...)
+	}
+	return ICMP(src, group, 135, 0, body)
+}
+
+// NeighborAdvertisement is an unsolicited advertisement with the override
+// flag, from src to all nodes, that target is at tll.
+func NeighborAdvertisement(src, target netip.Addr, tll net.HardwareAddr) []byte {
+	body := append([]byte{0x20, 0, 0, 0}, target.AsSlice()...)
+	body = append(append(body, 2, 1), tll...)
+	return ICMP(src, netip.MustParseAddr("ff02::1"), 136, 0, body)
+}
 
 // IP protocol numbers.
 const (

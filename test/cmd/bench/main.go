@@ -22,7 +22,7 @@ func main() {
 	quick := flag.Bool("quick", false, "development run: fewer iterations, GC sizes up to 1,000, fewer churn pairs")
 	out := flag.String("out", filepath.Join(harness.RepoRoot(), "docs", "benchmarks.md"), "Markdown report to write; empty writes none")
 	iterations := flag.Int("iterations", 0, "chain latency iterations per chain (default 200, quick 30)")
-	only := flag.String("only", "", `run only this section ("chain latency", "API requests per operation", "plugin process cost", "churn", "GC pass scaling", "VM boot", "pod sandbox start", "Routing"), for development`)
+	only := flag.String("only", "", `run only this section ("chain latency", "API requests per operation", "plugin process cost", "churn", "GC pass scaling", "VM boot", "pod sandbox start", "Routing", "live migration", "tenant isolation"), for development`)
 	gcProfile := flag.String("gc-profile", "", "write a CPU profile of one in-process GC pass at the largest size to this file")
 	flag.Parse()
 	if os.Geteuid() != 0 {

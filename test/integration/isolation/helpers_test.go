@@ -124,6 +124,12 @@ func (w *workload) sendFrom(t *testing.T, mac net.HardwareAddr, packets ...[]byt
 		}
 		frames = append(frames, packet.Ethernet(w.hostMAC, mac, et, p))
 	}
+	w.sendFrames(t, frames...)
+}
+
+// sendFrames sends whole frames from the workload.
+func (w *workload) sendFrames(t *testing.T, frames ...[]byte) {
+	t.Helper()
 	if w.tap != nil {
 		for _, f := range frames {
 			if _, err := w.tap.Write(f); err != nil {

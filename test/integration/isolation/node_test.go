@@ -474,8 +474,9 @@ func TestAFlushedRulesetFailsCheckNamingWhatIsMissingAndTheNextGCPassRestoresIt(
 	}
 	before := elements(t, n)
 	n.MustGC(t)
-	if after := elements(t, n); after != before-1 {
-		t.Fatalf("the GC pass should remove the one leftover element: %d before, %d after", before, after)
+	// Its source, in the inet and the arp table.
+	if after := elements(t, n); after != before-2 {
+		t.Fatalf("the GC pass should remove the leftover's two elements: %d before, %d after", before, after)
 	}
 }
 
@@ -495,9 +496,10 @@ func TestFiveHundredADDAndDELPairsLeaveNoSetElementBehind(t *testing.T) {
 			t.Fatalf("ADD %d: %v", i, err)
 		}
 		if i == 0 {
-			// Addresses and prefix, two gateways, the MAC.
-			if k := elements(t, n); k != 6 {
-				t.Fatalf("one attachment should have 6 elements, has %d", k)
+			// Addresses and prefix, two gateways, the MAC, and the ARP
+			// table's IPv4 address, prefix and MAC.
+			if k := elements(t, n); k != 9 {
+				t.Fatalf("one attachment should have 9 elements, has %d", k)
 			}
 		}
 		if err := cni.Del(ctx, rt); err != nil {

@@ -1,0 +1,243 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/galactic-cni/galactic/pkg/filter"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+// IsolationResult is the packet filter's share of a chain's ADD and DEL:
+// galactic-cni as shipped and built without the filter (the
+// galactic_nofilter tag, bench only), interleaved in one loop on a node
+// whose filter already holds Residents attachments.
+type IsolationResult struct {
+	Residents int
+	Modes     []*IsolationMode
+	// Leftover counts the filter's elements beyond the residents' after
+	// the loop: every DEL must remove exactly what its ADD added.
+	Leftover int
+	// Forwarding is the data path's half, medians of ForwardRounds rounds.
+	Forwarding    []ForwardRow
+	ForwardRounds int
+}
+
+// IsolationMode is one interface mode's pair of rows.
+type IsolationMode struct {
+	Mode          string
+	With, Without ChainResult
+}
+
+const (
+	isolationVPC       = "iso"
+	isolationResidents = 1000
+	// isolationBudget is issue 21's: the filter adds at most this to the
+	// p50 of ADD and of DEL.
+	isolationBudget = time.Millisecond
+)
+
+// isolation runs the "tenant isolation" section.
+func (b *bench) isolation() error {
+	r := &IsolationResult{Residents: isolationResidents}
+	for _, mode := range []string{names.ModeTap, names.ModeVeth} {
+		r.Modes = append(r.Modes, &IsolationMode{Mode: mode,
+			With:    ChainResult{Name: mode + ", filter", Plugins: "galactic-cni"},
+			Without: ChainResult{Name: mode + ", no filter (bench build)", Plugins: "galactic-cni -tags galactic_nofilter"}})
+	}
+	b.res.Isolation = r
+	noFilter := filepath.Join(b.dir, "nofilter")
+	cmd := exec.Command("go", "build", "-tags", "galactic_nofilter", "-o", noFilter+"/", "./plugins/galactic-cni")
+	cmd.Dir = harness.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building galactic-cni without the filter: %v\n%s", err, out)
+	}
+	n, err := b.newNode("iso")
+	if err != nil {
+		return err
+	}
+	// A resident attachment keeps the VPC's routing domain on the node:
+	// the loop measures attaching to a VPC, not creating it.
+	if err := n.WriteConflistFile(galacticConf("iso-resident", isolationVPC, "resident", false, false)); err != nil {
+		return err
+	}
+	rc, err := b.container()
+	if err != nil {
+		return err
+	}
+	if _, err := b.cnitool(n, "add", "iso-resident", rc, ifName); err != nil {
+		return err
+	}
+	defer b.cnitool(n, "del", "iso-resident", rc, ifName)
+	// Residents stand for the node's other workloads: the sets the ADD
+	// and DEL change hold this many attachments' elements.
+	var before int
+	if err := n.Do(func() error {
+		for i := range isolationResidents {
+			a := filter.Attachment{
+				Interface: fmt.Sprintf("gt%013x", i),
+				Sources: []netip.Prefix{
+					netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 21, byte(i >> 8), byte(i)}), 32),
+					netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0x21, 14: byte(i >> 8), 15: byte(i)}), 128),
+				},
+				Gateways: []netip.Addr{netip.MustParseAddr("10.21.0.1"), netip.MustParseAddr("fd21::1")},
+			}
+			if err := filter.Add(a); err != nil {
+				return err
+			}
+		}
+		before, err = filter.Elements()
+		return err
+	}); err != nil {
+		return fmt.Errorf("filling the filter: %w", err)
+	}
+	shipped := n.CNIPath
+	type row struct {
+		res     *ChainResult
+		network string
+		mode    string
+		cniPath string
+		c       *harness.Netns
+	}
+	var rows []*row
+	for _, m := range r.Modes {
+		rows = append(rows,
+			&row{&m.With, "iso-filter-" + m.Mode, m.Mode, shipped, nil},
+			&row{&m.Without, "iso-nofilter-" + m.Mode, m.Mode, noFilter + string(os.PathListSeparator) + shipped, nil})
+	}
+	for _, rw := range rows {
+		conf := galacticConf(rw.network, isolationVPC, rw.network, false, false)
+		conf["plugins"].([]any)[0].(map[string]any)["mode"] = rw.mode
+		if err := n.WriteConflistFile(conf); err != nil {
+			return err
+		}
+		if rw.c, err = b.container(); err != nil {
+			return err
+		}
+	}
+	defer func() { n.CNIPath = shipped }()
+	total := b.opts.Warmup + b.opts.Iterations
+	// A new order every iteration (seeded: runs compare): what ran just
+	// before (a DEL's deferred kernel work) falls on every row alike.
+	rng := rand.New(rand.NewPCG(21, 21))
+	for i := range total {
+		for _, j := range rng.Perm(len(rows)) {
+			row := rows[j]
+			n.CNIPath = row.cniPath
+			add, err := b.cnitool(n, "add", row.network, row.c, ifName)
+			if err != nil {
+				return err
+			}
+			del, err := b.cnitool(n, "del", row.network, row.c, ifName)
+			if err != nil {
+				return err
+			}
+			if i >= b.opts.Warmup {
+				row.res.Add = append(row.res.Add, add.Wall)
+				row.res.Del = append(row.res.Del, del.Wall)
+			}
+		}
+	}
+	n.CNIPath = shipped
+	if err := n.Do(func() error {
+		after, err := filter.Elements()
+		r.Leftover = after - before
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, m := range r.Modes {
+		for _, c := range []*ChainResult{&m.With, &m.Without} {
+			b.say("%-32s ADD p50 %s  DEL p50 %s", c.Name, ms(c.Add.P50()), ms(c.Del.P50()))
+		}
+		b.say("%s: filter's share: ADD %s, DEL %s (budget %s each)", m.Mode, m.addShare(), m.delShare(), ms(isolationBudget))
+	}
+	b.say("%d elements left over", r.Leftover)
+	return b.forwarding()
+}
+
+func (m *IsolationMode) addShare() string { return signedMs(m.With.Add.P50() - m.Without.Add.P50()) }
+func (m *IsolationMode) delShare() string { return signedMs(m.With.Del.P50() - m.Without.Del.P50()) }
+
+// isolationTargets judges issue 21's: the filter's share of each p50, and
+// forwarding with the filter against without.
+func (r *Results) isolationTargets() []Target {
+	s := r.Isolation
+	if s == nil {
+		return nil
+	}
+	var ts []Target
+	for _, m := range s.Modes {
+		for _, v := range []struct {
+			verb      string
+			with, ref Sample
+		}{{"ADD", m.With.Add, m.Without.Add}, {"DEL", m.With.Del, m.Without.Del}} {
+			d := v.with.P50() - v.ref.P50()
+			t := Target{What: fmt.Sprintf("%s %s p50 with the filter at most %s over without", m.Mode, v.verb, ms(isolationBudget)),
+				Measured: fmt.Sprintf("%s (%s vs %s)", signedMs(d), ms(v.with.P50()), ms(v.ref.P50())), Met: d <= isolationBudget}
+			if !t.Met {
+				t.Miss = ms(d-isolationBudget) + " over"
+			}
+			ts = append(ts, t)
+		}
+	}
+	for _, f := range s.Forwarding {
+		q := f.With / f.Without
+		t := Target{What: fmt.Sprintf("forwarding at %s attachments, %d-byte payloads, with the filter at least %.0f%% of without", thousands(f.Residents), f.Payload, 100*forwardGoal),
+			Measured: fmt.Sprintf("%.0f%%", 100*q), Met: q >= forwardGoal}
+		if !t.Met {
+			t.Miss = fmt.Sprintf("%.0f points under", 100*(forwardGoal-q))
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+func signedMs(d time.Duration) string {
+	if d < 0 {
+		return "−" + ms(-d)
+	}
+	return "+" + ms(d)
+}
+
+func renderIsolation(w *strings.Builder, r *Results) {
+	s := r.Isolation
+	if s == nil {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("## Tenant isolation: the filter's share of ADD and DEL")
+	p("")
+	p("galactic-cni alone (table mode, dual stack) as shipped and built with the bench-only `galactic_nofilter` tag, which makes pkg/filter a no-op; the two interleaved in one loop on a node whose filter holds %s other attachments. See [security](security.md).", thousands(s.Residents))
+	p("")
+	p("| | ADD p50 | ADD p90 | DEL p50 | DEL p90 |")
+	p("|---|---|---|---|---|")
+	for _, m := range s.Modes {
+		for _, c := range []*ChainResult{&m.With, &m.Without} {
+			p("| %s | %s | %s | %s | %s |", c.Name, ms(c.Add.P50()), ms(c.Add.P90()), ms(c.Del.P50()), ms(c.Del.P90()))
+		}
+		p("| **%s: filter's share** | %s | | %s | |", m.Mode, m.addShare(), m.delShare())
+	}
+	p("")
+	p("Budget: at most +%s on each p50. Elements left in the filter after the loop beyond the residents': %d.", ms(isolationBudget), s.Leftover)
+	p("")
+	if len(s.Forwarding) == 0 {
+		return
+	}
+	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d one-second rounds of each with the filter on both nodes and with galactic's tables removed, alternating; medians of the delivered rate. The filters hold the given number of attachments on each node.", s.ForwardRounds)
+	p("")
+	p("| attachments | payload | with the filter | without | ratio | goal |")
+	p("|---|---|---|---|---|---|")
+	for _, f := range s.Forwarding {
+		p("| %s | %d B | %s | %s | %.0f%% | ≥ %.0f%% |", thousands(f.Residents), f.Payload, f.describe(f.With), f.describe(f.Without), 100*f.With/f.Without, 100*forwardGoal)
+	}
+	p("")
+}
