@@ -366,10 +366,30 @@ func Uninstall(o Options) error {
 			errs = append(errs, fmt.Errorf("cannot remove directory %s: %w", d, err))
 		}
 	}
+	for _, d := range ownDirs(p, r.Directories) {
+		if os.Remove(d) == nil {
+			fmt.Fprintf(out, "remove directory: %s\n", d)
+		}
+	}
 	if len(errs) == 0 {
 		fmt.Fprintln(out, "uninstall: done")
 	}
 	return errors.Join(errs...)
+}
+
+// ownDirs are the directories named galactic that hold what install
+// writes but that install did not make: the DaemonSet's hostPaths
+// (DirectoryOrCreate) make them before it runs. One that is empty after
+// uninstall is still galactic's to remove.
+func ownDirs(p paths, made []string) []string {
+	var out []string
+	for _, f := range []string{p.nodeConfig, p.kubeconfig, p.routerConfig, p.logFile, p.manifest} {
+		d := filepath.Dir(f)
+		if filepath.Base(d) == "galactic" && !slices.Contains(made, d) && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return reversed(out)
 }
 
 // reversed sorts directories children first, so each is empty of install's

@@ -194,6 +194,33 @@ func TestUninstallLeavesTheRootAsItWasBeforeInstall(t *testing.T) {
 	}
 }
 
+func TestUninstallRemovesGalacticsEmptyDirectoriesThatTheKubeletMade(t *testing.T) {
+	f := newFixture(t)
+	for _, d := range []string{"/etc", "/var/lib", "/var/log"} {
+		must(t, os.MkdirAll(f.path(d), 0o755))
+	}
+	before := harness.Tree(t, f.root, false)
+	// The DaemonSet's hostPaths (DirectoryOrCreate) exist before install.
+	for _, d := range []string{"/etc/galactic", "/var/lib/galactic", "/var/log/galactic"} {
+		must(t, os.MkdirAll(f.path(d), 0o755))
+	}
+	must(t, Install(f.options()))
+	must(t, os.WriteFile(f.path("/var/log/galactic/galactic.log"), []byte("{}\n"), 0o644))
+	must(t, Uninstall(f.options()))
+	for _, d := range []string{"/etc/galactic", "/var/lib/galactic"} {
+		if _, err := os.Stat(f.path(d)); err == nil {
+			t.Errorf("%s should be gone", d)
+		}
+	}
+	if _, err := os.Stat(f.path("/var/log/galactic/galactic.log")); err != nil {
+		t.Errorf("the log should survive uninstall: %v", err)
+	}
+	must(t, os.RemoveAll(f.path("/var/log/galactic")))
+	if after := harness.Tree(t, f.root, false); after != before {
+		t.Errorf("uninstall left:\n%s", after)
+	}
+}
+
 func TestUninstallWorksUnderAnotherRootThanInstall(t *testing.T) {
 	// Installed on the node itself, uninstalled from a pod that mounts the
 	// host's filesystem elsewhere: the record holds host paths.
