@@ -24,6 +24,7 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/router/dataplane"
 	"github.com/galactic-cni/galactic/router/speaker"
@@ -205,7 +206,7 @@ func (d *Daemon) onEvent(ev speaker.Event) {
 func (d *Daemon) watchKernel(ctx context.Context) {
 	routes := make(chan netlink.RouteUpdate, 1024)
 	err := netlink.RouteSubscribeWithOptions(routes, ctx.Done(), netlink.RouteSubscribeOptions{
-		ErrorCallback: func(err error) { d.log.Warn("watching routes", "error", err); d.marks.link(); d.trigger() },
+		ErrorCallback: func(err error) { d.log.Warn("watching routes", "error", err); d.marks.device(); d.trigger() },
 	})
 	if err != nil {
 		d.log.Warn("watching routes: kernel changes wait for the resync", "error", err)
@@ -213,7 +214,7 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 	}
 	links := make(chan netlink.LinkUpdate, 256)
 	err = netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{
-		ErrorCallback: func(err error) { d.log.Warn("watching links", "error", err); d.marks.link(); d.trigger() },
+		ErrorCallback: func(err error) { d.log.Warn("watching links", "error", err); d.marks.device(); d.trigger() },
 	})
 	if err != nil {
 		d.log.Warn("watching links: device changes wait for the resync", "error", err)
@@ -232,6 +233,12 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 			if u.Type == unix.RTM_NEWROUTE && ours {
 				continue
 			}
+			if isMarker(u.Route) {
+				// A domain came or went.
+				d.marks.device()
+				d.trigger()
+				continue
+			}
 			d.marks.table(u.Table)
 			if u.Type == unix.RTM_DELROUTE && !ours {
 				d.trigger()
@@ -242,12 +249,21 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 				continue
 			}
 			if name := u.Attrs().Name; len(name) == 15 && (strings.HasPrefix(name, "gx") || strings.HasPrefix(name, "gr")) {
-				d.marks.link()
+				d.marks.device()
 				d.trigger()
 			}
 		}
 	}
 }
+
+// isMarker says whether r is a routing domain's marker route: galactic's
+// protocol, a /128 in 100::/64.
+func isMarker(r netlink.Route) bool {
+	p, ok := routing.PrefixOf(r.Dst)
+	return ok && int(r.Protocol) == routing.Protocol && p.Bits() == 128 && p.Addr().Is6() && markerNet.Contains(p.Addr())
+}
+
+var markerNet = netip.MustParsePrefix("100::/64")
 
 // sameJudgement reports whether two versions of a lease judge a holder
 // alike: same holder, token and annotations.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/router/dataplane"
@@ -20,14 +22,17 @@ type synced struct {
 	dom     *routing.Domain
 	dev     *dataplane.Device
 	remotes map[netip.Prefix]dataplane.Remote
+	// neighs and fdb are the device's entries as last written.
+	neighs, fdb []netlink.Neigh
 }
 
-// kernelMarks are the tables and links the kernel watches saw change since
-// the last pass: their VPCs are read and synced again.
+// kernelMarks are what the kernel watches saw change since the last pass:
+// tables whose routes others changed (their VPCs' routes are read again),
+// and devices or domains (every VPC is read again).
 type kernelMarks struct {
-	mu     sync.Mutex
-	tables map[int]bool
-	links  bool
+	mu      sync.Mutex
+	tables  map[int]bool
+	devices bool
 }
 
 func (m *kernelMarks) table(t int) {
@@ -39,18 +44,18 @@ func (m *kernelMarks) table(t int) {
 	m.mu.Unlock()
 }
 
-func (m *kernelMarks) link() {
+func (m *kernelMarks) device() {
 	m.mu.Lock()
-	m.links = true
+	m.devices = true
 	m.mu.Unlock()
 }
 
-func (m *kernelMarks) take() (tables map[int]bool, links bool) {
+func (m *kernelMarks) take() (tables map[int]bool, devices bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	tables, links = m.tables, m.links
-	m.tables, m.links = nil, false
-	return tables, links
+	tables, devices = m.tables, m.devices
+	m.tables, m.devices = nil, false
+	return tables, devices
 }
 
 // passCost is what one pass did to the kernel.
@@ -68,11 +73,13 @@ type kernelPass struct {
 	k       *dataplane.Kernel
 	readErr error
 	cost    passCost
-	// dirty are the VPCs this pass reads and syncs.
-	dirty   map[string]bool
-	plans   map[string]*dataplane.Plan
-	removes []string
-	next    map[string]synced
+	// dirty are the VPCs whose devices this pass reads and syncs, routes
+	// those whose routes it does (dirty ones included), marked those
+	// whose tables others changed.
+	dirty, routes, marked map[string]bool
+	plans                 map[string]*dataplane.Plan
+	removes               []string
+	next                  map[string]synced
 	// failedBefore are the device errors the pass started with.
 	failedBefore map[string]error
 }
@@ -89,14 +96,15 @@ func (kp *kernelPass) read() {
 	kp.cost.read = kp.k.Objects
 }
 
-// devicesStage picks the VPCs to read: every one on a full pass, else
-// those that are new, changed VNI, failed last time, left, or whose table
-// or devices the watches saw change. It reads the kernel once for them,
-// plans their devices and returns the devices the pass works with.
+// devicesStage picks the VPCs whose devices to read: every one on a full
+// pass, else those that are new, changed VNI, failed last time, left, or
+// any when the watches saw a device or domain change. It reads the kernel
+// once for them, plans their devices and returns the devices the pass
+// works with.
 func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
-	kp := &kernelPass{d: d, full: full, dirty: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
+	kp := &kernelPass{d: d, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
 		failedBefore: d.deviceErrs}
-	tables, links := d.marks.take()
+	tables, devicesMoved := d.marks.take()
 	known := map[int]bool{}
 	for _, s := range d.synced {
 		if s.dom != nil {
@@ -110,9 +118,11 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 	}
 	for vpc, vni := range vnis {
 		s, ok := d.synced[vpc]
-		if full || links || !ok || s.vni != vni || d.deviceErrs[vpc] != nil ||
-			s.dom != nil && tables[s.dom.Table] || s.dom == nil && unknown {
+		if full || devicesMoved || !ok || s.vni != vni || d.deviceErrs[vpc] != nil || s.dom == nil && unknown {
 			kp.dirty[vpc] = true
+		}
+		if ok && s.dom != nil && tables[s.dom.Table] {
+			kp.marked[vpc] = true
 		}
 	}
 	for vpc := range d.synced {
@@ -185,21 +195,40 @@ func (kp *kernelPass) carry(errs map[string]error) {
 	kp.d.deviceErrs = errs
 }
 
-// routesStage plans the routes of the VPCs read this pass and of those
-// whose desired routes differ from what was synced.
+// routesStage plans the routes of the VPCs whose devices were read this
+// pass, whose tables others changed, and whose desired routes differ from
+// what was synced. With no device read it reads only those VPCs' tables
+// and devices.
 func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
 	d := kp.d
+	var tables []int
 	for vpc := range devices {
-		if !kp.dirty[vpc] && !sameRemotes(d.synced[vpc].remotes, remotes[vpc]) {
-			kp.dirty[vpc] = true
+		if !kp.dirty[vpc] && !kp.marked[vpc] && sameRemotes(d.synced[vpc].remotes, remotes[vpc]) {
+			continue
+		}
+		kp.routes[vpc] = true
+		if !kp.dirty[vpc] {
 			kp.next[vpc] = d.synced[vpc]
+			tables = append(tables, d.synced[vpc].dom.Table)
+		}
+	}
+	if kp.k == nil && kp.readErr == nil && len(kp.routes) > 0 {
+		kp.k, kp.readErr = d.plane.ReadRoutes(tables)
+		if kp.readErr != nil {
+			d.log.Error("reading the kernel", "error", kp.readErr)
+		} else {
+			kp.cost.read = kp.k.Objects
+			for vpc := range kp.routes {
+				s := d.synced[vpc]
+				kp.k.Neighs[s.dev.Index], kp.k.FDB[s.dev.Index] = s.neighs, s.fdb
+			}
 		}
 	}
 	for vpc, dev := range devices {
-		if !kp.dirty[vpc] {
+		if !kp.routes[vpc] {
 			continue
 		}
-		if kp.read(); kp.readErr != nil {
+		if kp.readErr != nil {
 			delete(kp.next, vpc)
 			continue
 		}
@@ -210,6 +239,7 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, remotes 
 		}
 		s := kp.next[vpc]
 		d.plane.PlanRoutes(dev, s.dom, remotes[vpc], kp.k, pl)
+		s.neighs, s.fdb = pl.Neighs, pl.FDB
 		s.remotes = make(map[netip.Prefix]dataplane.Remote, len(remotes[vpc]))
 		for _, r := range remotes[vpc] {
 			s.remotes[r.Prefix] = r
@@ -252,14 +282,22 @@ func vtepsOf(remotes map[string][]dataplane.Remote) []netip.Addr {
 // could not be made leaves devices and joins the device errors.
 func (kp *kernelPass) apply(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
 	d := kp.d
-	vteps := vtepsOf(remotes)
-	filterDue := kp.full || !slices.Equal(vteps, d.vteps)
+	// The VTEPs move only with a VPC's routes.
+	var vteps []netip.Addr
+	filterDue := false
+	if kp.full || len(kp.dirty) > 0 || len(kp.routes) > 0 {
+		vteps = vtepsOf(remotes)
+		filterDue = kp.full || !slices.Equal(vteps, d.vteps)
+	}
 	writes := len(kp.removes)
 	for _, pl := range kp.plans {
 		writes += pl.Writes()
 	}
 	if filterDue {
 		writes++
+	}
+	for vpc := range kp.routes {
+		kp.dirty[vpc] = true
 	}
 	kp.cost.vpcs = len(kp.dirty)
 	failed := map[string]bool{}

@@ -64,32 +64,18 @@ func (p Plane) Read() (*Kernel, error) {
 	if k.MTU == 0 {
 		k.MTUErr = fmt.Errorf("no interface holds the underlay address %s", p.Underlay)
 	}
-	n := len(routes) + len(links) + len(addrs)
-	for _, f := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6, unix.AF_BRIDGE} {
-		ns, err := netlink.NeighList(0, f)
-		if err != nil {
-			return nil, fmt.Errorf("listing neighbours: %w", err)
-		}
-		n += len(ns)
-		into := k.Neighs
-		if f == unix.AF_BRIDGE {
-			into = k.FDB
-		}
-		for _, e := range ns {
-			if e.State&netlink.NUD_PERMANENT != 0 {
-				into[e.LinkIndex] = append(into[e.LinkIndex], e)
-			}
-		}
+	k.Objects = len(routes) + len(links) + len(addrs)
+	if err := k.readNeighbours(); err != nil {
+		return nil, err
 	}
 	for _, f := range families {
 		rules, err := netlinksafe.RuleList(f)
 		if err != nil {
 			return nil, fmt.Errorf("listing rules: %w", err)
 		}
-		n += len(rules)
+		k.Objects += len(rules)
 		k.Rules[f] = rules
 	}
-	k.Objects = n
 	return k, nil
 }
 
@@ -105,4 +91,51 @@ func (k *Kernel) Devices() map[string]string {
 		links = append(links, l)
 	}
 	return devicesIn(links)
+}
+
+// ReadRoutes reads only the given tables' routes, for a pass whose
+// changes are routes of VPCs whose devices stand; the kernel filters those
+// dumps (strict checking), so the cost follows those tables, not the
+// node's. Their devices' neighbours and FDB entries are the caller's to
+// fill in from what it last wrote (Plan.Neighs and Plan.FDB).
+func (p Plane) ReadRoutes(tables []int) (*Kernel, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if err := h.SetStrictCheck(true); err != nil {
+		return nil, err
+	}
+	k := &Kernel{Routes: map[int][]netlink.Route{}, Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}}
+	for _, t := range tables {
+		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: t}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("listing table %d: %w", t, err)
+		}
+		k.Routes[t] = rs
+		k.Objects += len(rs)
+	}
+	return k, nil
+}
+
+// readNeighbours keeps every device's permanent neighbours and FDB entries.
+func (k *Kernel) readNeighbours() error {
+	for _, f := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6, unix.AF_BRIDGE} {
+		ns, err := netlink.NeighList(0, f)
+		if err != nil {
+			return fmt.Errorf("listing neighbours: %w", err)
+		}
+		k.Objects += len(ns)
+		into := k.Neighs
+		if f == unix.AF_BRIDGE {
+			into = k.FDB
+		}
+		for _, e := range ns {
+			if e.State&netlink.NUD_PERMANENT != 0 {
+				into[e.LinkIndex] = append(into[e.LinkIndex], e)
+			}
+		}
+	}
+	return nil
 }

@@ -27,6 +27,16 @@ type Plan struct {
 	// (galactic-cni's local route came meanwhile: local wins).
 	Changes Changes
 	Skipped int
+	// Neighs and FDB are the device's permanent entries once the plan
+	// ran: only the router writes them (learning is off), so a later
+	// pass can plan from these instead of dumping every device's.
+	Neighs, FDB []netlink.Neigh
+	// replaces are the routes of ours the plan replaces in table: Apply
+	// reads that table again first, so a local route that took one's
+	// place since the read is not replaced (local wins).
+	replaces []netip.Prefix
+	table    int
+	foreign  map[netip.Prefix]bool
 }
 
 // Writes is how many netlink writes the plan holds.
@@ -35,6 +45,18 @@ func (pl *Plan) Writes() int { return len(pl.device) + len(pl.ops) }
 // Apply runs the writes; call it with the node lock held. A failed
 // device write (device) stops the plan; the others are joined in err.
 func (pl *Plan) Apply() (device, err error) {
+	if len(pl.replaces) > 0 {
+		k, err := Plane{}.ReadRoutes([]int{pl.table})
+		if err != nil {
+			return nil, err
+		}
+		pl.foreign = map[netip.Prefix]bool{}
+		for _, r := range k.Routes[pl.table] {
+			if pfx, ok := routing.PrefixOf(r.Dst); ok && int(r.Protocol) != Protocol {
+				pl.foreign[pfx] = true
+			}
+		}
+	}
 	for _, f := range pl.device {
 		if err := f(); err != nil {
 			return err, nil
@@ -269,6 +291,10 @@ func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *K
 			continue
 		}
 		installs = append(installs, install{rm, gw, have})
+		if have {
+			pl.replaces = append(pl.replaces, rm.Prefix)
+			pl.table = d.Table
+		}
 	}
 	// Neighbour first: a route must never point at a gateway the device
 	// cannot resolve, so a route whose neighbour failed is not written.
@@ -294,10 +320,26 @@ func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *K
 	}
 	pl.ops = append(pl.ops, stale...)
 	p.planFDB(dev, haveFDB, wantFDB, pl)
+	for ip, mac := range wantNeigh {
+		fam, raw := netlink.FAMILY_V6, ip.AsSlice()
+		if ip.Is4() {
+			fam = netlink.FAMILY_V4
+		}
+		pl.Neighs = append(pl.Neighs, netlink.Neigh{LinkIndex: dev.Index, Family: fam, State: netlink.NUD_PERMANENT, IP: raw, HardwareAddr: mac})
+	}
+	for mac, dst := range wantFDB {
+		hw, _ := net.ParseMAC(mac)
+		pl.FDB = append(pl.FDB, netlink.Neigh{LinkIndex: dev.Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+			Flags: netlink.NTF_SELF, IP: dst.AsSlice(), HardwareAddr: hw})
+	}
 }
 
 func (p Plane) writeRoute(dev *Device, d *routing.Domain, pfx netip.Prefix, gw netip.Addr, have bool, failed map[netip.Addr]bool, pl *Plan) error {
 	if failed[gw] {
+		return nil
+	}
+	if have && pl.foreign[pfx] {
+		pl.Skipped++
 		return nil
 	}
 	var err error

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,11 @@ type Spec struct {
 	// Reflectors are the addresses every node peers with (port 179).
 	Reflectors []netip.Addr `json:"reflectors"`
 	Nodes      []Node       `json:"nodes"`
+	// ChurnPerSecond, when set, withdraws and announces again, in turn,
+	// that many routes a second of the VPCs ChurnVNIs names, from
+	// Sims.StartChurn on.
+	ChurnPerSecond int      `json:"churnPerSecond,omitempty"`
+	ChurnVNIs      []uint32 `json:"churnVNIs,omitempty"`
 }
 
 // Node is one simulated node.
@@ -136,6 +142,7 @@ func serve(path string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var churn []churned
 	for _, n := range s.Nodes {
 		// Like a real node, a simulated one imports only its VPCs.
 		var rts []speaker.RouteTarget
@@ -153,12 +160,60 @@ func serve(path string) error {
 				if err := g.Announce(ctx, r); err != nil {
 					return fmt.Errorf("node %s: %w", n.Underlay, err)
 				}
+				if slices.Contains(s.ChurnVNIs, v.VNI) {
+					churn = append(churn, churned{g, r})
+				}
 			}
 		}
 	}
 	fmt.Println("simulated nodes started:", len(s.Nodes))
+	if s.ChurnPerSecond > 0 && len(churn) > 0 {
+		start := make(chan os.Signal, 1)
+		signal.Notify(start, syscall.SIGUSR1)
+		go func() {
+			select {
+			case <-start:
+				fmt.Println("churn started:", len(churn), "routes")
+				runChurn(ctx, churn, s.ChurnPerSecond, log)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	<-ctx.Done()
 	return nil
+}
+
+// churned is a route the churn withdraws and announces again.
+type churned struct {
+	g *speaker.GoBGP
+	r speaker.Route
+}
+
+// runChurn changes perSecond routes a second: it walks the routes,
+// withdrawing each, and announces them again on the next walk.
+func runChurn(ctx context.Context, routes []churned, perSecond int, log *slog.Logger) {
+	tick := time.NewTicker(time.Second / time.Duration(perSecond))
+	defer tick.Stop()
+	withdrawn := make([]bool, len(routes))
+	for i := 0; ; i = (i + 1) % len(routes) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c := routes[i]
+		var err error
+		if withdrawn[i] {
+			err = c.g.Announce(ctx, c.r)
+		} else {
+			err = c.g.Withdraw(ctx, c.r.Key())
+		}
+		if err != nil {
+			log.Warn("churn", "route", c.r.Key().String(), "error", err)
+			continue
+		}
+		withdrawn[i] = !withdrawn[i]
+	}
 }
 
 // Sims is a running process of simulated nodes.
@@ -226,6 +281,21 @@ func (s *Sims) Pid() int { return s.cmd.Process.Pid }
 func (s *Sims) Log() string {
 	b, _ := os.ReadFile(s.LogPath)
 	return string(b)
+}
+
+// StartChurn starts the spec's churn and waits until it runs.
+func (s *Sims) StartChurn(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.Log(), "churn started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the churn did not start: %s", s.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Stop ends the process (its sessions go with it).
