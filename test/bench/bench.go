@@ -103,6 +103,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		{"pod sandbox start", b.criSandbox},
 		{"Routing", b.routing},
 		{"live migration", b.liveMigration},
+		{"route scale", b.routeScale},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {

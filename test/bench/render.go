@@ -30,6 +30,8 @@ type Results struct {
 	Routing  *RoutingResult
 	// Migration is the live-migration section.
 	Migration *MigrationResult
+	// RouteScale is the route scale section.
+	RouteScale *RouteScaleResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -216,6 +218,7 @@ func Render(r *Results) string {
 	renderCRI(&w, r)
 	renderRouting(&w, r)
 	renderMigration(&w, r)
+	renderRouteScale(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()

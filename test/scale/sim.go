@@ -41,9 +41,9 @@ type Spec struct {
 	// Reflectors are the addresses every node peers with (port 179).
 	Reflectors []netip.Addr `json:"reflectors"`
 	Nodes      []Node       `json:"nodes"`
-	// ChurnPerSecond, when set, withdraws and announces again, in turn,
-	// that many routes a second of the VPCs ChurnVNIs names, from
-	// Sims.StartChurn on.
+	// ChurnPerSecond, when set, sends that many updates a second from
+	// Sims.StartChurn on, moving the routes of the VPCs ChurnVNIs names
+	// between their prefixes and Alternate ones (runChurn).
 	ChurnPerSecond int      `json:"churnPerSecond,omitempty"`
 	ChurnVNIs      []uint32 `json:"churnVNIs,omitempty"`
 }
@@ -183,37 +183,69 @@ func serve(path string) error {
 	return nil
 }
 
-// churned is a route the churn withdraws and announces again.
+// churned is a route the churn moves.
 type churned struct {
 	g *speaker.GoBGP
 	r speaker.Route
 }
 
-// runChurn changes perSecond routes a second: it walks the routes,
-// withdrawing each, and announces them again on the next walk.
+// Alternate is the prefix a churned route moves to and back from: the
+// second octet's top bit flipped (10.0.0.5/32 and 10.128.0.5/32).
+func Alternate(p netip.Prefix) netip.Prefix {
+	a := p.Addr().As4()
+	a[1] ^= 0x80
+	return netip.PrefixFrom(netip.AddrFrom4(a), p.Bits())
+}
+
+// runChurn sends perSecond updates a second: walking the routes, it
+// announces each at its alternate prefix and withdraws it where it was,
+// two updates, and logs when each announce went out, so a test can time
+// it to the kernel of a node.
 func runChurn(ctx context.Context, routes []churned, perSecond int, log *slog.Logger) {
-	tick := time.NewTicker(time.Second / time.Duration(perSecond))
+	tick := time.NewTicker(2 * time.Second / time.Duration(perSecond))
 	defer tick.Stop()
-	withdrawn := make([]bool, len(routes))
 	for i := 0; ; i = (i + 1) % len(routes) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		c := routes[i]
-		var err error
-		if withdrawn[i] {
-			err = c.g.Announce(ctx, c.r)
-		} else {
-			err = c.g.Withdraw(ctx, c.r.Key())
-		}
-		if err != nil {
-			log.Warn("churn", "route", c.r.Key().String(), "error", err)
+		c := &routes[i]
+		next := c.r
+		next.Prefix = Alternate(c.r.Prefix)
+		at := time.Now()
+		if err := c.g.Announce(ctx, next); err != nil {
+			log.Warn("churn", "route", next.Key().String(), "error", err)
 			continue
 		}
-		withdrawn[i] = !withdrawn[i]
+		if err := c.g.Withdraw(ctx, c.r.Key()); err != nil {
+			log.Warn("churn", "route", c.r.Key().String(), "error", err)
+		}
+		fmt.Printf("churn announce %s %d\n", next.Prefix, at.UnixNano())
+		c.r = next
 	}
+}
+
+// Announce is one churn announce as the simulated nodes logged it.
+type Announce struct {
+	Prefix netip.Prefix
+	At     time.Time
+}
+
+// Announces are the churn's announces so far.
+func (s *Sims) Announces() []Announce {
+	var out []Announce
+	for _, l := range strings.Split(s.Log(), "\n") {
+		var p string
+		var ns int64
+		if _, err := fmt.Sscanf(l, "churn announce %s %d", &p, &ns); err != nil {
+			continue
+		}
+		if pfx, err := netip.ParsePrefix(p); err == nil {
+			out = append(out, Announce{pfx, time.Unix(0, ns)})
+		}
+	}
+	return out
 }
 
 // Sims is a running process of simulated nodes.

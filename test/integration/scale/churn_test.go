@@ -1,7 +1,9 @@
 package scale
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -107,6 +109,14 @@ func TestCNIAddsDuringRouteChurnWaitOnlyForTheRoutersWrites(t *testing.T) {
 		float64(quantile(churned, 0.99))/float64(quantile(idle, 0.99)))
 	t.Logf("during the churned ADDs: %v passes, %v of them writing, %v kernel route changes, %.0f objects read a pass, lock held %.1f ms of %.1f ms of passes",
 		d.passes, d.writing, d.changes, d.read/max(d.passes, 1), 1000*d.lockedSum, 1000*d.passSum)
+	if path := os.Getenv(scale.EnvChurnResult); path != "" {
+		data, _ := json.Marshal(scale.ChurnResult{ChurnPerSecond: spec.ChurnPerSecond, ADDs: churnADDs,
+			IdleP50: quantile(idle, 0.5), IdleP99: quantile(idle, 0.99), ChurnP50: quantile(churned, 0.5), ChurnP99: quantile(churned, 0.99),
+			LockHeld: time.Duration(d.lockedSum * float64(time.Second)), PassTime: time.Duration(d.passSum * float64(time.Second))})
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if d.changes == 0 || d.writing == 0 {
 		t.Fatalf("no churn while the ADDs ran: %+v", d)
 	}
