@@ -408,15 +408,11 @@ func (p Plane) planNeighbours(dev *Device, have []netlink.Neigh, want map[netip.
 		if wanted {
 			continue
 		}
-		n := n
 		stale = append(stale, func() error {
 			if ip.Is4In6() {
 				return setMappedNeigh(dev, ip, nil)
 			}
-			if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
-				return fmt.Errorf("removing neighbour %s dev %s: %w", ip, dev.Name, err)
-			}
-			return nil
+			return delNeigh(&n, "neighbour "+ip.String(), dev)
 		})
 	}
 	for ip, mac := range want {
@@ -430,6 +426,14 @@ func (p Plane) planNeighbours(dev *Device, have []netlink.Neigh, want map[netip.
 		})
 	}
 	return stale
+}
+
+// delNeigh removes a neighbour or FDB entry; one already gone is fine.
+func delNeigh(n *netlink.Neigh, what string, dev *Device) error {
+	if err := netlink.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing %s dev %s: %w", what, dev.Name, err)
+	}
+	return nil
 }
 
 func (p Plane) planFDB(dev *Device, have []netlink.Neigh, want map[string]netip.Addr, pl *Plan) {
@@ -447,13 +451,7 @@ func (p Plane) planFDB(dev *Device, have []netlink.Neigh, want map[string]netip.
 		if mac == "00:00:00:00:00:00" {
 			continue
 		}
-		e := e
-		pl.ops = append(pl.ops, func() error {
-			if err := netlink.NeighDel(&e); err != nil && !errors.Is(err, unix.ENOENT) {
-				return fmt.Errorf("removing FDB %s dev %s: %w", mac, dev.Name, err)
-			}
-			return nil
-		})
+		pl.ops = append(pl.ops, func() error { return delNeigh(&e, "FDB "+mac, dev) })
 	}
 	for mac, dst := range want {
 		if ok[mac] {

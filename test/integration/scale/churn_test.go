@@ -13,7 +13,7 @@ import (
 )
 
 // churnADDs is how many ADDs are timed idle and again under churn.
-const churnADDs = 12
+const churnADDs = 25
 
 // counter is a router metric that may not exist yet (a label value never
 // seen) as 0.
@@ -120,8 +120,9 @@ func TestCNIAddsDuringRouteChurnWaitOnlyForTheRoutersWrites(t *testing.T) {
 	if d.changes == 0 || d.writing == 0 {
 		t.Fatalf("no churn while the ADDs ran: %+v", d)
 	}
-	if d.locked != d.writing {
-		t.Errorf("the lock was taken %v times by %v writing passes: only passes that write may take it", d.locked, d.writing)
+	// A scrape may fall between a pass's two counters, at either end.
+	if d.locked > d.writing+2 || d.locked < d.writing-2 {
+		t.Errorf("the lock was taken %v times by %v writing passes of %v: only passes that write may take it", d.locked, d.writing, d.passes)
 	}
 	if d.lockedSum >= d.passSum {
 		t.Errorf("the lock was held %.1f ms of %.1f ms of passes: reading and computing must be done without it", 1000*d.lockedSum, 1000*d.passSum)
