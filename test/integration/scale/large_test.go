@@ -36,21 +36,6 @@ func rss(pid int) float64 {
 	return -1
 }
 
-// cpu is a process's user and system time.
-func cpu(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return -1
-	}
-	// The fields after the command's closing parenthesis: utime and
-	// stime are the 12th and 13th, in clock ticks (100 a second).
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	var u, s int64
-	fmt.Sscan(f[11], &u)
-	fmt.Sscan(f[12], &s)
-	return time.Duration(u+s) * 10 * time.Millisecond
-}
-
 // TestAtTheIssuesScale is by default the issue's fabric with fewer
 // simulated speakers carrying the same routes: 20 simulated nodes, 1,000
 // VPCs of 100 routes (two nodes of 50 each: 100,000 routes). 200
@@ -135,9 +120,13 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	}
 	top.waitRIBs(t, adjIn)
 	top.checkKernels(t)
+	var err error
 	row := scale.LargeRow{Via: via, VPCs: len(n.vpcs), Received: int(metric(n, "galactic_router_adj_rib_in_paths")),
 		Installed: int(metric(n, "galactic_router_routes_installed")), Took: time.Since(begin),
-		CPU: cpu(n.Router.Pid()), RSS: rss(n.Router.Pid()), ChurnPerSecond: largeChurn}
+		RSS: rss(n.Router.Pid()), ChurnPerSecond: largeChurn}
+	if row.CPU, err = n.Router.CPUTime(); err != nil {
+		t.Fatal(err)
+	}
 	if rr != nil {
 		row.ReflectorRSS = rss(rr.Pid())
 	}
