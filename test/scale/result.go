@@ -35,10 +35,10 @@ type LargeRow struct {
 	VPCs int
 	// Received is its adj-RIB-in, Installed its remote routes.
 	Received, Installed int
-	// Took is from its router's start (and its ADDs) to every route
-	// installed; CPU the router's CPU time by then; RSS its resident set
-	// in MiB.
-	Took, CPU time.Duration
+	// Took is from its router's start (and then its ADDs, one per VPC)
+	// to every route installed, AfterADDs the part after the last ADD;
+	// CPU the router's CPU time by then; RSS its resident set in MiB.
+	Took, AfterADDs, CPU time.Duration
 	RSS       float64
 	// ReflectorRSS is the galactic reflector's, in MiB (0 for FRR).
 	ReflectorRSS float64

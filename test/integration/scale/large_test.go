@@ -113,6 +113,7 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 
 	begin := time.Now()
 	top = sh.withTopology(t, top, rrAddr)
+	added := time.Now()
 	n := top.nodes[0]
 	adjIn := top.wantRIB
 	if frr {
@@ -122,7 +123,7 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	top.checkKernels(t)
 	var err error
 	row := scale.LargeRow{Via: via, VPCs: len(n.vpcs), Received: int(metric(n, "galactic_router_adj_rib_in_paths")),
-		Installed: int(metric(n, "galactic_router_routes_installed")), Took: time.Since(begin),
+		Installed: int(metric(n, "galactic_router_routes_installed")), Took: time.Since(begin), AfterADDs: time.Since(added),
 		RSS: rss(n.Router.Pid()), ChurnPerSecond: largeChurn}
 	if row.CPU, err = n.Router.CPUTime(); err != nil {
 		t.Fatal(err)
@@ -131,8 +132,8 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 		row.ReflectorRSS = rss(rr.Pid())
 	}
 	row.AnnounceP50, row.AnnounceP99, row.Announces = announceLatency(t, top, n)
-	t.Logf("%s: node in %d VPCs received %d, installed %d, %s after its router started; router CPU %s, RSS %.0f MiB (%.1f KiB a route); reflector RSS %.0f MiB; announce to kernel under %d updates/s: p50 %s p99 %s over %d",
-		via, row.VPCs, row.Received, row.Installed, row.Took.Round(time.Millisecond), row.CPU, row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)),
+	t.Logf("%s: node in %d VPCs received %d, installed %d, %s after its router started (%s after its last ADD); router CPU %s, RSS %.0f MiB (%.1f KiB a route); reflector RSS %.0f MiB; announce to kernel under %d updates/s: p50 %s p99 %s over %d",
+		via, row.VPCs, row.Received, row.Installed, row.Took.Round(time.Millisecond), row.AfterADDs.Round(time.Millisecond), row.CPU, row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)),
 		row.ReflectorRSS, largeChurn, row.AnnounceP50, row.AnnounceP99, row.Announces)
 	return row
 }
