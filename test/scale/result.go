@@ -39,7 +39,7 @@ type LargeRow struct {
 	// to every route installed, AfterADDs the part after the last ADD;
 	// CPU the router's CPU time by then; RSS its resident set in MiB.
 	Took, AfterADDs, CPU time.Duration
-	RSS       float64
+	RSS                  float64
 	// ReflectorRSS is the galactic reflector's, in MiB (0 for FRR).
 	ReflectorRSS float64
 	// AnnounceP50 and AnnounceP99 time a churned route from the
