@@ -528,6 +528,10 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	}
 	kp.routesStage(devices, remotes)
 	kp.apply(devices, remotes)
+	if kp.lockErr != nil {
+		d.failures++
+		return next
+	}
 	installed := 0
 	for vpc := range devices {
 		installed += len(remotes[vpc])

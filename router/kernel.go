@@ -82,6 +82,9 @@ type kernelPass struct {
 	next                  map[string]synced
 	// failedBefore are the device errors the pass started with.
 	failedBefore map[string]error
+	// lockErr is set when the node lock could not be taken: nothing was
+	// written and the pass ends there, to be retried.
+	lockErr error
 }
 
 func (kp *kernelPass) read() {
@@ -305,7 +308,7 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, remotes map[st
 		unlock, err := state.Lock(d.o.StateDir)
 		if err != nil {
 			d.log.Error("taking the node lock", "error", err)
-			d.failures++
+			kp.lockErr = err
 			return
 		}
 		began := time.Now()
