@@ -6,9 +6,9 @@
 // router finds its own state and an operator can list it
 // (`ip route show table all proto 150`).
 //
-// Callers hold the node lock (state.Lock) around every change, as
-// galactic-cni does, so a domain galactic-cni removes and the VXLAN device
-// never race.
+// Changes are planned from a Kernel read without the node lock and run
+// (Plan.Apply, RemoveVPC) with it held (state.Lock), as galactic-cni does,
+// so a domain galactic-cni removes and the VXLAN device never race.
 package dataplane
 
 import (
