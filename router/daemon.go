@@ -26,7 +26,6 @@ import (
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
-	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/router/dataplane"
 	"github.com/galactic-cni/galactic/router/speaker"
@@ -119,6 +118,13 @@ type Daemon struct {
 	deviceErrs map[string]error
 	failures   int
 	dups       []netip.Addr
+	// synced is what each VPC's kernel state was made at its last sync,
+	// marks what the kernel watches saw change since, vteps the packet
+	// filter's last VTEP set: a pass reads and writes only what moved.
+	synced   map[string]synced
+	marks    kernelMarks
+	vteps    []netip.Addr
+	lastFull time.Time
 	// removeKernel is RemoveKernelState but in unit tests, which also
 	// leave the host's routes unwatched.
 	removeKernel func() error
@@ -155,6 +161,7 @@ func New(o Options) (*Daemon, error) {
 		adj:          Adj{Stale: o.Config.StaleRoutes, Sync: o.RIBWait},
 		announced:    map[speaker.Key]speaker.Route{},
 		deviceErrs:   map[string]error{},
+		synced:       map[string]synced{},
 		removeKernel: RemoveKernelState,
 		holder:       Holder{Hold: o.Config.WithdrawHold},
 		metrics:      NewMetrics(),
@@ -192,24 +199,72 @@ func (d *Daemon) onEvent(ev speaker.Event) {
 	}
 }
 
-// watchLocalRoutes starts a pass when a route of another protocol leaves a
-// table other than the kernel's own: a local host route that went may
+// watchKernel marks for the next pass the tables whose routes others
+// change and notices changes of the VPCs' devices, so a pass reads the
+// kernel only for what moved. A route of another protocol that leaves a
+// VPC table starts a pass at once: a local host route that went may
 // uncover a remote route of the same prefix, which local always beats.
-func (d *Daemon) watchLocalRoutes(ctx context.Context) {
-	ch := make(chan netlink.RouteUpdate, 256)
-	err := netlink.RouteSubscribeWithOptions(ch, ctx.Done(), netlink.RouteSubscribeOptions{
-		ErrorCallback: func(err error) { d.log.Warn("watching routes", "error", err) },
+func (d *Daemon) watchKernel(ctx context.Context) {
+	routes := make(chan netlink.RouteUpdate, 1024)
+	err := netlink.RouteSubscribeWithOptions(routes, ctx.Done(), netlink.RouteSubscribeOptions{
+		ErrorCallback: func(err error) { d.log.Warn("watching routes", "error", err); d.marks.device(); d.trigger() },
 	})
 	if err != nil {
-		d.log.Warn("watching routes: a removed local route waits for the resync", "error", err)
+		d.log.Warn("watching routes: kernel changes wait for the resync", "error", err)
 		return
 	}
-	for u := range ch {
-		if u.Type == unix.RTM_DELROUTE && int(u.Protocol) != dataplane.Protocol && u.Table > unix.RT_TABLE_MAIN && u.Table != unix.RT_TABLE_LOCAL {
-			d.trigger()
+	links := make(chan netlink.LinkUpdate, 256)
+	err = netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{
+		ErrorCallback: func(err error) { d.log.Warn("watching links", "error", err); d.marks.device(); d.trigger() },
+	})
+	if err != nil {
+		d.log.Warn("watching links: device changes wait for the resync", "error", err)
+		links = nil
+	}
+	for {
+		select {
+		case u, ok := <-routes:
+			if !ok {
+				return
+			}
+			if u.Table <= unix.RT_TABLE_MAIN || u.Table == unix.RT_TABLE_LOCAL {
+				continue
+			}
+			ours := int(u.Protocol) == dataplane.Protocol
+			if u.Type == unix.RTM_NEWROUTE && ours {
+				continue
+			}
+			if isMarker(u.Route) {
+				// A domain came or went.
+				d.marks.device()
+				d.trigger()
+				continue
+			}
+			d.marks.table(u.Table)
+			if u.Type == unix.RTM_DELROUTE && !ours {
+				d.trigger()
+			}
+		case u, ok := <-links:
+			if !ok {
+				links = nil
+				continue
+			}
+			if name := u.Attrs().Name; len(name) == 15 && (strings.HasPrefix(name, "gx") || strings.HasPrefix(name, "gr")) {
+				d.marks.device()
+				d.trigger()
+			}
 		}
 	}
 }
+
+// isMarker says whether r is a routing domain's marker route: galactic's
+// protocol, a /128 in 100::/64.
+func isMarker(r netlink.Route) bool {
+	p, ok := routing.PrefixOf(r.Dst)
+	return ok && int(r.Protocol) == routing.Protocol && p.Bits() == 128 && p.Addr().Is6() && markerNet.Contains(p.Addr())
+}
+
+var markerNet = netip.MustParsePrefix("100::/64")
 
 // sameJudgement reports whether two versions of a lease judge a holder
 // alike: same holder, token and annotations.
@@ -337,7 +392,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go d.advInf.RunWithContext(ctx)
 	go d.writeStatus(ctx)
 	if !d.noRouteWatch {
-		go d.watchLocalRoutes(ctx)
+		go d.watchKernel(ctx)
 	}
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
@@ -400,20 +455,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 // seedKernel hands the routes a previous run installed to the hold, so
 // they stay until the RIB confirms or replaces them.
 func (d *Daemon) seedKernel() error {
-	devs, err := dataplane.Devices()
+	k, err := d.plane.Read()
 	if err != nil {
 		return err
 	}
-	for vpc := range devs {
-		dom, err := routing.Find(vpc)
+	for vpc := range k.Devices() {
+		dom, err := k.Domain(vpc)
 		if err != nil || dom == nil {
 			continue
 		}
-		rs, err := dataplane.Installed(vpc, dom)
-		if err != nil {
-			return err
-		}
-		d.holder.Seed(vpc, rs)
+		d.holder.Seed(vpc, k.Installed(vpc, dom))
 	}
 	return nil
 }
@@ -489,13 +540,11 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		vnis = ResolveVNIs(adverts, d.saved.VNIs)
 	}
 
-	unlock, err := state.Lock(d.o.StateDir)
-	if err != nil {
-		d.log.Error("taking the node lock", "error", err)
-		d.failures++
-		return next
+	full := d.lastFull.IsZero() || time.Since(d.lastFull) >= d.o.Resync || d.failures > 0
+	if full {
+		d.lastFull = time.Now()
 	}
-	devices, domains := d.syncDevices(vnis)
+	kp, devices := d.devicesStage(vnis, full)
 	selected, fences := Select(rib, d.cfg.RouteTargetASN, vnis, d.fences)
 	d.fences = fences
 	managed := map[string]bool{}
@@ -511,20 +560,17 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	if !holdEnd.IsZero() && (next.IsZero() || holdEnd.Before(next)) {
 		next = holdEnd
 	}
+	kp.routesStage(devices, remotes)
+	kp.apply(devices, remotes)
+	if kp.lockErr != nil {
+		d.failures++
+		return next
+	}
 	installed := 0
-	for vpc, dev := range devices {
-		ch, err := d.plane.Sync(dev, domains[vpc], remotes[vpc])
-		if err != nil {
-			d.log.Error("installing remote routes", "vpc", vpc, "error", err)
-		}
-		if ch != (dataplane.Changes{}) {
-			d.log.Info("remote routes", "vpc", vpc, "added", ch.Added, "replaced", ch.Replaced, "removed", ch.Removed)
-		}
-		d.metrics.kernelChanges.Add(float64(ch.Added + ch.Replaced + ch.Removed))
+	for vpc := range devices {
 		installed += len(remotes[vpc])
 	}
-	d.syncFilter(remotes)
-	unlock()
+	d.metrics.observeCost(kp.cost)
 	d.syncMembership(ctx, vnis, devices)
 
 	if apiSynced {
@@ -569,60 +615,6 @@ func (d *Daemon) checkDuplicates(ctx context.Context, rib RIB) {
 	}
 	d.metrics.setDuplicates(d.dups, dups)
 	d.dups = dups
-}
-
-// syncDevices keeps one VXLAN device per VPC that has a VNI and a routing
-// domain here, and removes the devices of every other VPC.
-func (d *Daemon) syncDevices(vnis map[string]uint32) (map[string]*dataplane.Device, map[string]*routing.Domain) {
-	devices := map[string]*dataplane.Device{}
-	domains := map[string]*routing.Domain{}
-	errs := map[string]error{}
-	for vpc, vni := range vnis {
-		dom, err := routing.Find(vpc)
-		if err != nil {
-			d.log.Error("reading the routing domain", "vpc", vpc, "error", err)
-			errs[vpc] = fmt.Errorf("reading the routing domain: %w", err)
-			continue
-		}
-		if dom == nil || (dom.Kind == routing.KindVRF && dom.Device == "") {
-			continue
-		}
-		dev, err := d.plane.EnsureDevice(vpc, vni, dom)
-		if err != nil {
-			if d.deviceErrs[vpc] == nil || d.deviceErrs[vpc].Error() != err.Error() {
-				d.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", err)
-			}
-			errs[vpc] = err
-			continue
-		}
-		if d.deviceErrs[vpc] != nil {
-			d.log.Info("VXLAN device recovered", "vpc", vpc)
-		}
-		devices[vpc], domains[vpc] = dev, dom
-	}
-	d.deviceErrs = errs
-	existing, err := dataplane.Devices()
-	if err != nil {
-		d.log.Error("listing VXLAN devices", "error", err)
-		return devices, domains
-	}
-	for vpc := range existing {
-		if _, keep := devices[vpc]; keep {
-			continue
-		}
-		if _, known := vnis[vpc]; known {
-			// A VPC whose domain could not be read keeps its device.
-			if dom, err := routing.Find(vpc); err != nil || dom != nil {
-				continue
-			}
-		}
-		if err := d.plane.RemoveVPC(vpc); err != nil {
-			d.log.Error("removing a VPC's VXLAN device", "vpc", vpc, "error", err)
-		} else {
-			d.log.Info("removed VXLAN device", "vpc", vpc)
-		}
-	}
-	return devices, domains
 }
 
 func (d *Daemon) rd(vpc string) speaker.RD {

@@ -24,6 +24,11 @@ type Metrics struct {
 	passDuration  prometheus.Histogram
 	deviceErrors  prometheus.Gauge
 	duplicates    *prometheus.GaugeVec
+	passes        *prometheus.CounterVec
+	objectsRead   prometheus.Counter
+	kernelWrites  prometheus.Counter
+	lockHeld      prometheus.Histogram
+	lastCost      *prometheus.GaugeVec
 	lastPass      atomic.Int64
 	// established is the number of sessions up at the last pass.
 	established atomic.Int64
@@ -55,15 +60,44 @@ func NewMetrics() *Metrics {
 			Help: "VPCs whose VXLAN device could not be ensured on the last pass (their routes stay announced)."}),
 		duplicates: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "galactic_router_duplicate_router_id",
 			Help: "1 for each other VTEP whose paths carry this node's router ID."}, []string{"vtep"}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "galactic_router_passes_total",
+			Help: "Reconcile passes by what they did to the kernel: none (nothing to read), read (read, nothing to write), write."}, []string{"kernel"}),
+		objectsRead: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_kernel_objects_read_total",
+			Help: "Netlink objects (routes, links, addresses, neighbours, FDB entries, rules) the passes read."}),
+		kernelWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "galactic_router_kernel_writes_total",
+			Help: "Netlink writes the passes made (and packet filter syncs)."}),
+		lockHeld: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "galactic_router_node_lock_held_seconds",
+			Help: "How long a pass held the node lock; passes with nothing to write do not take it.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
+		lastCost: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "galactic_router_last_pass",
+			Help: "The last pass: objects read, writes, VPCs synced, lock-held and total seconds."}, []string{"what"}),
 	}
 	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.leaseEvents, m.passDuration,
-		m.deviceErrors, m.duplicates)
+		m.deviceErrors, m.duplicates, m.passes, m.objectsRead, m.kernelWrites, m.lockHeld, m.lastCost)
 	return m
 }
 
 func (m *Metrics) observePass(d time.Duration) {
 	m.passDuration.Observe(d.Seconds())
+	m.lastCost.WithLabelValues("seconds").Set(d.Seconds())
 	m.lastPass.Store(time.Now().UnixNano())
+}
+
+func (m *Metrics) observeCost(c passCost) {
+	kind := "none"
+	switch {
+	case c.writes > 0:
+		kind = "write"
+		m.lockHeld.Observe(c.locked.Seconds())
+	case c.read > 0:
+		kind = "read"
+	}
+	m.passes.WithLabelValues(kind).Inc()
+	m.objectsRead.Add(float64(c.read))
+	m.kernelWrites.Add(float64(c.writes))
+	m.lastCost.WithLabelValues("objects_read").Set(float64(c.read))
+	m.lastCost.WithLabelValues("writes").Set(float64(c.writes))
+	m.lastCost.WithLabelValues("vpcs_synced").Set(float64(c.vpcs))
+	m.lastCost.WithLabelValues("lock_held_seconds").Set(c.locked.Seconds())
 }
 
 func (m *Metrics) set(announced, installed int, _ RIB, established map[string]bool) {

@@ -197,22 +197,39 @@ func Find(vpc string) (*Domain, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
 	}
-	tableMarked, vrfMarked := 0, 0
+	l, err := netlinksafe.LinkByName(DeviceName(vpc))
+	if err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
+		return nil, fmt.Errorf("looking up VRF device %s: %w", DeviceName(vpc), err)
+	}
+	return FindIn(vpc, Markers(routes), l)
+}
+
+// Markers maps the marker routes among routes to their tables, so one
+// dump serves FindIn for every VPC.
+func Markers(routes []netlink.Route) map[netip.Prefix]int {
+	out := map[netip.Prefix]int{}
 	for _, r := range routes {
-		p, ok := PrefixOf(r.Dst)
-		if !ok || int(r.Protocol) != Protocol {
+		if int(r.Protocol) != Protocol || r.Dst == nil || len(r.Dst.IP) != net.IPv6len || r.Dst.IP.To4() != nil {
 			continue
 		}
-		switch p {
-		case Marker(vpc):
-			tableMarked = r.Table
-		case VRFMarker(vpc):
-			vrfMarked = r.Table
+		if p, ok := PrefixOf(r.Dst); ok && p.Bits() == 128 {
+			out[p] = r.Table
 		}
 	}
-	dev, err := vrfDevice(vpc)
-	if err != nil {
-		return nil, err
+	return out
+}
+
+// FindIn is Find over what was already read: the marker tables and the
+// link named DeviceName(vpc), nil when there is none.
+func FindIn(vpc string, markers map[netip.Prefix]int, l netlink.Link) (*Domain, error) {
+	tableMarked, vrfMarked := markers[Marker(vpc)], markers[VRFMarker(vpc)]
+	var dev *netlink.Vrf
+	if l != nil {
+		v, ok := l.(*netlink.Vrf)
+		if !ok || l.Attrs().Alias != DeviceAlias(vpc) {
+			return nil, fmt.Errorf("device %s exists but is not the VRF of VPC %q", DeviceName(vpc), vpc)
+		}
+		dev = v
 	}
 	if dev != nil {
 		// A table marker next to a VRF is what a VRF domain made before
@@ -231,22 +248,6 @@ func Find(vpc string) (*Domain, error) {
 		return &Domain{VPC: vpc, Kind: KindTable, Table: tableMarked}, nil
 	}
 	return nil, nil
-}
-
-// vrfDevice returns the VPC's VRF device, nil when there is none.
-func vrfDevice(vpc string) (*netlink.Vrf, error) {
-	l, err := netlinksafe.LinkByName(DeviceName(vpc))
-	if err != nil {
-		if errors.As(err, &netlink.LinkNotFoundError{}) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("looking up VRF device %s: %w", DeviceName(vpc), err)
-	}
-	v, ok := l.(*netlink.Vrf)
-	if !ok || l.Attrs().Alias != DeviceAlias(vpc) {
-		return nil, fmt.Errorf("device %s exists but is not the VRF of VPC %q", DeviceName(vpc), vpc)
-	}
-	return v, nil
 }
 
 // Ensure returns the VPC's domain, creating it when there is none; created

@@ -17,12 +17,17 @@ import (
 
 // replaceMappedRoute installs `dst via gw dev ifindex onlink table proto`
 // for an IPv6 dst whose gateway is an IPv4-mapped address, replacing any
-// route to dst in that table.
-func replaceMappedRoute(dst netip.Prefix, gw netip.Addr, ifindex, table int) error {
+// route to dst in that table; without replace it fails with EEXIST when
+// the table has one.
+func replaceMappedRoute(dst netip.Prefix, gw netip.Addr, ifindex, table int, replace bool) error {
 	if !dst.Addr().Is6() || !gw.Is4In6() {
 		return fmt.Errorf("mapped route %s via %s: want an IPv6 prefix and an IPv4-mapped gateway", dst, gw)
 	}
-	req := nl.NewNetlinkRequest(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
+	flags := unix.NLM_F_CREATE | unix.NLM_F_EXCL | unix.NLM_F_ACK
+	if replace {
+		flags = unix.NLM_F_CREATE | unix.NLM_F_REPLACE | unix.NLM_F_ACK
+	}
+	req := nl.NewNetlinkRequest(unix.RTM_NEWROUTE, flags)
 	msg := nl.NewRtMsg()
 	msg.Family = unix.AF_INET6
 	msg.Dst_len = uint8(dst.Bits())

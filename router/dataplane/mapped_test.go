@@ -79,8 +79,12 @@ func TestIPv6RoutesViaAMappedNextHopAreInstalledAndRemovedOverNetlink(t *testing
 		if !hasPermanentNeigh(t, dev, mapped, mac) {
 			t.Fatalf("no permanent neighbour %s lladdr %s", mapped, mac)
 		}
-		inst, err := Installed("blue", d)
-		if err != nil || len(inst) != 3 {
+		k, err := p.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst := k.Installed("blue", d)
+		if len(inst) != 3 {
 			t.Fatalf("Installed: %v, %v; want the 3 routes", inst, err)
 		}
 		for _, r := range inst {

@@ -105,6 +105,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		{"live migration", b.liveMigration},
 		{"cluster pod start", b.clusterPodStart},
 		{"tenant isolation", b.isolation},
+		{"route scale", b.routeScale},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {

@@ -34,6 +34,8 @@ type Results struct {
 	Cluster *ClusterBench
 	// Isolation is the packet filter's share of ADD and DEL.
 	Isolation *IsolationResult
+	// RouteScale is the route scale section.
+	RouteScale *RouteScaleResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -222,6 +224,7 @@ func Render(r *Results) string {
 	renderMigration(&w, r)
 	renderCluster(&w, r)
 	renderIsolation(&w, r)
+	renderRouteScale(&w, r)
 	renderWhere(&w, r)
 	renderClosing(&w, r)
 	return w.String()

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,11 @@ type Spec struct {
 	// Reflectors are the addresses every node peers with (port 179).
 	Reflectors []netip.Addr `json:"reflectors"`
 	Nodes      []Node       `json:"nodes"`
+	// ChurnPerSecond, when set, sends that many updates a second from
+	// Sims.StartChurn on, moving the routes of the VPCs ChurnVNIs names
+	// between their prefixes and Alternate ones (runChurn).
+	ChurnPerSecond int      `json:"churnPerSecond,omitempty"`
+	ChurnVNIs      []uint32 `json:"churnVNIs,omitempty"`
 }
 
 // Node is one simulated node.
@@ -136,6 +142,7 @@ func serve(path string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var churn []churned
 	for _, n := range s.Nodes {
 		// Like a real node, a simulated one imports only its VPCs.
 		var rts []speaker.RouteTarget
@@ -153,12 +160,92 @@ func serve(path string) error {
 				if err := g.Announce(ctx, r); err != nil {
 					return fmt.Errorf("node %s: %w", n.Underlay, err)
 				}
+				if slices.Contains(s.ChurnVNIs, v.VNI) {
+					churn = append(churn, churned{g, r})
+				}
 			}
 		}
 	}
 	fmt.Println("simulated nodes started:", len(s.Nodes))
+	if s.ChurnPerSecond > 0 && len(churn) > 0 {
+		start := make(chan os.Signal, 1)
+		signal.Notify(start, syscall.SIGUSR1)
+		go func() {
+			select {
+			case <-start:
+				fmt.Println("churn started:", len(churn), "routes")
+				runChurn(ctx, churn, s.ChurnPerSecond, log)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	<-ctx.Done()
 	return nil
+}
+
+// churned is a route the churn moves.
+type churned struct {
+	g *speaker.GoBGP
+	r speaker.Route
+}
+
+// Alternate is the prefix a churned route moves to and back from: the
+// second octet's top bit flipped (10.0.0.5/32 and 10.128.0.5/32).
+func Alternate(p netip.Prefix) netip.Prefix {
+	a := p.Addr().As4()
+	a[1] ^= 0x80
+	return netip.PrefixFrom(netip.AddrFrom4(a), p.Bits())
+}
+
+// runChurn sends perSecond updates a second: walking the routes, it
+// announces each at its alternate prefix and withdraws it where it was,
+// two updates, and logs when each announce went out, so a test can time
+// it to the kernel of a node.
+func runChurn(ctx context.Context, routes []churned, perSecond int, log *slog.Logger) {
+	tick := time.NewTicker(2 * time.Second / time.Duration(perSecond))
+	defer tick.Stop()
+	for i := 0; ; i = (i + 1) % len(routes) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c := &routes[i]
+		next := c.r
+		next.Prefix = Alternate(c.r.Prefix)
+		at := time.Now()
+		if err := c.g.Announce(ctx, next); err != nil {
+			log.Warn("churn", "route", next.Key().String(), "error", err)
+			continue
+		}
+		if err := c.g.Withdraw(ctx, c.r.Key()); err != nil {
+			log.Warn("churn", "route", c.r.Key().String(), "error", err)
+		}
+		fmt.Printf("churn announce %s %d\n", next.Prefix, at.UnixNano())
+		c.r = next
+	}
+}
+
+// Announce is one churn announce as the simulated nodes logged it.
+type Announce struct {
+	Prefix netip.Prefix
+	At     time.Time
+}
+
+// Announces are the churn's announces so far.
+func (s *Sims) Announces() []Announce {
+	var out []Announce
+	for _, l := range strings.Split(s.Log(), "\n") {
+		var p string
+		var ns int64
+		if _, err := fmt.Sscanf(l, "churn announce %s %d", &p, &ns); err != nil {
+			continue
+		}
+		if pfx, err := netip.ParsePrefix(p); err == nil {
+			out = append(out, Announce{pfx, time.Unix(0, ns)})
+		}
+	}
+	return out
 }
 
 // Sims is a running process of simulated nodes.
@@ -226,6 +313,21 @@ func (s *Sims) Pid() int { return s.cmd.Process.Pid }
 func (s *Sims) Log() string {
 	b, _ := os.ReadFile(s.LogPath)
 	return string(b)
+}
+
+// StartChurn starts the spec's churn and waits until it runs.
+func (s *Sims) StartChurn(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.Log(), "churn started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the churn did not start: %s", s.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Stop ends the process (its sessions go with it).

@@ -1,0 +1,367 @@
+package router
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/router/dataplane"
+)
+
+// synced is what the kernel was last made to hold for one VPC.
+type synced struct {
+	vni uint32
+	// dom is nil for a VPC with no routing domain here at that pass.
+	dom     *routing.Domain
+	dev     *dataplane.Device
+	remotes map[netip.Prefix]dataplane.Remote
+	// neighs and fdb are the device's entries as last written.
+	neighs, fdb []netlink.Neigh
+}
+
+// kernelMarks are what the kernel watches saw change since the last pass:
+// tables whose routes others changed (their VPCs' routes are read again),
+// and devices or domains (every VPC is read again).
+type kernelMarks struct {
+	mu      sync.Mutex
+	tables  map[int]bool
+	devices bool
+}
+
+func (m *kernelMarks) table(t int) {
+	m.mu.Lock()
+	if m.tables == nil {
+		m.tables = map[int]bool{}
+	}
+	m.tables[t] = true
+	m.mu.Unlock()
+}
+
+func (m *kernelMarks) device() {
+	m.mu.Lock()
+	m.devices = true
+	m.mu.Unlock()
+}
+
+func (m *kernelMarks) take() (tables map[int]bool, devices bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tables, devices = m.tables, m.devices
+	m.tables, m.devices = nil, false
+	return tables, devices
+}
+
+// passCost is what one pass did to the kernel.
+type passCost struct {
+	read, writes int
+	locked       time.Duration
+	vpcs         int
+}
+
+// kernelPass reads the kernel when a VPC may need a change, plans the
+// writes without the node lock and takes the lock only to run them.
+type kernelPass struct {
+	d       *Daemon
+	full    bool
+	k       *dataplane.Kernel
+	readErr error
+	cost    passCost
+	// dirty are the VPCs whose devices this pass reads and syncs, routes
+	// those whose routes it does (dirty ones included), marked those
+	// whose tables others changed.
+	dirty, routes, marked map[string]bool
+	plans                 map[string]*dataplane.Plan
+	removes               []string
+	next                  map[string]synced
+	// failedBefore are the device errors the pass started with.
+	failedBefore map[string]error
+	// lockErr is set when the node lock could not be taken: nothing was
+	// written and the pass ends there, to be retried.
+	lockErr error
+}
+
+func (kp *kernelPass) read() {
+	if kp.k != nil || kp.readErr != nil {
+		return
+	}
+	kp.k, kp.readErr = kp.d.plane.Read()
+	if kp.readErr != nil {
+		kp.d.log.Error("reading the kernel", "error", kp.readErr)
+		return
+	}
+	kp.cost.read = kp.k.Objects
+}
+
+// devicesStage picks the VPCs whose devices to read: every one on a full
+// pass, else those that are new, changed VNI, failed last time, left, or
+// any when the watches saw a device or domain change. It reads the kernel
+// once for them, plans their devices and returns the devices the pass
+// works with.
+func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
+	kp := &kernelPass{d: d, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
+		failedBefore: d.deviceErrs}
+	tables, devicesMoved := d.marks.take()
+	known := map[int]bool{}
+	for _, s := range d.synced {
+		if s.dom != nil {
+			known[s.dom.Table] = true
+		}
+	}
+	// A table no VPC had yet may be a new VPC's domain.
+	unknown := false
+	for t := range tables {
+		unknown = unknown || !known[t]
+	}
+	for vpc, vni := range vnis {
+		s, ok := d.synced[vpc]
+		if full || devicesMoved || !ok || s.vni != vni || d.deviceErrs[vpc] != nil || s.dom == nil && unknown {
+			kp.dirty[vpc] = true
+		}
+		if ok && s.dom != nil && tables[s.dom.Table] {
+			kp.marked[vpc] = true
+		}
+	}
+	for vpc := range d.synced {
+		if _, ok := vnis[vpc]; !ok {
+			kp.dirty[vpc] = true
+		}
+	}
+	if len(kp.dirty) > 0 || full {
+		kp.read()
+	}
+	var existing map[string]string
+	if kp.k != nil {
+		existing = kp.k.Devices()
+	}
+	devices := map[string]*dataplane.Device{}
+	errs := map[string]error{}
+	for vpc, vni := range vnis {
+		if !kp.dirty[vpc] {
+			if s := d.synced[vpc]; s.dev != nil {
+				devices[vpc] = s.dev
+			}
+			continue
+		}
+		if kp.readErr != nil {
+			errs[vpc] = kp.readErr
+			continue
+		}
+		dom, err := kp.k.Domain(vpc)
+		if err != nil {
+			d.log.Error("reading the routing domain", "vpc", vpc, "error", err)
+			errs[vpc] = fmt.Errorf("reading the routing domain: %w", err)
+			continue
+		}
+		if dom == nil || (dom.Kind == routing.KindVRF && dom.Device == "") {
+			kp.next[vpc] = synced{vni: vni}
+			if _, has := existing[vpc]; has && dom == nil {
+				kp.removes = append(kp.removes, vpc)
+			}
+			continue
+		}
+		pl := &dataplane.Plan{}
+		dev, err := d.plane.PlanDevice(vpc, vni, dom, kp.k, pl)
+		if err != nil {
+			if d.deviceErrs[vpc] == nil || d.deviceErrs[vpc].Error() != err.Error() {
+				d.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", err)
+			}
+			errs[vpc] = err
+			continue
+		}
+		kp.plans[vpc] = pl
+		kp.next[vpc] = synced{vni: vni, dom: dom, dev: dev}
+		devices[vpc] = dev
+	}
+	for vpc := range existing {
+		if _, known := vnis[vpc]; !known {
+			kp.removes = append(kp.removes, vpc)
+		}
+	}
+	kp.carry(errs)
+	return kp, devices
+}
+
+// carry keeps the errors of the VPCs this pass did not read.
+func (kp *kernelPass) carry(errs map[string]error) {
+	for vpc, err := range kp.d.deviceErrs {
+		if !kp.dirty[vpc] {
+			errs[vpc] = err
+		}
+	}
+	kp.d.deviceErrs = errs
+}
+
+// routesStage plans the routes of the VPCs whose devices were read this
+// pass, whose tables others changed, and whose desired routes differ from
+// what was synced. With no device read it reads only those VPCs' tables
+// and devices.
+func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
+	d := kp.d
+	var tables []int
+	for vpc := range devices {
+		if !kp.dirty[vpc] && !kp.marked[vpc] && sameRemotes(d.synced[vpc].remotes, remotes[vpc]) {
+			continue
+		}
+		kp.routes[vpc] = true
+		if !kp.dirty[vpc] {
+			kp.next[vpc] = d.synced[vpc]
+			tables = append(tables, d.synced[vpc].dom.Table)
+		}
+	}
+	if kp.k == nil && kp.readErr == nil && len(kp.routes) > 0 {
+		kp.k, kp.readErr = d.plane.ReadRoutes(tables)
+		if kp.readErr != nil {
+			d.log.Error("reading the kernel", "error", kp.readErr)
+		} else {
+			kp.cost.read = kp.k.Objects
+			for vpc := range kp.routes {
+				s := d.synced[vpc]
+				kp.k.Neighs[s.dev.Index], kp.k.FDB[s.dev.Index] = s.neighs, s.fdb
+			}
+		}
+	}
+	for vpc, dev := range devices {
+		if !kp.routes[vpc] {
+			continue
+		}
+		if kp.readErr != nil {
+			delete(kp.next, vpc)
+			continue
+		}
+		pl := kp.plans[vpc]
+		if pl == nil {
+			pl = &dataplane.Plan{}
+			kp.plans[vpc] = pl
+		}
+		s := kp.next[vpc]
+		d.plane.PlanRoutes(dev, s.dom, remotes[vpc], kp.k, pl)
+		s.neighs, s.fdb = pl.Neighs, pl.FDB
+		s.remotes = make(map[netip.Prefix]dataplane.Remote, len(remotes[vpc]))
+		for _, r := range remotes[vpc] {
+			s.remotes[r.Prefix] = r
+		}
+		kp.next[vpc] = s
+	}
+}
+
+func sameRemotes(have map[netip.Prefix]dataplane.Remote, want []dataplane.Remote) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for _, r := range want {
+		h, ok := have[r.Prefix]
+		if !ok || h.NextHop != r.NextHop || !bytes.Equal(h.RouterMAC, r.RouterMAC) {
+			return false
+		}
+	}
+	return true
+}
+
+// vtepsOf is the next hops of remotes, sorted.
+func vtepsOf(remotes map[string][]dataplane.Remote) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	for _, rs := range remotes {
+		for _, r := range rs {
+			if !seen[r.NextHop] {
+				seen[r.NextHop] = true
+				out = append(out, r.NextHop)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// apply takes the node lock only when there is something to write, runs
+// the plans and records what the kernel now holds. A VPC whose device
+// could not be made leaves devices and joins the device errors.
+func (kp *kernelPass) apply(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
+	d := kp.d
+	// The VTEPs move only with a VPC's routes.
+	var vteps []netip.Addr
+	filterDue := false
+	if kp.full || len(kp.dirty) > 0 || len(kp.routes) > 0 {
+		vteps = vtepsOf(remotes)
+		filterDue = kp.full || !slices.Equal(vteps, d.vteps)
+	}
+	writes := len(kp.removes)
+	for _, pl := range kp.plans {
+		writes += pl.Writes()
+	}
+	if filterDue {
+		writes++
+	}
+	for vpc := range kp.routes {
+		kp.dirty[vpc] = true
+	}
+	kp.cost.vpcs = len(kp.dirty)
+	failed := map[string]bool{}
+	if writes > 0 {
+		unlock, err := state.Lock(d.o.StateDir)
+		if err != nil {
+			d.log.Error("taking the node lock", "error", err)
+			kp.lockErr = err
+			return
+		}
+		began := time.Now()
+		for vpc, pl := range kp.plans {
+			if pl.Writes() == 0 {
+				continue
+			}
+			devErr, err := pl.Apply()
+			if devErr != nil {
+				d.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", devErr)
+				d.deviceErrs[vpc] = devErr
+				delete(devices, vpc)
+				failed[vpc] = true
+				continue
+			}
+			if err != nil {
+				d.log.Error("installing remote routes", "vpc", vpc, "error", err)
+				failed[vpc] = true
+			}
+			if ch := pl.Changes; ch != (dataplane.Changes{}) {
+				d.log.Info("remote routes", "vpc", vpc, "added", ch.Added, "replaced", ch.Replaced, "removed", ch.Removed)
+				d.metrics.kernelChanges.Add(float64(ch.Added + ch.Replaced + ch.Removed))
+			}
+			if pl.Skipped > 0 {
+				// A route of galactic-cni's came after the read: read again.
+				d.marks.table(kp.next[vpc].dom.Table)
+				d.trigger()
+			}
+		}
+		for _, vpc := range kp.removes {
+			if err := d.plane.RemoveVPC(vpc); err != nil {
+				d.log.Error("removing a VPC's VXLAN device", "vpc", vpc, "error", err)
+			} else {
+				d.log.Info("removed VXLAN device", "vpc", vpc)
+			}
+		}
+		if filterDue && d.syncFilter(vteps) {
+			d.vteps = vteps
+		}
+		unlock()
+		kp.cost.locked = time.Since(began)
+		kp.cost.writes = writes
+	}
+	for vpc := range kp.dirty {
+		s, ok := kp.next[vpc]
+		switch {
+		case !ok || failed[vpc]:
+			delete(d.synced, vpc)
+		default:
+			if kp.failedBefore[vpc] != nil && s.dev != nil && d.deviceErrs[vpc] == nil {
+				d.log.Info("VXLAN device recovered", "vpc", vpc)
+			}
+			d.synced[vpc] = s
+		}
+	}
+}

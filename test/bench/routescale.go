@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/galactic-cni/galactic/test/scale"
+)
+
+// RouteScaleResult is the route scale section (issue 23): the router's
+// per-pass cost, CNI ADD under route churn, and the large fabric.
+type RouteScaleResult struct {
+	Passes []PassRow
+	// Churn is the ADD latency idle and under 100 route changes a second,
+	// from test/integration/scale's churn test.
+	Churn *scale.ChurnResult
+	Large *scale.LargeResult
+	// LargeSize is the GALACTIC_SCALE_LARGE the large fabric ran with.
+	LargeSize string
+}
+
+// PassRow is one case of router's BenchmarkKernelPass.
+type PassRow struct {
+	VPCs                int
+	Kind                string
+	Time                time.Duration
+	Read, Writes        float64
+	Locked              time.Duration
+	Allocs, AllocsBytes float64
+}
+
+// routeScale runs the router's pass benchmark, the churn test and the
+// large fabric test as go test subprocesses: they need the scale harness,
+// which runs inside tests.
+func (b *bench) routeScale() error {
+	res := &RouteScaleResult{}
+	b.res.RouteScale = res
+	sizes := "1|100|1000"
+	large := "1"
+	if b.opts.Quick {
+		sizes, large = "1|100", "20,100,50"
+	}
+	b.say("router passes at %s VPCs", sizes)
+	out, err := exec.CommandContext(b.ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "BenchmarkKernelPass/vpcs=("+sizes+")$/",
+		"-benchtime", "10x", "-timeout", "60m", "./router/").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("the pass benchmark: %w: %s", err, out)
+	}
+	res.Passes = parsePassBench(string(out))
+
+	dir, err := os.MkdirTemp(b.dir, "scale-")
+	if err != nil {
+		return err
+	}
+	churn, largePath := filepath.Join(dir, "churn.json"), filepath.Join(dir, "large.json")
+	b.say("CNI ADD idle and under route churn")
+	cmd := exec.CommandContext(b.ctx, "go", "test", "-count=1", "-timeout", "30m", "-run", "TestCNIAddsDuringRouteChurn", "./test/integration/scale/")
+	cmd.Env = append(os.Environ(), scale.EnvChurnResult+"="+churn)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("the churn test: %w: %s", err, out)
+	}
+	res.Churn = &scale.ChurnResult{}
+	if err := readJSON(churn, res.Churn); err != nil {
+		return err
+	}
+	b.say("the large fabric (%s=%s)", scale.EnvLarge, large)
+	res.LargeSize = large
+	cmd = exec.CommandContext(b.ctx, "go", "test", "-count=1", "-timeout", "180m", "-run", "TestAtTheIssuesScale", "-v", "./test/integration/scale/")
+	cmd.Env = append(os.Environ(), scale.EnvLarge+"="+large, scale.EnvResult+"="+largePath)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("the large fabric: %w: %s", err, out)
+	}
+	res.Large = &scale.LargeResult{}
+	return readJSON(largePath, res.Large)
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}
+
+// parsePassBench reads `go test -bench` lines such as
+// "BenchmarkKernelPass/vpcs=100/move-2  10  2711836 ns/op  471503 lock-ns/op ...".
+func parsePassBench(out string) []PassRow {
+	var rows []PassRow
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkKernelPass/") {
+			continue
+		}
+		parts := strings.Split(f[0], "/")
+		if len(parts) != 3 {
+			continue
+		}
+		var row PassRow
+		fmt.Sscanf(parts[1], "vpcs=%d", &row.VPCs)
+		row.Kind = parts[2]
+		if i := strings.LastIndexByte(parts[2], '-'); i > 0 {
+			row.Kind = parts[2][:i]
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/op":
+				row.Time = time.Duration(v)
+			case "lock-ns/op":
+				row.Locked = time.Duration(v)
+			case "objects-read/op":
+				row.Read = v
+			case "writes/op":
+				row.Writes = v
+			case "allocs/op":
+				row.Allocs = v
+			case "B/op":
+				row.AllocsBytes = v
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func renderRouteScale(w *strings.Builder, r *Results) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	rs := r.RouteScale
+	if rs == nil {
+		return
+	}
+	p("## 9. Route scale")
+	p("")
+	p("The kernel part of one galactic-router pass (router's `BenchmarkKernelPass`, in a network namespace of its own), with the VPCs' domains made by galactic-cni's code and 100 remote routes each: `steady` is a pass after nothing changed, `move` one after one route's next hop moved, `full` the resync pass that reads everything.")
+	p("")
+	p("| VPCs | pass | time | netlink objects read | writes | lock held | allocations (bytes) |")
+	p("|---|---|---|---|---|---|---|")
+	for _, row := range rs.Passes {
+		p("| %s | %s | %s | %.0f | %.0f | %s | %.0f (%s) |", thousands(row.VPCs), row.Kind, ms(row.Time), row.Read, row.Writes, ms(row.Locked),
+			row.Allocs, mib(int64(row.AllocsBytes)))
+	}
+	p("")
+	if c := rs.Churn; c != nil {
+		p("CNI ADD on a node whose router imports %d route changes a second (test/integration/scale's churn test, %d ADDs each, same run): idle p50 %s p99 %s; under churn p50 %s p99 %s; p99 ratio **%.2f** (target ≤ 1.10). The router held the node lock %s of %s of passes while the churned ADDs ran.",
+			c.ChurnPerSecond, c.ADDs, ms(c.IdleP50), ms(c.IdleP99), ms(c.ChurnP50), ms(c.ChurnP99), float64(c.ChurnP99)/float64(max(c.IdleP99, 1)),
+			ms(c.LockHeld), ms(c.PassTime))
+		p("")
+	}
+	if l := rs.Large; l != nil {
+		p("The large fabric (`%s=%s`): %d simulated nodes (GoBGP speakers of galactic's speaker code in one process), %s VPCs, %s routes; one real node.", scale.EnvLarge, rs.LargeSize,
+			l.Nodes, thousands(l.VPCs), thousands(l.Routes))
+		p("")
+		p("| via | node's VPCs | received | installed | router start → all installed (after the last ADD) | router CPU | router RSS (per route) | reflector RSS | announce → kernel p50 / p99 under churn |")
+		p("|---|---|---|---|---|---|---|---|---|")
+		for _, row := range l.Rows {
+			p("| %s | %s | %s | %s | %s (%s) | %s | %.0f MiB (%.1f KiB) | %.0f MiB | %s / %s (%d announces, %d updates/s) |", row.Via, thousands(row.VPCs), thousands(row.Received),
+				thousands(row.Installed), ms(row.Took), ms(row.AfterADDs), ms(row.CPU), row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)), row.ReflectorRSS,
+				ms(row.AnnounceP50), ms(row.AnnounceP99), row.Announces, row.ChurnPerSecond)
+		}
+		p("")
+		p("The router is started first and the node's ADDs (one per VPC, sequential) follow, so the start → installed time of a node in many VPCs is mostly its ADDs. The reflector RSS is galactic's (0 with FRR).")
+		p("")
+	}
+}

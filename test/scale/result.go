@@ -1,0 +1,50 @@
+package scale
+
+import "time"
+
+// EnvLarge sizes the large fabric test (1, or "<nodes>,<vpcs>,<prefixes per
+// node and VPC>"); EnvResult names the JSON file it writes its figures to.
+const (
+	EnvLarge  = "GALACTIC_SCALE_LARGE"
+	EnvResult = "GALACTIC_SCALE_RESULT"
+	// EnvChurnResult names the JSON file the churn test writes to.
+	EnvChurnResult = "GALACTIC_SCALE_CHURN_RESULT"
+)
+
+// ChurnResult is CNI ADD latency on a node idle and while its router
+// imports ChurnPerSecond route changes a second, in one run, with the
+// router's lock-held and pass time over the churned ADDs.
+type ChurnResult struct {
+	ChurnPerSecond, ADDs                 int
+	IdleP50, IdleP99, ChurnP50, ChurnP99 time.Duration
+	LockHeld, PassTime                   time.Duration
+}
+
+// LargeResult is what the large fabric test measured: one row per way a
+// real node was fed.
+type LargeResult struct {
+	Nodes, VPCs, Routes int
+	Rows                []LargeRow
+}
+
+// LargeRow is one real node of the large fabric.
+type LargeRow struct {
+	// Via is the reflector: "galactic (rtc)" or "FRR (no rtc)"; VPCs the
+	// node's.
+	Via  string
+	VPCs int
+	// Received is its adj-RIB-in, Installed its remote routes.
+	Received, Installed int
+	// Took is from its router's start (and then its ADDs, one per VPC)
+	// to every route installed, AfterADDs the part after the last ADD;
+	// CPU the router's CPU time by then; RSS its resident set in MiB.
+	Took, AfterADDs, CPU time.Duration
+	RSS                  float64
+	// ReflectorRSS is the galactic reflector's, in MiB (0 for FRR).
+	ReflectorRSS float64
+	// AnnounceP50 and AnnounceP99 time a churned route from the
+	// simulated node's announce to the node's kernel, while the fabric
+	// churns ChurnPerSecond updates a second; Announces is how many.
+	AnnounceP50, AnnounceP99  time.Duration
+	Announces, ChurnPerSecond int
+}
