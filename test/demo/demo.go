@@ -380,21 +380,13 @@ func (d *demo) addNode(name string) error {
 
 // allEstablished reports whether FRR has a session up with every node.
 func (d *demo) allEstablished() error {
-	out, err := d.fabric.Vtysh("show bgp l2vpn evpn summary json")
+	states, err := d.fabric.PeerStates()
 	if err != nil {
 		return err
 	}
-	var sum struct {
-		Peers map[string]struct {
-			State string `json:"state"`
-		} `json:"peers"`
-	}
-	if err := json.Unmarshal([]byte(out), &sum); err != nil {
-		return fmt.Errorf("FRR's summary: %w: %s", err, out)
-	}
 	for _, n := range d.nodes {
-		if p, ok := sum.Peers[n.underlay.String()]; !ok || p.State != "Established" {
-			return fmt.Errorf("%s: %+v", n.Name, sum.Peers)
+		if st, ok := states[n.underlay.String()]; !ok || st != "Established" {
+			return fmt.Errorf("%s: %+v", n.Name, states)
 		}
 	}
 	return nil

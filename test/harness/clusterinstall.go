@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -132,28 +131,6 @@ func (c *Cluster) WaitDaemonSetReady(ctx context.Context, want int) error {
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// PeerStates is FRR's session state per peer address
-// (`show bgp l2vpn evpn summary json`).
-func (f *Fabric) PeerStates() (map[string]string, error) {
-	out, err := f.Vtysh("show bgp l2vpn evpn summary json")
-	if err != nil {
-		return nil, err
-	}
-	var sum struct {
-		Peers map[string]struct {
-			State string `json:"state"`
-		} `json:"peers"`
-	}
-	if err := json.Unmarshal([]byte(out), &sum); err != nil {
-		return nil, fmt.Errorf("FRR's summary: %w: %s", err, out)
-	}
-	states := map[string]string{}
-	for addr, p := range sum.Peers {
-		states[addr] = p.State
-	}
-	return states, nil
 }
 
 // ImportImage imports an image archive into the node's containerd.

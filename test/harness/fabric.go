@@ -455,3 +455,25 @@ func (f *Fabric) CountUpdates(from int64, prefix netip.Prefix) (Updates, error) 
 	}
 	return u, nil
 }
+
+// PeerStates is FRR's session state per peer address
+// (`show bgp l2vpn evpn summary json`).
+func (f *Fabric) PeerStates() (map[string]string, error) {
+	out, err := f.Vtysh("show bgp l2vpn evpn summary json")
+	if err != nil {
+		return nil, err
+	}
+	var sum struct {
+		Peers map[string]struct {
+			State string `json:"state"`
+		} `json:"peers"`
+	}
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		return nil, fmt.Errorf("FRR's summary: %w: %s", err, out)
+	}
+	states := map[string]string{}
+	for addr, p := range sum.Peers {
+		states[addr] = p.State
+	}
+	return states, nil
+}

@@ -2,7 +2,6 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -406,21 +405,13 @@ func (r *runner) addNode(name string) error {
 }
 
 func (r *runner) established() error {
-	out, err := r.fabric.Vtysh("show bgp l2vpn evpn summary json")
+	states, err := r.fabric.PeerStates()
 	if err != nil {
 		return err
 	}
-	var sum struct {
-		Peers map[string]struct {
-			State string `json:"state"`
-		} `json:"peers"`
-	}
-	if err := json.Unmarshal([]byte(out), &sum); err != nil {
-		return fmt.Errorf("FRR's summary: %w", err)
-	}
 	for _, n := range r.nodes {
-		if p := sum.Peers[n.underlay.String()]; !n.down && p.State != "Established" {
-			return fmt.Errorf("%s: %q", n.Name, p.State)
+		if st := states[n.underlay.String()]; !n.down && st != "Established" {
+			return fmt.Errorf("%s: %q", n.Name, st)
 		}
 	}
 	return nil
