@@ -172,30 +172,38 @@ func (p *Plan) reschedule(r *rand.Rand, node string) map[string]string {
 	return moves
 }
 
-func init() {
-	register(Kind{Name: "create", Weight: 3, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
-		key, ok := choose(r, p.absent())
-		if !ok {
-			return false
-		}
-		node, ok := choose(r, p.fitting(key, ""))
-		if !ok {
-			return false
-		}
-		s.Attachment, s.Node = key, node
-		p.Where[key], p.Available[key] = node, true
-		return true
-	}}, func(w World, s Step) error { return w.Create(s.Attachment, s.Node) }, nil)
+// planCreate places an absent attachment on a node that can take it.
+func planCreate(r *rand.Rand, p *Plan, s *Step) bool {
+	key, ok := choose(r, p.absent())
+	if !ok {
+		return false
+	}
+	node, ok := choose(r, p.fitting(key, ""))
+	if !ok {
+		return false
+	}
+	s.Attachment, s.Node = key, node
+	p.Where[key], p.Available[key] = node, true
+	return true
+}
 
-	register(Kind{Name: "delete", Weight: 2, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
-		key, ok := choose(r, p.present())
-		if !ok {
-			return false
-		}
-		s.Attachment, s.Node = key, p.Where[key]
-		p.Where[key] = ""
-		return true
-	}}, func(w World, s Step) error { return w.Delete(s.Attachment) }, nil)
+// planDelete removes a present attachment from its node.
+func planDelete(r *rand.Rand, p *Plan, s *Step) bool {
+	key, ok := choose(r, p.present())
+	if !ok {
+		return false
+	}
+	s.Attachment, s.Node = key, p.Where[key]
+	p.Where[key] = ""
+	return true
+}
+
+func init() {
+	register(Kind{Name: "create", Weight: 3, Plan: planCreate},
+		func(w World, s Step) error { return w.Create(s.Attachment, s.Node) }, nil)
+
+	register(Kind{Name: "delete", Weight: 2, Plan: planDelete},
+		func(w World, s Step) error { return w.Delete(s.Attachment) }, nil)
 
 	register(Kind{Name: "upgrade", Weight: 3, Blackout: 15 * time.Second, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 		key, ok := choose(r, p.present())
@@ -232,25 +240,11 @@ func init() {
 	register(Kind{Name: "plugin-kill", Weight: 2, Blackout: 20 * time.Second, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 		s.KillAfter = between(r, 50*time.Millisecond, 600*time.Millisecond)
 		if r.IntN(2) == 0 {
-			key, ok := choose(r, p.absent())
-			if !ok {
-				return false
-			}
-			node, ok := choose(r, p.fitting(key, ""))
-			if !ok {
-				return false
-			}
-			s.Attachment, s.Node, s.Verb = key, node, "add"
-			p.Where[key], p.Available[key] = node, true
-			return true
+			s.Verb = "add"
+			return planCreate(r, p, s)
 		}
-		key, ok := choose(r, p.present())
-		if !ok {
-			return false
-		}
-		s.Attachment, s.Node, s.Verb = key, p.Where[key], "del"
-		p.Where[key] = ""
-		return true
+		s.Verb = "del"
+		return planDelete(r, p, s)
 	}}, func(w World, s Step) error { return w.KillPlugin(s.Attachment, s.Node, s.Verb, s.KillAfter) }, nil)
 
 	daemon := func(name string, sig syscall.Signal, stalls bool, stop func(World, string, syscall.Signal) error, start func(World, string) error) {

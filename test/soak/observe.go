@@ -70,14 +70,7 @@ func (r *runner) snapshot() Snapshot {
 			}
 		}
 	}
-	for _, name := range r.topo.Nodes {
-		n := r.nodes[name]
-		r.mu.Lock()
-		down := n.down
-		r.mu.Unlock()
-		if down {
-			continue
-		}
+	for _, n := range r.upNodes() {
 		for rk, via := range r.remoteRoutes(n) {
 			s.Routes[rk] = via
 		}
@@ -125,67 +118,69 @@ func (r *runner) remoteRoutes(n *node) map[RouteKey]string {
 	return out
 }
 
+// upNodes are the nodes that are not crashed now, in the topology's order.
+func (r *runner) upNodes() []*node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var up []*node
+	for _, name := range r.topo.Nodes {
+		if n := r.nodes[name]; !n.down {
+			up = append(up, n)
+		}
+	}
+	return up
+}
+
 // observe starts the checkers (every 100 ms), the canary probes and the
 // resource sampler; the returned func stops them.
 func (r *runner) observe() func() {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(sampleEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			s := r.snapshot()
-			r.mu.Lock()
-			r.checker.Observe(s)
-			r.trace.note(s)
-			r.mu.Unlock()
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(probeEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			r.mu.Lock()
-			var senders []*instance
-			for _, in := range r.inst {
-				// A guest's container holds no interface of it.
-				if in.vm == nil {
-					senders = append(senders, in)
-				}
-			}
-			r.mu.Unlock()
-			for _, in := range senders {
-				probe(in.a.VPC, in.netns)
+	every(&wg, stop, sampleEvery, false, func() {
+		s := r.snapshot()
+		r.mu.Lock()
+		r.checker.Observe(s)
+		r.trace.note(s)
+		r.mu.Unlock()
+	})
+	every(&wg, stop, probeEvery, false, func() {
+		r.mu.Lock()
+		var senders []*instance
+		for _, in := range r.inst {
+			// A guest's container holds no interface of it.
+			if in.vm == nil {
+				senders = append(senders, in)
 			}
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			r.sampleResources()
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
+		r.mu.Unlock()
+		for _, in := range senders {
+			probe(in.a.VPC, in.netns)
 		}
-	}()
+	})
+	every(&wg, stop, 5*time.Second, true, r.sampleResources)
 	return func() { close(stop); wg.Wait() }
+}
+
+// every runs fn in a goroutine of wg every interval until stop is closed,
+// and once at the start too when now is set.
+func every(wg *sync.WaitGroup, stop <-chan struct{}, interval time.Duration, now bool, fn func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		if now {
+			fn()
+		}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			fn()
+		}
+	}()
 }
 
 func (r *runner) sampleResources() {

@@ -419,14 +419,7 @@ func (r *runner) Reconnect(node string) error {
 }
 
 func (r *runner) SetAPI(up bool) error {
-	for _, name := range r.topo.Nodes {
-		n := r.nodes[name]
-		r.mu.Lock()
-		down := n.down
-		r.mu.Unlock()
-		if down {
-			continue
-		}
+	for _, n := range r.upNodes() {
 		if err := n.SetAPIReachable(up); err != nil {
 			return err
 		}
