@@ -91,6 +91,8 @@ type RouteChange struct {
 	// Via is the gateway; invalid for a route without one.
 	Via       netip.Addr
 	LinkIndex int
+	// Protocol is the route's rtm_protocol (who installed it).
+	Protocol int
 }
 
 func (c RouteChange) String() string {
@@ -98,7 +100,7 @@ func (c RouteChange) String() string {
 	if c.Deleted {
 		verb = "deleted"
 	}
-	return fmt.Sprintf("%s %s %s via %v dev %d", c.At.Format("15:04:05.000"), verb, c.Prefix, c.Via, c.LinkIndex)
+	return fmt.Sprintf("%s %s %s via %v dev %d proto %d", c.At.Format("15:04:05.000"), verb, c.Prefix, c.Via, c.LinkIndex, c.Protocol)
 }
 
 // RouteWatch records, with the time it saw each, every change of one
@@ -149,7 +151,7 @@ func (n *Node) watchRoutes(ctx context.Context, match func(netip.Prefix) bool) (
 			if !ok || !match(dst) {
 				continue
 			}
-			c := RouteChange{At: time.Now(), Prefix: dst, Deleted: u.Type == unix.RTM_DELROUTE, LinkIndex: u.LinkIndex}
+			c := RouteChange{At: time.Now(), Prefix: dst, Deleted: u.Type == unix.RTM_DELROUTE, LinkIndex: u.LinkIndex, Protocol: int(u.Protocol)}
 			if a, ok := netip.AddrFromSlice(u.Gw); ok {
 				c.Via = a.Unmap()
 			}

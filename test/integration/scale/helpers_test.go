@@ -1,14 +1,11 @@
 package scale
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -277,41 +274,25 @@ func (top *topology) checkKernels(t *testing.T) {
 	}
 }
 
-// routeMonitor records `ip monitor route` in a node.
-type routeMonitor struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (m *routeMonitor) Write(b []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.out.Write(b)
-}
+// routeMonitor records every kernel route change in a node.
+type routeMonitor struct{ w *harness.RouteWatch }
 
 func monitorRoutes(t *testing.T, n *node) *routeMonitor {
 	t.Helper()
-	m := &routeMonitor{done: make(chan struct{})}
-	m.cmd = exec.Command("ip", "-n", n.Netns.Name, "monitor", "route")
-	m.cmd.Stdout = m
-	if err := m.cmd.Start(); err != nil {
+	w, err := n.WatchRoutes(t.Context())
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = m.cmd.Wait(); close(m.done) }()
-	t.Cleanup(func() { _ = m.cmd.Process.Kill(); <-m.done })
-	return m
+	return &routeMonitor{w}
 }
 
-// lines are the monitor's lines about galactic-router's routes.
+// lines are the monitor's changes of galactic-router's routes, one line
+// each.
 func (m *routeMonitor) lines() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var out []string
-	for _, l := range strings.Split(m.out.String(), "\n") {
-		if strings.Contains(l, fmt.Sprintf("proto %d", dataplane.Protocol)) {
-			out = append(out, l)
+	for _, c := range m.w.Changes() {
+		if c.Protocol == dataplane.Protocol {
+			out = append(out, c.String())
 		}
 	}
 	return out
