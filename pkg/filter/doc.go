@@ -18,12 +18,14 @@
 //     advertisements carry at most its own MAC as link-layer option.
 //   - arp input: an ARP sender address must be a source of the attachment
 //     (or 0.0.0.0), a veth's sender hardware address its MAC.
-//   - input: from a workload the node accepts neighbour discovery, replies
-//     of connections the node opened, and ICMP echo requests to the
-//     interface's own gateways; everything else addressed to the node
-//     (any socket, broadcast, multicast, link-local) is dropped. From a
-//     VPC's VXLAN device only echo requests and replies of the node's own
-//     connections are accepted.
+//   - input: from a workload the node accepts neighbour discovery, ICMP
+//     echo requests to the interface's own gateways, and what answers its
+//     own connections and pings (echo replies, TCP other than connection
+//     requests); everything else addressed to the node (connection
+//     requests and datagrams to any socket, broadcast, multicast,
+//     link-local, ICMP errors) is dropped. From a VPC's VXLAN device only
+//     echo requests and the same answers are accepted. No rule uses
+//     connection tracking, so nothing forwarded is tracked.
 //   - input: VXLAN (UDP 4789) is accepted only from a VTEP in the vtep sets,
 //     which galactic-router keeps equal to the next hops it installed.
 //   - forward: a packet towards a workload interface must come from a

@@ -158,7 +158,7 @@ func conn() (*nftables.Conn, error) {
 
 // ruleTag marks each rule with its place, so a changed or partial ruleset
 // is told from galactic's own.
-func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v3", chain, i) }
+func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v4", chain, i) }
 
 // Missing describes what of galactic's table, chains and rules the kernel
 // lacks; empty when everything is in place.

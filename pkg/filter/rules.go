@@ -20,6 +20,9 @@ const (
 	vethPrefix  = "gv"
 	vxlanPrefix = "gx"
 	vrfPrefix   = "gr"
+	// galacticPrefix begins all four, so one comparison sends the
+	// underlay's packets past the rules of galactic's interfaces.
+	galacticPrefix = "g"
 )
 
 // Set names.
@@ -54,9 +57,11 @@ const (
 
 // ICMP and ICMPv6 types the rules name.
 const (
+	icmpEchoReply     = 0
 	icmpEchoRequest   = 8
 	icmpRedirect      = 5
 	icmp6EchoRequest  = 128
+	icmp6EchoReply    = 129
 	icmp6RouterAdvert = 134
 	icmp6NeighSolicit = 135
 	icmp6NeighAdvert  = 136
@@ -242,13 +247,24 @@ func unspecifiedSource6() []expr.Any {
 	})
 }
 
-// ctEstablished matches `ct state established,related`.
-func ctEstablished() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+// tcpNotConnect matches TCP that is not a connection request (SYN
+// without ACK): the segments of connections the node opened, without
+// conntrack, which would track every forwarded packet too.
+func tcpNotConnect() []expr.Any {
+	return join(l4proto(unix.IPPROTO_TCP), []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 1, Mask: []byte{0x12}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte{0x02}},
+	})
+}
+
+// fromNodesConnections accepts what answers the node's own connections
+// and pings: TCP other than a connection request, echo replies.
+func fromNodesConnections() [][]expr.Any {
+	return [][]expr.Any{
+		rule(tcpNotConnect(), accept),
+		rule(icmpType(false, icmpEchoReply), accept),
+		rule(icmpType(true, icmp6EchoReply), accept),
 	}
 }
 
@@ -285,14 +301,14 @@ var (
 // toNode is the chain for what a workload sends to the node itself. key
 // names the workload interface: iifname, or sdifname behind a VRF.
 func toNode(name string, key expr.MetaKey) chainSpec {
-	return chainSpec{chain: regularChain(name), rules: [][]expr.Any{
-		rule(ctEstablished(), accept),
+	rules := [][]expr.Any{
 		rule(icmpType(true, icmp6NeighSolicit), accept),
 		rule(icmpType(true, icmp6NeighAdvert), accept),
 		rule(ifAddrIn(key, false, true, setGw4), icmpType(false, icmpEchoRequest), accept),
 		rule(ifAddrIn(key, true, true, setGw6), icmpType(true, icmp6EchoRequest), accept),
-		rule(drop),
-	}}
+	}
+	rules = append(rules, fromNodesConnections()...)
+	return chainSpec{chain: regularChain(name), rules: append(rules, rule(drop))}
 }
 
 // Offsets in an ARP header (Ethernet/IPv4) and in an ICMPv6 neighbour
@@ -346,59 +362,78 @@ func chains() []chainSpec {
 		rule(field(expr.PayloadBaseTransportHeader, ndOption, expr.CmpOpEq, []byte{2, 1}), ifFieldIn(expr.PayloadBaseTransportHeader, ndOptionMAC, 6, setMAC, false), verdict(expr.VerdictReturn)),
 		rule(drop),
 	}}
-	workload := chainSpec{chain: regularChain("workload"), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), macNotIn(), drop),
+	// ICMPv6 from a workload: what claims a router's or a neighbour's role
+	// is checked here; whatever returns goes on to the source check.
+	workloadICMP6 := chainSpec{chain: regularChain("workload_icmp6"), rules: [][]expr.Any{
 		rule(icmpType(true, icmp6RouterAdvert), drop),
 		rule(icmpType(true, icmp6Redirect), drop),
-		rule(icmpType(false, icmpRedirect), drop),
-		rule(udpPort(false, 67), drop),
-		rule(udpPort(false, 547), drop),
 		// DAD: a solicitation from :: announces nothing.
-		rule(unspecifiedSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
+		rule(unspecifiedSource6(), accept),
 		rule(icmpType(true, icmp6NeighAdvert), jump("nd_target")),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), icmpType(true, icmp6NeighSolicit), jump("nd_lladdr")),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), icmpType(true, icmp6NeighAdvert), jump("nd_lladdr")),
-		rule(linkLocalSource6(), l4proto(unix.IPPROTO_ICMPV6), accept),
+		rule(linkLocalSource6(), accept),
+	}}
+	// DHCP server replies from a workload.
+	workloadUDP := chainSpec{chain: regularChain("workload_udp"), rules: [][]expr.Any{
+		rule(udpPort(false, 67), drop),
+		rule(udpPort(false, 547), drop),
+	}}
+	// Ordered so that a workload's ordinary TCP or UDP packet meets as few
+	// rules as possible: each costs every forwarded packet.
+	workload := chainSpec{chain: regularChain("workload"), rules: [][]expr.Any{
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), macNotIn(), drop),
+		rule(l4proto(unix.IPPROTO_ICMPV6), jump("workload_icmp6")),
+		rule(l4proto(unix.IPPROTO_UDP), jump("workload_udp")),
+		rule(icmpType(false, icmpRedirect), drop),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setSrc4), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setSrc6), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setNet4), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setNet6), accept),
 		rule(drop),
 	}}
-	remote := chainSpec{chain: regularChain("from_vxlan"), rules: [][]expr.Any{
-		rule(ctEstablished(), accept),
+	remoteRules := [][]expr.Any{
 		rule(icmpType(false, icmpEchoRequest), accept),
 		rule(icmpType(true, icmp6EchoRequest), accept),
 		rule(icmpType(true, icmp6NeighSolicit), accept),
 		rule(icmpType(true, icmp6NeighAdvert), accept),
-		rule(drop),
-	}}
+	}
+	remoteRules = append(remoteRules, fromNodesConnections()...)
+	remote := chainSpec{chain: regularChain("from_vxlan"), rules: append(remoteRules, rule(drop))}
 	vxlan := chainSpec{chain: regularChain("vxlan"), rules: [][]expr.Any{
 		rule(addrIn(false, setVTEP4), accept),
 		rule(addrIn(true, setVTEP6), accept),
 		rule(drop),
 	}}
 	prerouting := chainSpec{chain: baseChain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriority(-300)), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("workload")),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), jump("workload")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("workload")),
+	}}
+	// Behind a VRF the iif is the VRF device and sdif the member.
+	inputVRF := chainSpec{chain: regularChain("input_vrf"), rules: [][]expr.Any{
+		rule(namePrefix(metaSDIFNAME, vethPrefix), jump("to_node_vrf")),
+		rule(namePrefix(metaSDIFNAME, tapPrefix), jump("to_node_vrf")),
+		rule(namePrefix(metaSDIFNAME, vxlanPrefix), jump("from_vxlan")),
+	}}
+	inputGalactic := chainSpec{chain: regularChain("input_galactic"), rules: [][]expr.Any{
+		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), jump("to_node")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("to_node")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), jump("from_vxlan")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, vrfPrefix), jump("input_vrf")),
 	}}
 	input := chainSpec{chain: baseChain("input", nftables.ChainHookInput, nftables.ChainPriority(-10)), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("to_node")),
-		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), jump("to_node")),
-		rule(namePrefix(metaSDIFNAME, tapPrefix), jump("to_node_vrf")),
-		rule(namePrefix(metaSDIFNAME, vethPrefix), jump("to_node_vrf")),
-		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), jump("from_vxlan")),
-		rule(namePrefix(metaSDIFNAME, vxlanPrefix), jump("from_vxlan")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, galacticPrefix), jump("input_galactic")),
 		rule(udpPort(true, VXLANPort), jump("vxlan")),
 	}}
 	forward := chainSpec{chain: baseChain("forward", nftables.ChainHookForward, nftables.ChainPriority(-10)), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), accept),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), accept),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), accept),
+		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), accept),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vrfPrefix), accept),
 		rule(namePrefix(expr.MetaKeyOIFNAME, tapPrefix), drop),
 		rule(namePrefix(expr.MetaKeyOIFNAME, vethPrefix), drop),
 	}}
 	// Regular chains first: base chains jump to them.
-	return append([]chainSpec{ndTargetChain, ndLLAddr, workload, toNode("to_node", expr.MetaKeyIIFNAME), toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, prerouting, input, forward}, arpChains()...)
+	return append([]chainSpec{ndTargetChain, ndLLAddr, workloadICMP6, workloadUDP, workload, toNode("to_node", expr.MetaKeyIIFNAME),
+		toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, inputVRF, inputGalactic, prerouting, input, forward}, arpChains()...)
 }

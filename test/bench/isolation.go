@@ -190,7 +190,7 @@ func (r *Results) isolationTargets() []Target {
 		}
 	}
 	for _, f := range s.Forwarding {
-		q := f.With / f.Without
+		q := f.ratio()
 		t := Target{What: fmt.Sprintf("forwarding at %s attachments, %d-byte payloads, with the filter at least %.0f%% of without", thousands(f.Residents), f.Payload, 100*forwardGoal),
 			Measured: fmt.Sprintf("%.0f%%", 100*q), Met: q >= forwardGoal}
 		if !t.Met {
@@ -232,12 +232,12 @@ func renderIsolation(w *strings.Builder, r *Results) {
 	if len(s.Forwarding) == 0 {
 		return
 	}
-	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d one-second rounds of each with the filter on both nodes and with galactic's tables removed, alternating; medians of the delivered rate. The filters hold the given number of attachments on each node.", s.ForwardRounds)
+	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d rounds of one second with the filter on both nodes and one second with galactic's tables removed, back to back, alternating which goes first; the rates are medians over the rounds, the ratio the median of each round's ratio. The filters hold the given number of attachments on each node.", s.ForwardRounds)
 	p("")
 	p("| attachments | payload | with the filter | without | ratio | goal |")
 	p("|---|---|---|---|---|---|")
 	for _, f := range s.Forwarding {
-		p("| %s | %d B | %s | %s | %.0f%% | ≥ %.0f%% |", thousands(f.Residents), f.Payload, f.describe(f.With), f.describe(f.Without), 100*f.With/f.Without, 100*forwardGoal)
+		p("| %s | %d B | %s | %s | %.0f%% | ≥ %.0f%% |", thousands(f.Residents), f.Payload, f.describe(f.With), f.describe(f.Without), 100*f.ratio(), 100*forwardGoal)
 	}
 	p("")
 }

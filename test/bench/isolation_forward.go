@@ -27,6 +27,10 @@ type ForwardRow struct {
 	Payload int
 	// Delivered packets per second, with and without the filter.
 	With, Without float64
+	// Ratio is the median of each round's with/without: the two of a
+	// round run back to back, so a change in the machine's load between
+	// rounds falls on both.
+	Ratio float64
 }
 
 const (
@@ -127,7 +131,7 @@ func (b *bench) forwarding() error {
 	}
 	// Many short alternating rounds: the machine's load moves the rate by
 	// more than the filter does, and a median of many pairs evens it out.
-	rounds, window := 15, time.Second
+	rounds, window := 21, time.Second
 	if b.opts.Quick {
 		rounds = 7
 	}
@@ -144,7 +148,7 @@ func (b *bench) forwarding() error {
 			}
 		}
 		for _, payload := range forwardPayloads {
-			var with, without []float64
+			var with, without, ratios []float64
 			for round := range rounds {
 				// Alternate which goes first, so a trend in the machine's
 				// load falls on both alike.
@@ -171,11 +175,12 @@ func (b *bench) forwarding() error {
 						without = append(without, pps)
 					}
 				}
+				ratios = append(ratios, with[round]/without[round])
 			}
-			row := ForwardRow{Residents: residents, Payload: payload, With: median(with), Without: median(without)}
+			row := ForwardRow{Residents: residents, Payload: payload, With: median(with), Without: median(without), Ratio: median(ratios)}
 			b.res.Isolation.Forwarding = append(b.res.Isolation.Forwarding, row)
 			b.say("forwarding at %d attachments, %d-byte payloads: %s with the filter, %s without (%.0f%%)",
-				residents, payload, row.describe(row.With), row.describe(row.Without), 100*row.With/row.Without)
+				residents, payload, row.describe(row.With), row.describe(row.Without), 100*row.Ratio)
 		}
 	}
 	// Leave the nodes filtered, as they were made.
@@ -194,6 +199,15 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// ratio is the row's with/without: Ratio, or the medians' for results
+// recorded without it.
+func (r ForwardRow) ratio() float64 {
+	if r.Ratio > 0 {
+		return r.Ratio
+	}
+	return r.With / r.Without
 }
 
 // describe formats a packet rate with its throughput.

@@ -57,6 +57,7 @@ func NeighborAdvertisement(src, target netip.Addr, tll net.HardwareAddr) []byte 
 // IP protocol numbers.
 const (
 	ProtoICMP   = 1
+	ProtoTCP    = 6
 	ProtoUDP    = 17
 	ProtoICMPv6 = 58
 )
@@ -137,6 +138,31 @@ func UDP(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
 	}
 	binary.BigEndian.PutUint16(u[6:], c)
 	return IPPacket(src, dst, ProtoUDP, 64, u)
+}
+
+// TCP flags.
+const (
+	TCPFin = 0x01
+	TCPSyn = 0x02
+	TCPRst = 0x04
+	TCPPsh = 0x08
+	TCPAck = 0x10
+)
+
+// TCP is an IP packet carrying a TCP segment with flags, sequence and
+// acknowledgement numbers seq and ack, a 20-byte header and payload.
+func TCP(src, dst netip.Addr, sport, dport uint16, flags byte, seq, ack uint32, payload []byte) []byte {
+	s := make([]byte, 20, 20+len(payload))
+	binary.BigEndian.PutUint16(s, sport)
+	binary.BigEndian.PutUint16(s[2:], dport)
+	binary.BigEndian.PutUint32(s[4:], seq)
+	binary.BigEndian.PutUint32(s[8:], ack)
+	s[12] = 5 << 4
+	s[13] = flags
+	binary.BigEndian.PutUint16(s[14:], 65535)
+	s = append(s, payload...)
+	binary.BigEndian.PutUint16(s[16:], pseudoChecksum(src, dst, ProtoTCP, s))
+	return IPPacket(src, dst, ProtoTCP, 64, s)
 }
 
 // ICMP is an IP packet carrying an ICMP (IPv4) or ICMPv6 message of type

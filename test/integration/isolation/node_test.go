@@ -260,6 +260,81 @@ func TestAWorkloadReachesNoNodeSocketThroughAnyAddressButPingsItsGateway(t *test
 	}
 }
 
+// Nothing tracks connections (that would track every forwarded packet),
+// so the node tells what answers its own connections by the TCP flags:
+// its connections to a workload work, and a workload's segments that are
+// not connection requests reach no listener.
+func TestTheNodesOwnConnectionsToAWorkloadWorkAndOtherTCPSegmentsReachNoListener(t *testing.T) {
+	env := harness.Setup(t)
+	n := plainNode(t, env, "node-a")
+	w := add(t, env, n, attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
+	l := listen(t, n)
+	const echoPort = 7072
+	if err := w.c.Do(func() error {
+		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", echoPort))
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); buf := make([]byte, 64); k, _ := c.Read(buf); _, _ = c.Write(buf[:k]) }()
+			}
+		}()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v6 := range []bool{false, true} {
+		a := w.Addr(v6)
+		if err := n.Ping(a); err != nil {
+			t.Errorf("the node should ping its workload at %s: %v", a, err)
+		}
+		err := n.Do(func() error {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(a.String(), fmt.Sprint(echoPort)), 5*time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write([]byte("hello")); err != nil {
+				return err
+			}
+			buf := make([]byte, 16)
+			k, err := c.Read(buf)
+			if err != nil || string(buf[:k]) != "hello" {
+				return fmt.Errorf("echo %q: %v", buf[:k], err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("the node's own TCP connection to %s: %v", a, err)
+		}
+	}
+	marker := packet.NewMarker()
+	var segments [][]byte
+	for _, gw := range []netip.Addr{addr("10.20.0.1"), addr("fd20::1")} {
+		src := w.Addr(gw.Is6())
+		for i, flags := range []byte{packet.TCPAck, packet.TCPPsh | packet.TCPAck, packet.TCPFin | packet.TCPAck, packet.TCPRst, 0, packet.TCPSyn | packet.TCPAck, packet.TCPSyn, packet.TCPSyn | packet.TCPFin} {
+			segments = append(segments, packet.TCP(src, gw, uint16(41000+i), tcpPort, flags, 1000, 1, marker))
+		}
+	}
+	w.send(t, segments...)
+	// The workload's ping of its gateway takes the same path after them.
+	for _, gw := range []string{"10.20.0.1", "fd20::1"} {
+		if err := w.c.Ping(addr(gw)); err != nil {
+			t.Errorf("%s should ping its gateway %s: %v", w.Name, gw, err)
+		}
+	}
+	if a, _ := l.count(nil); a != 0 {
+		t.Errorf("the node's TCP listeners accepted %d connections from crafted segments, want 0", a)
+	}
+}
+
 var errNoRoute = errors.New("no route to host")
 
 func setBroadcast(c net.PacketConn) error {
