@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
@@ -298,10 +299,34 @@ func build(c *nftables.Conn) error {
 	}
 	for _, cs := range all {
 		for i, exprs := range cs.rules {
+			if err := bindAnonymous(c, exprs); err != nil {
+				return err
+			}
 			c.AddRule(&nftables.Rule{Table: cs.chain.Table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
 		}
 	}
 	return c.Flush()
+}
+
+// bindAnonymous creates, in the batch, the anonymous sets a rule's lookups
+// name by placeholder, and points the lookups at them.
+func bindAnonymous(c *nftables.Conn, exprs []expr.Any) error {
+	for _, e := range exprs {
+		l, ok := e.(*expr.Lookup)
+		if !ok {
+			continue
+		}
+		a, ok := anonymous[l.SetName]
+		if !ok {
+			continue
+		}
+		s := a.set()
+		if err := c.AddSet(s, a.elems); err != nil {
+			return fmt.Errorf("anonymous set %s: %w", l.SetName, err)
+		}
+		l.SetName, l.SetID = s.Name, s.ID
+	}
+	return nil
 }
 
 // Delete removes galactic's tables (uninstall). A missing table is not an error.

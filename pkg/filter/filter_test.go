@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"github.com/google/nftables/expr"
 	"net"
 	"net/netip"
 	"slices"
@@ -198,4 +199,22 @@ func TestARemovedElementExpiresAtOnce(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestTheWorkloadInterfaceMaskMatchesTapsAndVethsAndNothingElseOfGalactics(t *testing.T) {
+	e := workloadIf(0)
+	mask, want := e[1].(*expr.Bitwise).Mask, e[2].(*expr.Cmp).Data
+	matches := func(name string) bool {
+		for i := range want {
+			if name[i]&mask[i] != want[i] {
+				return false
+			}
+		}
+		return true
+	}
+	for name, ok := range map[string]bool{tapPrefix + "1": true, vethPrefix + "1": true, vxlanPrefix + "1": false, vrfPrefix + "1": false, "gu1": false, "gw1": false, "eth0": false} {
+		if matches(name) != ok {
+			t.Errorf("%s: matched %v, want %v", name, !ok, ok)
+		}
+	}
 }

@@ -113,6 +113,40 @@ type chainSpec struct {
 	rules [][]expr.Any
 }
 
+// anonSet is a constant anonymous set or verdict map of one rule: its
+// lookup carries a placeholder name until build creates the set in the
+// rule's batch and points the lookup at it.
+type anonSet struct {
+	key      nftables.SetDatatype
+	verdicts bool
+	elems    []nftables.SetElement
+}
+
+func (a anonSet) set() *nftables.Set {
+	s := &nftables.Set{Table: table, Anonymous: true, Constant: true, KeyType: a.key}
+	if a.verdicts {
+		s.IsMap, s.DataType = true, nftables.TypeVerdict
+	}
+	return s
+}
+
+// Placeholders of the anonymous sets and maps the rules use.
+const (
+	anonWorkloadProto = "@workload_proto"
+	anonDHCPServer    = "@dhcp_server_ports"
+)
+
+func jumpElem(key byte, chain string) nftables.SetElement {
+	return nftables.SetElement{Key: []byte{key}, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
+}
+
+var anonymous = map[string]anonSet{
+	anonWorkloadProto: {key: nftables.TypeInetProto, verdicts: true, elems: []nftables.SetElement{
+		jumpElem(unix.IPPROTO_ICMPV6, "workload_icmp6"), jumpElem(unix.IPPROTO_UDP, "workload_udp"), jumpElem(unix.IPPROTO_ICMP, "workload_icmp")}},
+	anonDHCPServer: {key: nftables.TypeInetService, elems: []nftables.SetElement{
+		{Key: binaryutil.BigEndian.PutUint16(67)}, {Key: binaryutil.BigEndian.PutUint16(547)}}},
+}
+
 func ref(p nftables.ChainPriority) *nftables.ChainPriority { return &p }
 
 func baseChain(name string, hook *nftables.ChainHook, prio nftables.ChainPriority) *nftables.Chain {
@@ -132,6 +166,17 @@ func metaCmp(key expr.MetaKey, data []byte) []expr.Any {
 
 // namePrefix matches an interface name starting with prefix (`"gv*"`).
 func namePrefix(key expr.MetaKey, prefix string) []expr.Any { return metaCmp(key, []byte(prefix)) }
+
+// workloadIf matches a workload host interface, tap or veth, in one
+// comparison: "gt" and "gv" differ only in the bit 0x02 of their second
+// byte.
+func workloadIf(key expr.MetaKey) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: reg1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 2, Mask: []byte{0xff, 0xfd}, Xor: []byte{0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte(tapPrefix)},
+	}
+}
 
 func nfproto(p byte) []expr.Any { return metaCmp(expr.MetaKeyNFPROTO, []byte{p}) }
 
@@ -376,16 +421,17 @@ func chains() []chainSpec {
 	}}
 	// DHCP server replies from a workload.
 	workloadUDP := chainSpec{chain: regularChain("workload_udp"), rules: [][]expr.Any{
-		rule(udpPort(false, 67), drop),
-		rule(udpPort(false, 547), drop),
+		rule(&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+			&expr.Lookup{SourceRegister: reg1, SetName: anonDHCPServer}, drop),
+	}}
+	workloadICMP := chainSpec{chain: regularChain("workload_icmp"), rules: [][]expr.Any{
+		rule(icmpType(false, icmpRedirect), drop),
 	}}
 	// Ordered so that a workload's ordinary TCP or UDP packet meets as few
 	// rules as possible: each costs every forwarded packet.
 	workload := chainSpec{chain: regularChain("workload"), rules: [][]expr.Any{
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), macNotIn(), drop),
-		rule(l4proto(unix.IPPROTO_ICMPV6), jump("workload_icmp6")),
-		rule(l4proto(unix.IPPROTO_UDP), jump("workload_udp")),
-		rule(icmpType(false, icmpRedirect), drop),
+		rule(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1}, &expr.Lookup{SourceRegister: reg1, SetName: anonWorkloadProto, IsDestRegSet: true, DestRegister: 0}),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setSrc4), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setSrc6), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setNet4), accept),
@@ -406,8 +452,7 @@ func chains() []chainSpec {
 		rule(drop),
 	}}
 	prerouting := chainSpec{chain: baseChain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriority(-300)), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), jump("workload")),
-		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), jump("workload")),
+		rule(workloadIf(expr.MetaKeyIIFNAME), jump("workload")),
 	}}
 	// Behind a VRF the iif is the VRF device and sdif the member.
 	inputVRF := chainSpec{chain: regularChain("input_vrf"), rules: [][]expr.Any{
@@ -430,10 +475,9 @@ func chains() []chainSpec {
 		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), accept),
 		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), accept),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vrfPrefix), accept),
-		rule(namePrefix(expr.MetaKeyOIFNAME, tapPrefix), drop),
-		rule(namePrefix(expr.MetaKeyOIFNAME, vethPrefix), drop),
+		rule(workloadIf(expr.MetaKeyOIFNAME), drop),
 	}}
 	// Regular chains first: base chains jump to them.
-	return append([]chainSpec{ndTargetChain, ndLLAddr, workloadICMP6, workloadUDP, workload, toNode("to_node", expr.MetaKeyIIFNAME),
+	return append([]chainSpec{ndTargetChain, ndLLAddr, workloadICMP6, workloadUDP, workloadICMP, workload, toNode("to_node", expr.MetaKeyIIFNAME),
 		toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, inputVRF, inputGalactic, prerouting, input, forward}, arpChains()...)
 }
