@@ -21,6 +21,12 @@ type Adj struct {
 	// before it counts as synced (a peer that sends none).
 	Sync  time.Duration
 	peers map[string]*adjPeer
+	// order is the peers' addresses, sorted: the preference among stale
+	// copies.
+	order []string
+	// dirty are the keys whose merged copy may have changed since the
+	// last TakeChanges.
+	dirty map[speaker.Key]struct{}
 }
 
 type adjPeer struct {
@@ -42,8 +48,17 @@ func (a *Adj) peer(addr string) *adjPeer {
 	if p == nil {
 		p = &adjPeer{paths: map[speaker.Key]speaker.Received{}, stale: map[speaker.Key]bool{}}
 		a.peers[addr] = p
+		a.order = append(a.order, addr)
+		sort.Strings(a.order)
 	}
 	return p
+}
+
+func (a *Adj) touch(k speaker.Key) {
+	if a.dirty == nil {
+		a.dirty = map[speaker.Key]struct{}{}
+	}
+	a.dirty[k] = struct{}{}
 }
 
 // Apply records one event of the speaker's stream at now; changed is false
@@ -59,6 +74,10 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 			return true
 		case !ev.State.Established && p.established:
 			p.established, p.synced = false, false
+			// Another peer's current copy may win over a now stale one.
+			for k := range p.paths {
+				a.touch(k)
+			}
 			p.goStale(now, a.Stale)
 			return true
 		}
@@ -66,6 +85,7 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 	case speaker.EventPaths:
 		for _, r := range ev.Paths {
 			k := r.Key()
+			a.touch(k)
 			if !r.Withdrawn {
 				p.paths[k] = r
 				delete(p.stale, k)
@@ -83,7 +103,7 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 		}
 		return true
 	case speaker.EventEndOfRIB:
-		p.sweep()
+		a.sweep(p)
 		return true
 	}
 	return false
@@ -106,9 +126,10 @@ func (p *adjPeer) goStale(now time.Time, bound time.Duration) {
 }
 
 // sweep ends the current session's sync: what it did not send again goes.
-func (p *adjPeer) sweep() {
+func (a *Adj) sweep(p *adjPeer) {
 	for k := range p.stale {
 		delete(p.paths, k)
+		a.touch(k)
 	}
 	p.stale = map[speaker.Key]bool{}
 	p.synced = p.established
@@ -128,7 +149,7 @@ func (a *Adj) Expire(now time.Time) (next time.Time) {
 			if end := p.upSince.Add(a.Sync); now.Before(end) {
 				soonest(end)
 			} else {
-				p.sweep()
+				a.sweep(p)
 			}
 		}
 		if len(p.stale) > 0 {
@@ -137,12 +158,57 @@ func (a *Adj) Expire(now time.Time) (next time.Time) {
 			} else {
 				for k := range p.stale {
 					delete(p.paths, k)
+					a.touch(k)
 				}
 				p.stale = map[speaker.Key]bool{}
 			}
 		}
 	}
 	return next
+}
+
+// ribChange is a key's path in the RIB view after the events since the
+// last TakeChanges; ok is false when no peer has it any more.
+type ribChange struct {
+	key  speaker.Key
+	path speaker.Received
+	ok   bool
+}
+
+// TakeChanges returns the RIB view of every key an event or bound touched
+// since the last call, so the selection follows only what changed.
+func (a *Adj) TakeChanges() []ribChange {
+	if len(a.dirty) == 0 {
+		return nil
+	}
+	out := make([]ribChange, 0, len(a.dirty))
+	for k := range a.dirty {
+		r, ok := a.merged(k)
+		out = append(out, ribChange{key: k, path: r, ok: ok})
+	}
+	a.dirty = nil
+	return out
+}
+
+// merged is k's copy in the RIB view: the first current copy in address
+// order, else the first stale one, as RIB chooses.
+func (a *Adj) merged(k speaker.Key) (speaker.Received, bool) {
+	var first speaker.Received
+	found := false
+	for _, addr := range a.order {
+		p := a.peers[addr]
+		r, ok := p.paths[k]
+		if !ok {
+			continue
+		}
+		if !p.stale[k] {
+			return r, true
+		}
+		if !found {
+			first, found = r, true
+		}
+	}
+	return first, found
 }
 
 // RIB is the view selection works on: per key a current copy where a

@@ -198,14 +198,35 @@ func (kp *kernelPass) carry(errs map[string]error) {
 	kp.d.deviceErrs = errs
 }
 
+// wanted is the routes a pass wants installed: per VPC, whether they may
+// have changed since the last pass that synced the kernel, and the next
+// hops of every VPC's routes.
+type wanted interface {
+	Routes(vpc string) []dataplane.Remote
+	Changed(vpc string) bool
+	VTEPs() []netip.Addr
+}
+
+// remoteMap is wanted from a map, every VPC possibly changed.
+type remoteMap map[string][]dataplane.Remote
+
+func (m remoteMap) Routes(vpc string) []dataplane.Remote { return m[vpc] }
+func (m remoteMap) Changed(string) bool                  { return true }
+func (m remoteMap) VTEPs() []netip.Addr                  { return vtepsOf(m) }
+
 // routesStage plans the routes of the VPCs whose devices were read this
 // pass, whose tables others changed, and whose desired routes differ from
 // what was synced. With no device read it reads only those VPCs' tables
 // and devices.
-func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
+func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted) {
 	d := kp.d
 	var tables []int
+	remotes := map[string][]dataplane.Remote{}
 	for vpc := range devices {
+		if !kp.dirty[vpc] && !kp.marked[vpc] && !w.Changed(vpc) {
+			continue
+		}
+		remotes[vpc] = w.Routes(vpc)
 		if !kp.dirty[vpc] && !kp.marked[vpc] && sameRemotes(d.synced[vpc].remotes, remotes[vpc]) {
 			continue
 		}
@@ -283,13 +304,13 @@ func vtepsOf(remotes map[string][]dataplane.Remote) []netip.Addr {
 // apply takes the node lock only when there is something to write, runs
 // the plans and records what the kernel now holds. A VPC whose device
 // could not be made leaves devices and joins the device errors.
-func (kp *kernelPass) apply(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
+func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 	d := kp.d
 	// The VTEPs move only with a VPC's routes.
 	var vteps []netip.Addr
 	filterDue := false
 	if kp.full || len(kp.dirty) > 0 || len(kp.routes) > 0 {
-		vteps = vtepsOf(remotes)
+		vteps = w.VTEPs()
 		filterDue = kp.full || !slices.Equal(vteps, d.vteps)
 	}
 	writes := len(kp.removes)

@@ -83,8 +83,8 @@ func newKernelNode(tb testing.TB, n, perVPC int) *kernelNode {
 // selection.
 func (kn *kernelNode) pass(full bool) passCost {
 	kp, devices := kn.d.devicesStage(kn.vnis, full)
-	kp.routesStage(devices, kn.remotes)
-	kp.apply(devices, kn.remotes)
+	kp.routesStage(devices, remoteMap(kn.remotes))
+	kp.apply(devices, remoteMap(kn.remotes))
 	return kp.cost
 }
 

@@ -12,14 +12,15 @@ import (
 type passState struct {
 	br     *benchRIB
 	adj    Adj
+	imp    Importer
 	holder Holder
-	fences Fences
 	synced map[string]map[netip.Prefix]dataplane.Remote
 	vteps  []netip.Addr
 }
 
 func newPassState(br *benchRIB) *passState {
 	return &passState{br: br, adj: Adj{Stale: time.Hour, Sync: 30 * time.Second}, holder: Holder{Hold: 10 * time.Second},
+		imp:    Importer{RTASN: 65000, RouterID: netip.MustParseAddr("198.51.100.1"), Underlay: benchUnderlay},
 		synced: map[string]map[netip.Prefix]dataplane.Remote{}}
 }
 
@@ -27,27 +28,31 @@ func (s *passState) apply(ev speaker.Event) { s.adj.Apply(epochAdj, ev) }
 
 func (s *passState) pass(now time.Time, full bool) {
 	s.adj.Expire(now)
-	rib := s.adj.RIB()
-	seen := RIB{}
-	for k, r := range rib {
-		seen[k] = r
+	s.imp.Apply(s.adj.TakeChanges())
+	s.imp.Duplicates()
+	s.imp.SetVNIs(s.br.vnis)
+	if full {
+		s.imp.Resync()
 	}
-	Duplicates(seen, netip.MustParseAddr("198.51.100.1"), benchUnderlay)
-	sel, f := Select(rib, 65000, s.br.vnis, s.fences)
-	s.fences = f
-	remotes, _ := s.holder.Desired(now, sel, f, s.br.managed, false)
+	keys, all := s.imp.Select()
+	s.holder.Update(now, s.imp.Selected(), s.imp.Fences(), s.br.managed, false, keys, all)
 	changed := full
 	for vpc := range s.br.vnis {
-		if full || !sameRemotes(s.synced[vpc], remotes[vpc]) {
+		if !full && !s.holder.Changed(vpc) {
+			continue
+		}
+		rs := s.holder.Routes(vpc)
+		if full || !sameRemotes(s.synced[vpc], rs) {
 			changed = true
-			m := make(map[netip.Prefix]dataplane.Remote, len(remotes[vpc]))
-			for _, r := range remotes[vpc] {
+			m := make(map[netip.Prefix]dataplane.Remote, len(rs))
+			for _, r := range rs {
 				m[r.Prefix] = r
 			}
 			s.synced[vpc] = m
 		}
 	}
 	if changed {
-		s.vteps = vtepsOf(remotes)
+		s.vteps = s.holder.VTEPs()
 	}
+	s.holder.Synced()
 }
