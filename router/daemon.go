@@ -112,10 +112,10 @@ type Daemon struct {
 	imp       Importer
 	holder    Holder
 	// ribSize is the RIB view's paths at the last pass, for the metrics.
-	ribSize atomic.Int64
-	start     time.Time
-	ribReady  bool
-	rdsDirty  bool
+	ribSize  atomic.Int64
+	start    time.Time
+	ribReady bool
+	rdsDirty bool
 	// deviceErrs are the VPCs whose VXLAN device could not be ensured on
 	// the last pass, failures how many passes in a row had one.
 	deviceErrs map[string]error
