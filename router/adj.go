@@ -1,7 +1,10 @@
 package router
 
 import (
+	"encoding/binary"
+	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
@@ -27,10 +30,15 @@ type Adj struct {
 	// dirty are the keys whose merged copy may have changed since the
 	// last TakeChanges.
 	dirty map[speaker.Key]struct{}
+	// macs and targets are the router MACs and route-target lists the
+	// paths share.
+	macs    map[string][]byte
+	targets map[string][]speaker.RouteTarget
 }
 
 type adjPeer struct {
-	paths map[speaker.Key]speaker.Received
+	addr  string
+	paths map[speaker.Key]adjPath
 	// stale are the paths learnt before the current session.
 	stale       map[speaker.Key]bool
 	staleSince  time.Time
@@ -46,7 +54,7 @@ func (a *Adj) peer(addr string) *adjPeer {
 	}
 	p := a.peers[addr]
 	if p == nil {
-		p = &adjPeer{paths: map[speaker.Key]speaker.Received{}, stale: map[speaker.Key]bool{}}
+		p = &adjPeer{addr: addr, paths: map[speaker.Key]adjPath{}, stale: map[speaker.Key]bool{}}
 		a.peers[addr] = p
 		a.order = append(a.order, addr)
 		sort.Strings(a.order)
@@ -87,7 +95,7 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 			k := r.Key()
 			a.touch(k)
 			if !r.Withdrawn {
-				p.paths[k] = r
+				p.paths[k] = a.compact(r)
 				delete(p.stale, k)
 				continue
 			}
@@ -113,7 +121,7 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 // it already was.
 func (p *adjPeer) goStale(now time.Time, bound time.Duration) {
 	if bound <= 0 {
-		p.paths = map[speaker.Key]speaker.Received{}
+		p.paths = map[speaker.Key]adjPath{}
 		p.stale = map[speaker.Key]bool{}
 		return
 	}
@@ -128,8 +136,8 @@ func (p *adjPeer) goStale(now time.Time, bound time.Duration) {
 // sweep ends the current session's sync: what it did not send again goes.
 func (a *Adj) sweep(p *adjPeer) {
 	for k := range p.stale {
-		delete(p.paths, k)
 		a.touch(k)
+		delete(p.paths, k)
 	}
 	p.stale = map[speaker.Key]bool{}
 	p.synced = p.established
@@ -157,8 +165,8 @@ func (a *Adj) Expire(now time.Time) (next time.Time) {
 				soonest(end)
 			} else {
 				for k := range p.stale {
-					delete(p.paths, k)
 					a.touch(k)
+					delete(p.paths, k)
 				}
 				p.stale = map[speaker.Key]bool{}
 			}
@@ -202,10 +210,10 @@ func (a *Adj) merged(k speaker.Key) (speaker.Received, bool) {
 			continue
 		}
 		if !p.stale[k] {
-			return r, true
+			return r.received(k, p.addr), true
 		}
 		if !found {
-			first, found = r, true
+			first, found = r.received(k, p.addr), true
 		}
 	}
 	return first, found
@@ -234,7 +242,7 @@ func (a *Adj) RIB() RIB {
 			if _, have := out[k]; have && (!staleCopy[k] || isStale) {
 				continue
 			}
-			out[k] = r
+			out[k] = r.received(k, p.addr)
 			if isStale && i < len(addrs)-1 {
 				staleCopy[k] = true
 			} else {
@@ -286,4 +294,65 @@ func Duplicates(rib RIB, routerID, underlay netip.Addr) []netip.Addr {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out
+}
+
+// adjPath is a received path as the Adj keeps it: its key is the map's,
+// its peer the table's, and its router MAC and route targets are shared
+// with every other path carrying the same.
+type adjPath struct {
+	nextHop        netip.Addr
+	mac            net.HardwareAddr
+	targets        []speaker.RouteTarget
+	vni, gen       uint32
+	rtASN          uint16
+	drained, stale bool
+}
+
+// internMax bounds each table of shared values, so a peer sending ever
+// new ones costs a copy per path, not a table without end.
+const internMax = 1 << 16
+
+func (a *Adj) compact(r speaker.Received) adjPath {
+	if a.macs == nil {
+		a.macs, a.targets = map[string][]byte{}, map[string][]speaker.RouteTarget{}
+	}
+	out := compactOf(r)
+	if r.RouterMAC != nil {
+		out.mac = intern(a.macs, string(r.RouterMAC), []byte(r.RouterMAC))
+	}
+	if r.Targets != nil {
+		var buf [6 * 4]byte
+		b := buf[:0]
+		for _, t := range r.Targets {
+			b = binary.BigEndian.AppendUint16(b, t.ASN)
+			b = binary.BigEndian.AppendUint32(b, t.Value)
+		}
+		out.targets = intern(a.targets, string(b), r.Targets)
+	}
+	return out
+}
+
+// compactOf is r without its key and peer, sharing r's slices.
+func compactOf(r speaker.Received) adjPath {
+	return adjPath{nextHop: r.NextHop, mac: r.RouterMAC, targets: r.Targets, vni: r.VNI, gen: r.Generation, rtASN: r.RTASN, drained: r.Drained, stale: r.Stale}
+}
+
+// intern returns the table's copy of v, adding a copy of v when it has
+// none: the caller's slice may be reused.
+func intern[E any](table map[string][]E, key string, v []E) []E {
+	if have, ok := table[key]; ok {
+		return have
+	}
+	v = slices.Clone(v)
+	if len(table) < internMax {
+		table[key] = v
+	}
+	return v
+}
+
+func (p adjPath) received(k speaker.Key, peer string) speaker.Received {
+	return speaker.Received{Route: speaker.Route{
+		RD: k.RD, Prefix: k.Prefix, VNI: p.vni, RTASN: p.rtASN, NextHop: p.nextHop, RouterMAC: p.mac,
+		Generation: p.gen, Drained: p.drained,
+	}, Targets: p.targets, Stale: p.stale, Peer: peer}
 }

@@ -555,7 +555,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	// The selection follows the RIB's changes exactly, so a resync only
 	// reads the kernel again.
 	d.imp.SetVNIs(vnis)
-	keys, all := d.imp.Select()
+	selChanges := d.imp.Select()
 	managed := map[string]bool{}
 	for vpc := range devices {
 		managed[vpc] = true
@@ -565,7 +565,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	for vpc := range d.deviceErrs {
 		managed[vpc] = true
 	}
-	holdEnd := d.holder.Update(now, d.imp.Selected(), d.imp.Fences(), managed, !d.ribReady, keys, all)
+	holdEnd := d.holder.Update(now, &d.imp, d.imp.Fences(), managed, !d.ribReady, selChanges)
 	if !holdEnd.IsZero() && (next.IsZero() || holdEnd.Before(next)) {
 		next = holdEnd
 	}

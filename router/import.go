@@ -239,7 +239,7 @@ func (h *Holder) set(vpc string, p netip.Prefix, v installed, ok bool) {
 // holds without starting the clock. next is when a hold ends, zero when
 // none is running.
 func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]speaker.Received, fences Fences, managed map[string]bool, frozen bool) (out map[string][]dataplane.Remote, next time.Time) {
-	next = h.Update(now, selected, fences, managed, frozen, nil, true)
+	next = h.Update(now, selectedMap(selected), fences, managed, frozen, Changes{All: true})
 	out = map[string][]dataplane.Remote{}
 	for vpc := range h.last {
 		out[vpc] = h.Routes(vpc)
@@ -247,35 +247,59 @@ func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]spe
 	return out, next
 }
 
-// Update is Desired for the prefixes whose selection or fence changed
-// (keys, or every one when all), the prefixes of VPCs that became or
-// stopped being managed, and those whose hold or freeze ended: the rest
-// cannot have changed.
-func (h *Holder) Update(now time.Time, selected map[string]map[netip.Prefix]speaker.Received, fences Fences, managed map[string]bool, frozen bool, keys map[vpcPrefix]struct{}, all bool) (next time.Time) {
+// Selection is what Select chose.
+type Selection interface {
+	// Best is the path selected for vpc's prefix p.
+	Best(vpc string, p netip.Prefix) (speaker.Received, bool)
+	// Each calls f for every prefix of vpc that may have a selection.
+	Each(vpc string, f func(netip.Prefix))
+	// VPCs calls f for every VPC that may have a selection.
+	VPCs(f func(string))
+}
+
+// selectedMap is Select's result as a Selection.
+type selectedMap map[string]map[netip.Prefix]speaker.Received
+
+func (m selectedMap) Best(vpc string, p netip.Prefix) (speaker.Received, bool) {
+	r, ok := m[vpc][p]
+	return r, ok
+}
+
+func (m selectedMap) Each(vpc string, f func(netip.Prefix)) {
+	for p := range m[vpc] {
+		f(p)
+	}
+}
+
+func (m selectedMap) VPCs(f func(string)) {
+	for vpc := range m {
+		f(vpc)
+	}
+}
+
+// Update is Desired for what the selection's changes name, the prefixes
+// of VPCs that became or stopped being managed, and those whose hold or
+// freeze ended: the rest cannot have changed.
+func (h *Holder) Update(now time.Time, selected Selection, fences Fences, managed map[string]bool, frozen bool, ch Changes) (next time.Time) {
 	h.init()
 	judge := func(k vpcPrefix) { h.judge(now, k, selected, fences, managed, frozen) }
 	vpcKeys := func(vpc string) {
-		for _, ps := range []map[netip.Prefix]speaker.Received{selected[vpc]} {
-			for p := range ps {
-				judge(vpcPrefix{vpc, p})
-			}
-		}
+		selected.Each(vpc, func(p netip.Prefix) { judge(vpcPrefix{vpc, p}) })
 		for p := range h.last[vpc] {
 			judge(vpcPrefix{vpc, p})
 		}
 	}
-	if all {
-		for vpc := range selected {
+	if ch.All {
+		selected.VPCs(vpcKeys)
+		for vpc := range h.last {
 			vpcKeys(vpc)
 		}
-		for vpc := range h.last {
-			if _, ok := selected[vpc]; !ok {
-				vpcKeys(vpc)
-			}
-		}
 	} else {
-		for k := range keys {
+		for k := range ch.Keys {
 			judge(k)
+		}
+		for vpc := range ch.VPCs {
+			vpcKeys(vpc)
 		}
 		for vpc := range managed {
 			if !h.managed[vpc] {
@@ -312,7 +336,7 @@ func (h *Holder) Update(now time.Time, selected map[string]map[netip.Prefix]spea
 }
 
 // judge decides one prefix of one VPC.
-func (h *Holder) judge(now time.Time, k vpcPrefix, selected map[string]map[netip.Prefix]speaker.Received, fences Fences, managed map[string]bool, frozen bool) {
+func (h *Holder) judge(now time.Time, k vpcPrefix, selected Selection, fences Fences, managed map[string]bool, frozen bool) {
 	settle := func(v installed, ok bool) {
 		delete(h.held, k)
 		delete(h.pending, k)
@@ -322,7 +346,7 @@ func (h *Holder) judge(now time.Time, k vpcPrefix, selected map[string]map[netip
 		settle(installed{}, false)
 		return
 	}
-	sel, hasSel := selected[k.vpc][k.prefix]
+	sel, hasSel := selected.Best(k.vpc, k.prefix)
 	selInst := installed{Remote: dataplane.Remote{Prefix: k.prefix, NextHop: sel.NextHop, RouterMAC: sel.RouterMAC}, gen: sel.Generation}
 	old, hasOld := h.last[k.vpc][k.prefix]
 	if hasOld && fences.Fenced(k.vpc, k.prefix, old.gen) {

@@ -1,8 +1,8 @@
 package router
 
 import (
-	"bytes"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"sync"
@@ -19,9 +19,10 @@ import (
 type synced struct {
 	vni uint32
 	// dom is nil for a VPC with no routing domain here at that pass.
-	dom     *routing.Domain
-	dev     *dataplane.Device
-	remotes map[netip.Prefix]dataplane.Remote
+	dom *routing.Domain
+	dev *dataplane.Device
+	// remotes fingerprints the routes written.
+	remotes remotesSum
 	// neighs and fdb are the device's entries as last written.
 	neighs, fdb []netlink.Neigh
 }
@@ -227,7 +228,7 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 			continue
 		}
 		remotes[vpc] = w.Routes(vpc)
-		if !kp.dirty[vpc] && !kp.marked[vpc] && sameRemotes(d.synced[vpc].remotes, remotes[vpc]) {
+		if !kp.dirty[vpc] && !kp.marked[vpc] && d.synced[vpc].remotes == sumOf(remotes[vpc]) {
 			continue
 		}
 		kp.routes[vpc] = true
@@ -264,25 +265,33 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 		s := kp.next[vpc]
 		d.plane.PlanRoutes(dev, s.dom, remotes[vpc], kp.k, pl)
 		s.neighs, s.fdb = pl.Neighs, pl.FDB
-		s.remotes = make(map[netip.Prefix]dataplane.Remote, len(remotes[vpc]))
-		for _, r := range remotes[vpc] {
-			s.remotes[r.Prefix] = r
-		}
+		s.remotes = sumOf(remotes[vpc])
 		kp.next[vpc] = s
 	}
 }
 
-func sameRemotes(have map[netip.Prefix]dataplane.Remote, want []dataplane.Remote) bool {
-	if len(have) != len(want) {
-		return false
+// remotesSum fingerprints a set of routes whatever their order: their
+// number and the sum of their hashes. A pass compares it instead of
+// keeping a second copy of every route; a resync writes from the kernel
+// read, whatever the fingerprint says.
+type remotesSum struct {
+	n   int
+	sum uint64
+}
+
+var remotesSeed = maphash.MakeSeed()
+
+func sumOf(rs []dataplane.Remote) remotesSum {
+	s := remotesSum{n: len(rs)}
+	var buf [64]byte
+	for _, r := range rs {
+		b := append(buf[:0], r.Prefix.Addr().AsSlice()...)
+		b = append(b, byte(r.Prefix.Bits()))
+		b = append(b, r.NextHop.AsSlice()...)
+		b = append(b, r.RouterMAC...)
+		s.sum += maphash.Bytes(remotesSeed, b)
 	}
-	for _, r := range want {
-		h, ok := have[r.Prefix]
-		if !ok || h.NextHop != r.NextHop || !bytes.Equal(h.RouterMAC, r.RouterMAC) {
-			return false
-		}
-	}
-	return true
+	return s
 }
 
 // vtepsOf is the next hops of remotes, sorted.

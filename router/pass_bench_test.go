@@ -78,18 +78,20 @@ func heapInUse() uint64 {
 // BenchmarkInMemoryPass measures the in-memory side of a pass (the Adj's
 // view, the duplicate check, selection, the hold and the comparison with
 // what the kernel holds) at 1, 100 and 1,000 VPCs of 100 routes from two
-// reflectors: steady (nothing changed), one route moved, and a resync.
+// reflectors: steady (nothing changed), one route moved, a resync (the
+// kernel side compares every VPC) and a recompute (the selection from
+// scratch, as on the first pass).
 // heap-B/route is the heap the loaded state keeps, after GC, per route.
 func BenchmarkInMemoryPass(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
-		for _, kind := range []string{"steady", "move", "resync"} {
+		for _, kind := range []string{"steady", "move", "resync", "recompute"} {
 			b.Run(fmt.Sprintf("vpcs=%d/%s", n, kind), func(b *testing.B) {
 				br := newBenchRIB(n, 100)
 				now := epochAdj
 				before := heapInUse()
 				st := newPassState(br)
 				br.load(now, st.apply)
-				st.pass(now, true)
+				st.pass(now, true, true)
 				heap := heapInUse() - before
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -99,7 +101,7 @@ func BenchmarkInMemoryPass(b *testing.B) {
 							st.apply(ev)
 						}
 					}
-					st.pass(now, kind == "resync")
+					st.pass(now, kind == "resync", kind == "recompute")
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(heap)/float64(len(br.routes)), "heap-B/route")

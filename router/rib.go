@@ -18,14 +18,15 @@ type Importer struct {
 	// that carry its router ID.
 	RouterID, Underlay netip.Addr
 
-	rib RIB
-	// index is the keys of the paths carrying each route target's VNI for
-	// each prefix: the candidates of one VPC's prefix.
-	index    map[vniPrefix][]speaker.Key
-	vnis     map[string]uint32
-	byVNI    map[uint32]string
-	selected map[string]map[netip.Prefix]speaker.Received
-	fences   Fences
+	// rib is the RIB view.
+	rib map[speaker.Key]ribPath
+	// index is, per route target's VNI and prefix, the keys of the paths
+	// carrying it: the candidates of one VPC's prefix. The selection is
+	// not kept: Best reads it from there.
+	index  map[uint32]map[netip.Prefix][]speaker.Key
+	vnis   map[string]uint32
+	byVNI  map[uint32]string
+	fences Fences
 	// dupRefs counts the paths of other VTEPs that carry this node's
 	// router ID, per VTEP.
 	dupRefs map[netip.Addr]int
@@ -38,6 +39,20 @@ type Importer struct {
 	moved map[string]bool
 }
 
+// ribPath is a path of the RIB view and the peer it came from.
+type ribPath struct {
+	adjPath
+	peer string
+}
+
+func (im *Importer) path(k speaker.Key) (speaker.Received, bool) {
+	p, ok := im.rib[k]
+	if !ok {
+		return speaker.Received{}, false
+	}
+	return p.received(k, p.peer), true
+}
+
 type vniPrefix struct {
 	vni    uint32
 	prefix netip.Prefix
@@ -45,9 +60,8 @@ type vniPrefix struct {
 
 func (im *Importer) init() {
 	if im.rib == nil {
-		im.rib = RIB{}
-		im.index = map[vniPrefix][]speaker.Key{}
-		im.selected = map[string]map[netip.Prefix]speaker.Received{}
+		im.rib = map[speaker.Key]ribPath{}
+		im.index = map[uint32]map[netip.Prefix][]speaker.Key{}
 		im.fences = Fences{}
 		im.dupRefs = map[netip.Addr]int{}
 		im.touched = map[vniPrefix]struct{}{}
@@ -68,12 +82,12 @@ func (im *Importer) Apply(changes []ribChange) {
 				}
 			}
 		}
-		if old, ok := im.rib[c.key]; ok {
+		if old, ok := im.path(c.key); ok {
 			im.unindex(c.key, old)
 			delete(im.rib, c.key)
 		}
 		if c.ok {
-			im.rib[c.key] = c.path
+			im.rib[c.key] = ribPath{compactOf(c.path), c.path.Peer}
 			im.indexPath(c.key, c.path)
 		}
 	}
@@ -88,10 +102,14 @@ func (im *Importer) indexPath(k speaker.Key, r speaker.Received) {
 		im.dupRefs[r.NextHop]++
 	}
 	for _, vni := range r.TargetVNIs(im.RTASN) {
-		vp := vniPrefix{vni, k.Prefix}
-		im.touched[vp] = struct{}{}
-		if !slices.Contains(im.index[vp], k) {
-			im.index[vp] = append(im.index[vp], k)
+		im.touched[vniPrefix{vni, k.Prefix}] = struct{}{}
+		ps := im.index[vni]
+		if ps == nil {
+			ps = map[netip.Prefix][]speaker.Key{}
+			im.index[vni] = ps
+		}
+		if !slices.Contains(ps[k.Prefix], k) {
+			ps[k.Prefix] = append(ps[k.Prefix], k)
 		}
 	}
 }
@@ -103,13 +121,16 @@ func (im *Importer) unindex(k speaker.Key, r speaker.Received) {
 		}
 	}
 	for _, vni := range r.TargetVNIs(im.RTASN) {
-		vp := vniPrefix{vni, k.Prefix}
-		im.touched[vp] = struct{}{}
-		keys := slices.DeleteFunc(im.index[vp], func(o speaker.Key) bool { return o == k })
-		if len(keys) == 0 {
-			delete(im.index, vp)
-		} else {
-			im.index[vp] = keys
+		im.touched[vniPrefix{vni, k.Prefix}] = struct{}{}
+		ps := im.index[vni]
+		keys := slices.DeleteFunc(ps[k.Prefix], func(o speaker.Key) bool { return o == k })
+		switch {
+		case len(keys) > 0:
+			ps[k.Prefix] = keys
+		case len(ps) > 1:
+			delete(ps, k.Prefix)
+		default:
+			delete(im.index, vni)
 		}
 	}
 }
@@ -117,8 +138,14 @@ func (im *Importer) unindex(k speaker.Key, r speaker.Received) {
 // Len is how many paths the RIB view holds.
 func (im *Importer) Len() int { return len(im.rib) }
 
-// RIB is the RIB view; callers must not change it.
-func (im *Importer) RIB() RIB { im.init(); return im.rib }
+// RIB is a copy of the RIB view.
+func (im *Importer) RIB() RIB {
+	out := RIB{}
+	for k := range im.rib {
+		out[k], _ = im.path(k)
+	}
+	return out
+}
 
 // Duplicates are the VTEPs of other nodes' paths that carry this node's
 // router ID, sorted.
@@ -158,42 +185,43 @@ func (im *Importer) SetVNIs(vnis map[string]uint32) {
 // Resync makes the next Select recompute everything.
 func (im *Importer) Resync() { im.init(); im.all = true }
 
-// Select brings the selection and the fences up to date and returns the
-// (VPC, prefix) pairs whose selection or fence may have changed; all is
-// true when every pair may have.
-func (im *Importer) Select() (changed map[vpcPrefix]struct{}, all bool) {
+// Changes are what a Select may have changed: the selection or fence of
+// these (VPC, prefix) pairs, of every prefix of these VPCs, or of all.
+type Changes struct {
+	Keys map[vpcPrefix]struct{}
+	VPCs map[string]bool
+	All  bool
+}
+
+// Select brings the fences up to date and returns what of the selection
+// may have changed.
+func (im *Importer) Select() Changes {
 	im.init()
-	changed = map[vpcPrefix]struct{}{}
+	changed := map[vpcPrefix]struct{}{}
 	if im.all {
 		im.all, im.moved = false, nil
 		im.touched = map[vniPrefix]struct{}{}
 		old := im.fences
-		im.selected = map[string]map[netip.Prefix]speaker.Received{}
 		im.fences = Fences{}
-		for vp := range im.index {
-			if vpc, ok := im.byVNI[vp.vni]; ok {
-				im.selectPrefix(vpc, vp, old[vpc][vp.prefix], hasFence(old, vpc, vp.prefix))
+		for vni, ps := range im.index {
+			if vpc, ok := im.byVNI[vni]; ok {
+				for p := range ps {
+					im.fence(vpc, vni, p, old)
+				}
 			}
 		}
-		return changed, true
+		return Changes{All: true}
 	}
-	if len(im.moved) > 0 {
+	moved := im.moved
+	if len(moved) > 0 {
 		old := Fences{}
-		for vpc := range im.moved {
-			for p := range im.selected[vpc] {
-				changed[vpcPrefix{vpc, p}] = struct{}{}
-			}
-			for p := range im.fences[vpc] {
-				changed[vpcPrefix{vpc, p}] = struct{}{}
-			}
+		for vpc := range moved {
 			old[vpc] = im.fences[vpc]
-			delete(im.selected, vpc)
 			delete(im.fences, vpc)
-		}
-		for vp := range im.index {
-			if vpc, ok := im.byVNI[vp.vni]; ok && im.moved[vpc] {
-				changed[vpcPrefix{vpc, vp.prefix}] = struct{}{}
-				im.selectPrefix(vpc, vp, old[vpc][vp.prefix], hasFence(old, vpc, vp.prefix))
+			if vni, ok := im.vnis[vpc]; ok && im.byVNI[vni] == vpc {
+				for p := range im.index[vni] {
+					im.fence(vpc, vni, p, old)
+				}
 			}
 		}
 		im.moved = nil
@@ -204,21 +232,17 @@ func (im *Importer) Select() (changed map[vpcPrefix]struct{}, all bool) {
 			continue
 		}
 		changed[vpcPrefix{vpc, vp.prefix}] = struct{}{}
-		prev, had := im.fences[vpc][vp.prefix]
-		im.selectPrefix(vpc, vp, prev, had)
+		im.fence(vpc, vp.vni, vp.prefix, im.fences)
 	}
 	im.touched = map[vniPrefix]struct{}{}
-	return changed, false
+	return Changes{Keys: changed, VPCs: moved}
 }
 
-func hasFence(f Fences, vpc string, p netip.Prefix) bool {
-	_, ok := f[vpc][p]
-	return ok
-}
-
-// selectPrefix is Select for one VPC's prefix: prev is its fence of the
-// last selection, if had.
-func (im *Importer) selectPrefix(vpc string, vp vniPrefix, prev Fence, had bool) {
+// fence is Select's fencing for one VPC's prefix: a drained path fences
+// its generation and below, and the last selection's fence (in prev)
+// stays while a live path of the prefix remains and the drained path has
+// not come back undrained.
+func (im *Importer) fence(vpc string, vni uint32, p netip.Prefix, prev Fences) {
 	var fence Fence
 	fenced, live := false, false
 	raise := func(d Fence) {
@@ -226,36 +250,23 @@ func (im *Importer) selectPrefix(vpc string, vp vniPrefix, prev Fence, had bool)
 			fence, fenced = d, true
 		}
 	}
-	keys := im.index[vp]
-	for _, k := range keys {
+	for _, k := range im.index[vni][p] {
 		r := im.rib[k]
-		if !r.NextHop.IsValid() || len(r.RouterMAC) != 6 {
+		if !r.nextHop.IsValid() || len(r.mac) != 6 {
 			continue
 		}
-		if r.Drained {
-			raise(Fence{Gen: r.Generation, By: k})
+		if r.drained {
+			raise(Fence{Gen: r.gen, By: k})
 			continue
 		}
 		live = true
 	}
-	if had && live {
-		if back, ok := im.rib[prev.By]; !ok || back.Drained {
-			raise(prev)
+	if was, had := prev[vpc][p]; had && live {
+		if back, ok := im.rib[was.By]; !ok || back.drained {
+			raise(was)
 		}
 	}
-	var best speaker.Received
-	found := false
-	for _, k := range keys {
-		r := im.rib[k]
-		if !r.NextHop.IsValid() || len(r.RouterMAC) != 6 || r.Drained || fenced && r.Generation <= fence.Gen {
-			continue
-		}
-		if !found || better(r, best) {
-			best, found = r, true
-		}
-	}
-	setIn(im.fences, vpc, vp.prefix, fence, fenced)
-	setIn(im.selected, vpc, vp.prefix, best, found)
+	setIn(im.fences, vpc, p, fence, fenced)
 }
 
 // setIn sets or, when !ok, deletes m[vpc][p], dropping an emptied VPC.
@@ -275,10 +286,58 @@ func setIn[V any](m map[string]map[netip.Prefix]V, vpc string, p netip.Prefix, v
 	m[vpc][p] = v
 }
 
-// Selected is the selection and Fences the fences of the last Select;
-// callers must not change them.
-func (im *Importer) Selected() map[string]map[netip.Prefix]speaker.Received {
-	return im.selected
+// Best is the path selected for vpc's prefix p: the best live path its
+// fence lets through.
+func (im *Importer) Best(vpc string, p netip.Prefix) (best speaker.Received, found bool) {
+	vni, ok := im.vnis[vpc]
+	if !ok || im.byVNI[vni] != vpc {
+		return best, false
+	}
+	fence, fenced := im.fences[vpc][p]
+	for _, k := range im.index[vni][p] {
+		r, _ := im.path(k)
+		if !r.NextHop.IsValid() || len(r.RouterMAC) != 6 || r.Drained || fenced && r.Generation <= fence.Gen {
+			continue
+		}
+		if !found || better(r, best) {
+			best, found = r, true
+		}
+	}
+	return best, found
 }
 
+// Each calls f for every prefix of vpc with paths, selected or not.
+func (im *Importer) Each(vpc string, f func(netip.Prefix)) {
+	vni, ok := im.vnis[vpc]
+	if !ok || im.byVNI[vni] != vpc {
+		return
+	}
+	for p := range im.index[vni] {
+		f(p)
+	}
+}
+
+// VPCs calls f for every VPC with paths.
+func (im *Importer) VPCs(f func(string)) {
+	for vni := range im.index {
+		if vpc, ok := im.byVNI[vni]; ok {
+			f(vpc)
+		}
+	}
+}
+
+// Selected is the whole selection, as Select returns it.
+func (im *Importer) Selected() map[string]map[netip.Prefix]speaker.Received {
+	out := map[string]map[netip.Prefix]speaker.Received{}
+	im.VPCs(func(vpc string) {
+		im.Each(vpc, func(p netip.Prefix) {
+			if r, ok := im.Best(vpc, p); ok {
+				setIn(out, vpc, p, r, true)
+			}
+		})
+	})
+	return out
+}
+
+// Fences are the fences of the last Select; callers must not change them.
 func (im *Importer) Fences() Fences { return im.fences }

@@ -142,8 +142,8 @@ func runRandomSelection(t *testing.T, seed uint64, steps int) bool {
 		if full {
 			im.Resync()
 		}
-		keys, all := im.Select()
-		next := inc.Update(now, im.Selected(), im.Fences(), managed, frozen, keys, all)
+		changes := im.Select()
+		next := inc.Update(now, im, im.Fences(), managed, frozen, changes)
 
 		rib := a.RIB()
 		sel, fences := Select(rib, 65000, vnis, prev)
