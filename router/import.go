@@ -291,8 +291,14 @@ func (h *Holder) Update(now time.Time, selected Selection, fences Fences, manage
 	}
 	if ch.All {
 		selected.VPCs(vpcKeys)
-		for vpc := range h.last {
-			vpcKeys(vpc)
+		var rest []vpcPrefix
+		for vpc, ps := range h.last {
+			for p := range ps {
+				rest = append(rest, vpcPrefix{vpc, p})
+			}
+		}
+		for _, k := range rest {
+			judge(k)
 		}
 	} else {
 		for k := range ch.Keys {
