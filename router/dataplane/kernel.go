@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -35,14 +37,14 @@ func (p Plane) Read() (*Kernel, error) {
 		Routes: map[int][]netlink.Route{}, Links: map[string]netlink.Link{},
 		Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}, Rules: map[int][]netlink.Rule{},
 	}
-	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := readAllRoutes(k)
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
 	}
-	for _, r := range routes {
-		k.Routes[r.Table] = append(k.Routes[r.Table], r)
+	k.Markers = map[netip.Prefix]int{}
+	for _, rs := range k.Routes {
+		maps.Copy(k.Markers, routing.Markers(rs))
 	}
-	k.Markers = routing.Markers(routes)
 	links, err := netlinksafe.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
@@ -64,7 +66,7 @@ func (p Plane) Read() (*Kernel, error) {
 	if k.MTU == 0 {
 		k.MTUErr = fmt.Errorf("no interface holds the underlay address %s", p.Underlay)
 	}
-	k.Objects = len(routes) + len(links) + len(addrs)
+	k.Objects = routes + len(links) + len(addrs)
 	if err := k.readNeighbours(); err != nil {
 		return nil, err
 	}
@@ -77,6 +79,30 @@ func (p Plane) Read() (*Kernel, error) {
 		k.Rules[f] = rules
 	}
 	return k, nil
+}
+
+// dumpAttempts bounds how often a route dump the kernel interrupted (a
+// table changed meanwhile) is started again; the last one is kept.
+const dumpAttempts = 5
+
+// readAllRoutes dumps every table's routes into k.Routes as they are
+// parsed: no list of the whole dump is built first, so a node of many
+// routes holds them once, not twice, while it reads.
+func readAllRoutes(k *Kernel) (n int, err error) {
+	for attempt := 1; ; attempt++ {
+		k.Routes, n = map[int][]netlink.Route{}, 0
+		err = netlink.RouteListFilteredIter(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE, func(r netlink.Route) bool {
+			k.Routes[r.Table] = append(k.Routes[r.Table], r)
+			n++
+			return true
+		})
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return n, err
+		}
+		if attempt == dumpAttempts {
+			return n, nil
+		}
+	}
 }
 
 // Domain is routing.Find over the read.
