@@ -238,9 +238,9 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 			if u.Type == unix.RTM_NEWROUTE && ours {
 				continue
 			}
-			if isMarker(u.Route) {
+			if p, ok := markerOf(u.Route); ok {
 				// A domain came or went.
-				d.marks.device()
+				d.marks.marker(p)
 				d.trigger()
 				continue
 			}
@@ -254,18 +254,18 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 				continue
 			}
 			if name := u.Attrs().Name; len(name) == 15 && (strings.HasPrefix(name, "gx") || strings.HasPrefix(name, "gr")) {
-				d.marks.device()
+				d.marks.link(name)
 				d.trigger()
 			}
 		}
 	}
 }
 
-// isMarker says whether r is a routing domain's marker route: galactic's
-// protocol, a /128 in 100::/64.
-func isMarker(r netlink.Route) bool {
+// markerOf is r's prefix when r is a routing domain's marker route:
+// galactic's protocol, a /128 in 100::/64.
+func markerOf(r netlink.Route) (netip.Prefix, bool) {
 	p, ok := routing.PrefixOf(r.Dst)
-	return ok && int(r.Protocol) == routing.Protocol && p.Bits() == 128 && p.Addr().Is6() && markerNet.Contains(p.Addr())
+	return p, ok && int(r.Protocol) == routing.Protocol && p.Bits() == 128 && p.Addr().Is6() && markerNet.Contains(p.Addr())
 }
 
 var markerNet = netip.MustParsePrefix("100::/64")

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,11 +30,40 @@ type synced struct {
 
 // kernelMarks are what the kernel watches saw change since the last pass:
 // tables whose routes others changed (their VPCs' routes are read again),
-// and devices or domains (every VPC is read again).
+// galactic's devices by name and domains by marker (their VPCs' devices
+// are read again), and devices whatever they are (every VPC is).
 type kernelMarks struct {
 	mu      sync.Mutex
 	tables  map[int]bool
+	names   map[string]bool
+	markers map[netip.Prefix]bool
 	devices bool
+}
+
+// marked is what kernelMarks.take returns.
+type marked struct {
+	tables  map[int]bool
+	names   map[string]bool
+	markers map[netip.Prefix]bool
+	devices bool
+}
+
+func (m *kernelMarks) link(name string) {
+	m.mu.Lock()
+	if m.names == nil {
+		m.names = map[string]bool{}
+	}
+	m.names[name] = true
+	m.mu.Unlock()
+}
+
+func (m *kernelMarks) marker(p netip.Prefix) {
+	m.mu.Lock()
+	if m.markers == nil {
+		m.markers = map[netip.Prefix]bool{}
+	}
+	m.markers[p] = true
+	m.mu.Unlock()
 }
 
 func (m *kernelMarks) table(t int) {
@@ -51,12 +81,35 @@ func (m *kernelMarks) device() {
 	m.mu.Unlock()
 }
 
-func (m *kernelMarks) take() (tables map[int]bool, devices bool) {
+func (m *kernelMarks) take() marked {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	tables, devices = m.tables, m.devices
-	m.tables, m.devices = nil, false
-	return tables, devices
+	out := marked{tables: m.tables, names: m.names, markers: m.markers, devices: m.devices}
+	m.tables, m.names, m.markers, m.devices = nil, nil, nil, false
+	return out
+}
+
+// touched are the VPCs whose devices or domain the watches saw change; a
+// VXLAN device of no VPC here (one the router removes) counts as every
+// VPC's.
+func (mk marked) touched(vnis map[string]uint32) (vpcs map[string]bool, all bool) {
+	if len(mk.names) == 0 && len(mk.markers) == 0 {
+		return nil, mk.devices
+	}
+	vpcs = map[string]bool{}
+	ours := map[string]bool{}
+	for vpc := range vnis {
+		vx := routing.VXLANDeviceName(vpc)
+		ours[vx] = true
+		if mk.names[vx] || mk.names[routing.DeviceName(vpc)] || mk.markers[routing.Marker(vpc)] || mk.markers[routing.VRFMarker(vpc)] {
+			vpcs[vpc] = true
+		}
+	}
+	all = mk.devices
+	for name := range mk.names {
+		all = all || strings.HasPrefix(name, "gx") && !ours[name]
+	}
+	return vpcs, all
 }
 
 // passCost is what one pass did to the kernel.
@@ -108,7 +161,9 @@ func (kp *kernelPass) read() {
 func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
 	kp := &kernelPass{d: d, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
 		failedBefore: d.deviceErrs}
-	tables, devicesMoved := d.marks.take()
+	mk := d.marks.take()
+	tables := mk.tables
+	touched, devicesMoved := mk.touched(vnis)
 	known := map[int]bool{}
 	for _, s := range d.synced {
 		if s.dom != nil {
@@ -122,7 +177,7 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 	}
 	for vpc, vni := range vnis {
 		s, ok := d.synced[vpc]
-		if full || devicesMoved || !ok || s.vni != vni || d.deviceErrs[vpc] != nil || s.dom == nil && unknown {
+		if full || devicesMoved || touched[vpc] || !ok || s.vni != vni || d.deviceErrs[vpc] != nil || s.dom == nil && unknown {
 			kp.dirty[vpc] = true
 		}
 		if ok && s.dom != nil && tables[s.dom.Table] {
