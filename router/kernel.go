@@ -141,11 +141,17 @@ type kernelPass struct {
 	lockErr error
 }
 
+// read reads the kernel: all of it on a full pass, else all but the
+// routes, which routesStage reads for the tables it plans.
 func (kp *kernelPass) read() {
 	if kp.k != nil || kp.readErr != nil {
 		return
 	}
-	kp.k, kp.readErr = kp.d.plane.Read()
+	if kp.full {
+		kp.k, kp.readErr = kp.d.plane.Read()
+	} else {
+		kp.k, kp.readErr = kp.d.plane.ReadDevices()
+	}
 	if kp.readErr != nil {
 		kp.d.log.Error("reading the kernel", "error", kp.readErr)
 		return
@@ -290,6 +296,20 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 		if !kp.dirty[vpc] {
 			kp.next[vpc] = d.synced[vpc]
 			tables = append(tables, d.synced[vpc].dom.Table)
+		}
+	}
+	if kp.k != nil && kp.readErr == nil && len(kp.routes) > 0 {
+		// A read for devices has the routes of no table yet.
+		var need []int
+		for vpc := range kp.routes {
+			if s, ok := kp.next[vpc]; ok && s.dom != nil {
+				need = append(need, s.dom.Table)
+			}
+		}
+		if kp.readErr = kp.k.ReadTables(need); kp.readErr != nil {
+			d.log.Error("reading the kernel", "error", kp.readErr)
+		} else {
+			kp.cost.read = kp.k.Objects
 		}
 	}
 	if kp.k == nil && kp.readErr == nil && len(kp.routes) > 0 {

@@ -29,21 +29,43 @@ type Kernel struct {
 	MTUErr error
 	// Objects counts what the dumps returned.
 	Objects int
+	// tables are the tables whose routes were read, nil when all were.
+	tables map[int]bool
 }
 
 // Read dumps the kernel state the router works on.
-func (p Plane) Read() (*Kernel, error) {
+func (p Plane) Read() (*Kernel, error) { return p.read(true) }
+
+// ReadDevices is Read but for routes, of which it reads only the domains'
+// markers (a dump the kernel filters by galactic-cni's protocol): what
+// planning devices needs. ReadTables adds the routes of the tables whose
+// routes are planned, so a pass for a few VPCs does not hold every table.
+func (p Plane) ReadDevices() (*Kernel, error) { return p.read(false) }
+
+func (p Plane) read(routes bool) (*Kernel, error) {
 	k := &Kernel{
 		Routes: map[int][]netlink.Route{}, Links: map[string]netlink.Link{},
 		Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}, Rules: map[int][]netlink.Rule{},
 	}
-	routes, err := readAllRoutes(k)
-	if err != nil {
-		return nil, fmt.Errorf("listing routes: %w", err)
-	}
 	k.Markers = map[netip.Prefix]int{}
-	for _, rs := range k.Routes {
-		maps.Copy(k.Markers, routing.Markers(rs))
+	if routes {
+		n, err := readAllRoutes(k)
+		if err != nil {
+			return nil, fmt.Errorf("listing routes: %w", err)
+		}
+		for _, rs := range k.Routes {
+			maps.Copy(k.Markers, routing.Markers(rs))
+		}
+		k.Objects += n
+	} else {
+		ms, err := dumpStrict(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: netlink.RouteProtocol(routing.Protocol)},
+			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			return nil, fmt.Errorf("listing the domains' markers: %w", err)
+		}
+		k.Markers = routing.Markers(ms)
+		k.Objects += len(ms)
+		k.tables = map[int]bool{}
 	}
 	links, err := netlinksafe.LinkList()
 	if err != nil {
@@ -66,7 +88,7 @@ func (p Plane) Read() (*Kernel, error) {
 	if k.MTU == 0 {
 		k.MTUErr = fmt.Errorf("no interface holds the underlay address %s", p.Underlay)
 	}
-	k.Objects = routes + len(links) + len(addrs)
+	k.Objects += len(links) + len(addrs)
 	if err := k.readNeighbours(); err != nil {
 		return nil, err
 	}
@@ -117,6 +139,53 @@ func (k *Kernel) Devices() map[string]string {
 		links = append(links, l)
 	}
 	return devicesIn(links)
+}
+
+// ReadTables adds the routes of tables a ReadDevices did not read yet.
+func (k *Kernel) ReadTables(tables []int) error {
+	if k.tables == nil {
+		return nil
+	}
+	var missing []int
+	for _, t := range tables {
+		if !k.tables[t] {
+			missing = append(missing, t)
+		}
+	}
+	more, err := Plane{}.ReadRoutes(missing)
+	if err != nil {
+		return err
+	}
+	for t, rs := range more.Routes {
+		k.Routes[t] = rs
+	}
+	for _, t := range missing {
+		k.tables[t] = true
+	}
+	k.Objects += more.Objects
+	return nil
+}
+
+// dumpStrict is a route dump the kernel filters (strict checking), retried
+// while the kernel interrupts it.
+func dumpStrict(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if err := h.SetStrictCheck(true); err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		rs, err := h.RouteListFiltered(family, filter, mask)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || attempt == dumpAttempts {
+			if errors.Is(err, netlink.ErrDumpInterrupted) {
+				err = nil
+			}
+			return rs, err
+		}
+	}
 }
 
 // ReadRoutes reads only the given tables' routes, for a pass whose
