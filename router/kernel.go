@@ -48,31 +48,17 @@ type marked struct {
 	devices bool
 }
 
-func (m *kernelMarks) link(name string) {
-	m.mu.Lock()
-	if m.names == nil {
-		m.names = map[string]bool{}
-	}
-	m.names[name] = true
-	m.mu.Unlock()
-}
+func (m *kernelMarks) link(name string)      { markIn(&m.mu, &m.names, name) }
+func (m *kernelMarks) marker(p netip.Prefix) { markIn(&m.mu, &m.markers, p) }
+func (m *kernelMarks) table(t int)           { markIn(&m.mu, &m.tables, t) }
 
-func (m *kernelMarks) marker(p netip.Prefix) {
-	m.mu.Lock()
-	if m.markers == nil {
-		m.markers = map[netip.Prefix]bool{}
+func markIn[K comparable](mu *sync.Mutex, set *map[K]bool, k K) {
+	mu.Lock()
+	defer mu.Unlock()
+	if *set == nil {
+		*set = map[K]bool{}
 	}
-	m.markers[p] = true
-	m.mu.Unlock()
-}
-
-func (m *kernelMarks) table(t int) {
-	m.mu.Lock()
-	if m.tables == nil {
-		m.tables = map[int]bool{}
-	}
-	m.tables[t] = true
-	m.mu.Unlock()
+	(*set)[k] = true
 }
 
 func (m *kernelMarks) device() {

@@ -169,14 +169,11 @@ func (k *Kernel) ReadTables(tables []int) error {
 // dumpStrict is a route dump the kernel filters (strict checking), retried
 // while the kernel interrupts it.
 func dumpStrict(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := strictHandle()
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	if err := h.SetStrictCheck(true); err != nil {
-		return nil, err
-	}
 	for attempt := 1; ; attempt++ {
 		rs, err := h.RouteListFiltered(family, filter, mask)
 		if !errors.Is(err, netlink.ErrDumpInterrupted) || attempt == dumpAttempts {
@@ -188,20 +185,30 @@ func dumpStrict(family int, filter *netlink.Route, mask uint64) ([]netlink.Route
 	}
 }
 
+// strictHandle is a netlink handle whose dumps the kernel filters.
+func strictHandle() (*netlink.Handle, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.SetStrictCheck(true); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
 // ReadRoutes reads only the given tables' routes, for a pass whose
 // changes are routes of VPCs whose devices stand; the kernel filters those
 // dumps (strict checking), so the cost follows those tables, not the
 // node's. Their devices' neighbours and FDB entries are the caller's to
 // fill in from what it last wrote (Plan.Neighs and Plan.FDB).
 func (p Plane) ReadRoutes(tables []int) (*Kernel, error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := strictHandle()
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	if err := h.SetStrictCheck(true); err != nil {
-		return nil, err
-	}
 	k := &Kernel{Routes: map[int][]netlink.Route{}, Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}}
 	for _, t := range tables {
 		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: t}, netlink.RT_FILTER_TABLE)
