@@ -1,7 +1,10 @@
 package router
 
 import (
+	"encoding/binary"
+	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
@@ -21,10 +24,21 @@ type Adj struct {
 	// before it counts as synced (a peer that sends none).
 	Sync  time.Duration
 	peers map[string]*adjPeer
+	// order is the peers' addresses, sorted: the preference among stale
+	// copies.
+	order []string
+	// dirty are the keys whose merged copy may have changed since the
+	// last TakeChanges.
+	dirty map[speaker.Key]struct{}
+	// macs and targets are the router MACs and route-target lists the
+	// paths share.
+	macs    map[string][]byte
+	targets map[string][]speaker.RouteTarget
 }
 
 type adjPeer struct {
-	paths map[speaker.Key]speaker.Received
+	addr  string
+	paths map[speaker.Key]adjPath
 	// stale are the paths learnt before the current session.
 	stale       map[speaker.Key]bool
 	staleSince  time.Time
@@ -40,10 +54,19 @@ func (a *Adj) peer(addr string) *adjPeer {
 	}
 	p := a.peers[addr]
 	if p == nil {
-		p = &adjPeer{paths: map[speaker.Key]speaker.Received{}, stale: map[speaker.Key]bool{}}
+		p = &adjPeer{addr: addr, paths: map[speaker.Key]adjPath{}, stale: map[speaker.Key]bool{}}
 		a.peers[addr] = p
+		a.order = append(a.order, addr)
+		sort.Strings(a.order)
 	}
 	return p
+}
+
+func (a *Adj) touch(k speaker.Key) {
+	if a.dirty == nil {
+		a.dirty = map[speaker.Key]struct{}{}
+	}
+	a.dirty[k] = struct{}{}
 }
 
 // Apply records one event of the speaker's stream at now; changed is false
@@ -59,6 +82,10 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 			return true
 		case !ev.State.Established && p.established:
 			p.established, p.synced = false, false
+			// Another peer's current copy may win over a now stale one.
+			for k := range p.paths {
+				a.touch(k)
+			}
 			p.goStale(now, a.Stale)
 			return true
 		}
@@ -66,8 +93,9 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 	case speaker.EventPaths:
 		for _, r := range ev.Paths {
 			k := r.Key()
+			a.touch(k)
 			if !r.Withdrawn {
-				p.paths[k] = r
+				p.paths[k] = a.compact(r)
 				delete(p.stale, k)
 				continue
 			}
@@ -83,7 +111,7 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 		}
 		return true
 	case speaker.EventEndOfRIB:
-		p.sweep()
+		a.sweep(p)
 		return true
 	}
 	return false
@@ -93,7 +121,7 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 // it already was.
 func (p *adjPeer) goStale(now time.Time, bound time.Duration) {
 	if bound <= 0 {
-		p.paths = map[speaker.Key]speaker.Received{}
+		p.paths = map[speaker.Key]adjPath{}
 		p.stale = map[speaker.Key]bool{}
 		return
 	}
@@ -106,8 +134,9 @@ func (p *adjPeer) goStale(now time.Time, bound time.Duration) {
 }
 
 // sweep ends the current session's sync: what it did not send again goes.
-func (p *adjPeer) sweep() {
+func (a *Adj) sweep(p *adjPeer) {
 	for k := range p.stale {
+		a.touch(k)
 		delete(p.paths, k)
 	}
 	p.stale = map[speaker.Key]bool{}
@@ -128,7 +157,7 @@ func (a *Adj) Expire(now time.Time) (next time.Time) {
 			if end := p.upSince.Add(a.Sync); now.Before(end) {
 				soonest(end)
 			} else {
-				p.sweep()
+				a.sweep(p)
 			}
 		}
 		if len(p.stale) > 0 {
@@ -136,6 +165,7 @@ func (a *Adj) Expire(now time.Time) (next time.Time) {
 				soonest(end)
 			} else {
 				for k := range p.stale {
+					a.touch(k)
 					delete(p.paths, k)
 				}
 				p.stale = map[speaker.Key]bool{}
@@ -143,6 +173,50 @@ func (a *Adj) Expire(now time.Time) (next time.Time) {
 		}
 	}
 	return next
+}
+
+// ribChange is a key's path in the RIB view after the events since the
+// last TakeChanges; ok is false when no peer has it any more.
+type ribChange struct {
+	key  speaker.Key
+	path speaker.Received
+	ok   bool
+}
+
+// TakeChanges returns the RIB view of every key an event or bound touched
+// since the last call, so the selection follows only what changed.
+func (a *Adj) TakeChanges() []ribChange {
+	if len(a.dirty) == 0 {
+		return nil
+	}
+	out := make([]ribChange, 0, len(a.dirty))
+	for k := range a.dirty {
+		r, ok := a.merged(k)
+		out = append(out, ribChange{key: k, path: r, ok: ok})
+	}
+	a.dirty = nil
+	return out
+}
+
+// merged is k's copy in the RIB view: the first current copy in address
+// order, else the first stale one, as RIB chooses.
+func (a *Adj) merged(k speaker.Key) (speaker.Received, bool) {
+	var first speaker.Received
+	found := false
+	for _, addr := range a.order {
+		p := a.peers[addr]
+		r, ok := p.paths[k]
+		if !ok {
+			continue
+		}
+		if !p.stale[k] {
+			return r.received(k, p.addr), true
+		}
+		if !found {
+			first, found = r.received(k, p.addr), true
+		}
+	}
+	return first, found
 }
 
 // RIB is the view selection works on: per key a current copy where a
@@ -168,7 +242,7 @@ func (a *Adj) RIB() RIB {
 			if _, have := out[k]; have && (!staleCopy[k] || isStale) {
 				continue
 			}
-			out[k] = r
+			out[k] = r.received(k, p.addr)
 			if isStale && i < len(addrs)-1 {
 				staleCopy[k] = true
 			} else {
@@ -220,4 +294,65 @@ func Duplicates(rib RIB, routerID, underlay netip.Addr) []netip.Addr {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out
+}
+
+// adjPath is a received path as the Adj keeps it: its key is the map's,
+// its peer the table's, and its router MAC and route targets are shared
+// with every other path carrying the same.
+type adjPath struct {
+	nextHop        netip.Addr
+	mac            net.HardwareAddr
+	targets        []speaker.RouteTarget
+	vni, gen       uint32
+	rtASN          uint16
+	drained, stale bool
+}
+
+// internMax bounds each table of shared values, so a peer sending ever
+// new ones costs a copy per path, not a table without end.
+const internMax = 1 << 16
+
+func (a *Adj) compact(r speaker.Received) adjPath {
+	if a.macs == nil {
+		a.macs, a.targets = map[string][]byte{}, map[string][]speaker.RouteTarget{}
+	}
+	out := compactOf(r)
+	if r.RouterMAC != nil {
+		out.mac = intern(a.macs, string(r.RouterMAC), []byte(r.RouterMAC))
+	}
+	if r.Targets != nil {
+		var buf [6 * 4]byte
+		b := buf[:0]
+		for _, t := range r.Targets {
+			b = binary.BigEndian.AppendUint16(b, t.ASN)
+			b = binary.BigEndian.AppendUint32(b, t.Value)
+		}
+		out.targets = intern(a.targets, string(b), r.Targets)
+	}
+	return out
+}
+
+// compactOf is r without its key and peer, sharing r's slices.
+func compactOf(r speaker.Received) adjPath {
+	return adjPath{nextHop: r.NextHop, mac: r.RouterMAC, targets: r.Targets, vni: r.VNI, gen: r.Generation, rtASN: r.RTASN, drained: r.Drained, stale: r.Stale}
+}
+
+// intern returns the table's copy of v, adding a copy of v when it has
+// none: the caller's slice may be reused.
+func intern[E any](table map[string][]E, key string, v []E) []E {
+	if have, ok := table[key]; ok {
+		return have
+	}
+	v = slices.Clone(v)
+	if len(table) < internMax {
+		table[key] = v
+	}
+	return v
+}
+
+func (p adjPath) received(k speaker.Key, peer string) speaker.Received {
+	return speaker.Received{Route: speaker.Route{
+		RD: k.RD, Prefix: k.Prefix, VNI: p.vni, RTASN: p.rtASN, NextHop: p.nextHop, RouterMAC: p.mac,
+		Generation: p.gen, Drained: p.drained,
+	}, Targets: p.targets, Stale: p.stale, Peer: peer}
 }

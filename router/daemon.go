@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -108,11 +109,13 @@ type Daemon struct {
 
 	// Only the loop touches these.
 	announced map[speaker.Key]speaker.Route
+	imp       Importer
 	holder    Holder
-	fences    Fences
-	start     time.Time
-	ribReady  bool
-	rdsDirty  bool
+	// ribSize is the RIB view's paths at the last pass, for the metrics.
+	ribSize  atomic.Int64
+	start    time.Time
+	ribReady bool
+	rdsDirty bool
 	// deviceErrs are the VPCs whose VXLAN device could not be ensured on
 	// the last pass, failures how many passes in a row had one.
 	deviceErrs map[string]error
@@ -164,6 +167,7 @@ func New(o Options) (*Daemon, error) {
 		synced:       map[string]synced{},
 		removeKernel: RemoveKernelState,
 		holder:       Holder{Hold: o.Config.WithdrawHold},
+		imp:          Importer{RTASN: o.Config.RouteTargetASN, RouterID: o.Config.RouterID, Underlay: o.Config.Underlay},
 		metrics:      NewMetrics(),
 	}
 	d.scale = &scaleCollector{d: d}
@@ -234,9 +238,9 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 			if u.Type == unix.RTM_NEWROUTE && ours {
 				continue
 			}
-			if isMarker(u.Route) {
+			if p, ok := markerOf(u.Route); ok {
 				// A domain came or went.
-				d.marks.device()
+				d.marks.marker(p)
 				d.trigger()
 				continue
 			}
@@ -250,18 +254,18 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 				continue
 			}
 			if name := u.Attrs().Name; len(name) == 15 && (strings.HasPrefix(name, "gx") || strings.HasPrefix(name, "gr")) {
-				d.marks.device()
+				d.marks.link(name)
 				d.trigger()
 			}
 		}
 	}
 }
 
-// isMarker says whether r is a routing domain's marker route: galactic's
-// protocol, a /128 in 100::/64.
-func isMarker(r netlink.Route) bool {
+// markerOf is r's prefix when r is a routing domain's marker route:
+// galactic's protocol, a /128 in 100::/64.
+func markerOf(r netlink.Route) (netip.Prefix, bool) {
 	p, ok := routing.PrefixOf(r.Dst)
-	return ok && int(r.Protocol) == routing.Protocol && p.Bits() == 128 && p.Addr().Is6() && markerNet.Contains(p.Addr())
+	return p, ok && int(r.Protocol) == routing.Protocol && p.Bits() == 128 && p.Addr().Is6() && markerNet.Contains(p.Addr())
 }
 
 var markerNet = netip.MustParsePrefix("100::/64")
@@ -496,20 +500,20 @@ func (d *Daemon) available(adv *v1alpha1.BGPAdvertisement, e v1alpha1.ContainerE
 	return d.o.Judge(lease, names.Holder(d.o.Node, e.ContainerID), e.HolderGeneration)
 }
 
-// snapshot applies the stale bounds and returns the RIB, whether a
-// session is established, whether the RIB counts as synced for a start,
-// the peers' sessions and when a bound ends next.
-func (d *Daemon) snapshot(now time.Time) (rib RIB, anyPeer, synced bool, established map[string]bool, next time.Time) {
+// snapshot applies the stale bounds and returns the RIB view's changes,
+// whether a session is established, whether the RIB counts as synced for
+// a start, the peers' sessions and when a bound ends next.
+func (d *Daemon) snapshot(now time.Time) (changes []ribChange, anyPeer, synced bool, established map[string]bool, next time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	next = d.adj.Expire(now)
-	rib = d.adj.RIB()
+	changes = d.adj.TakeChanges()
 	peers := make([]string, 0, len(d.cfg.Peers))
 	for _, p := range d.cfg.Peers {
 		peers = append(peers, p.Address.String())
 	}
 	anyPeer, anySynced, allSynced := d.adj.Sessions(peers)
-	return rib, anyPeer, StartSynced(now.Sub(d.start), anySynced, allSynced, d.o.RIBWait, d.cfg.StaleRoutes), d.adj.Established(), next
+	return changes, anyPeer, StartSynced(now.Sub(d.start), anySynced, allSynced, d.o.RIBWait, d.cfg.StaleRoutes), d.adj.Established(), next
 }
 
 // StartSynced says whether a started router may judge the routes it found
@@ -520,18 +524,21 @@ func StartSynced(since time.Duration, anySynced, allSynced bool, wait, stale tim
 	return allSynced || anySynced && since >= wait || since >= max(wait, stale)
 }
 
-// pass computes the desired state afresh and applies the difference. It
-// returns when the next hold or bound ends.
+// pass brings the desired state up to date with what changed (everything
+// on a resync) and applies the difference. It returns when the next hold
+// or bound ends.
 func (d *Daemon) pass(ctx context.Context) time.Time {
 	began := time.Now()
 	defer func() { d.metrics.observePass(time.Since(began)) }()
 	now := d.o.Now()
-	rib, anyPeer, synced, established, next := d.snapshot(now)
+	changes, anyPeer, synced, established, next := d.snapshot(now)
+	d.imp.Apply(changes)
+	d.ribSize.Store(int64(d.imp.Len()))
 	if !d.ribReady && synced {
 		d.ribReady = true
 		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
 	}
-	d.checkDuplicates(ctx, rib)
+	d.checkDuplicates(ctx)
 	apiSynced := d.apiSynced()
 	var adverts []*v1alpha1.BGPAdvertisement
 	vnis := d.saved.VNIs
@@ -545,8 +552,10 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.lastFull = time.Now()
 	}
 	kp, devices := d.devicesStage(vnis, full)
-	selected, fences := Select(rib, d.cfg.RouteTargetASN, vnis, d.fences)
-	d.fences = fences
+	// The selection follows the RIB's changes exactly, so a resync only
+	// reads the kernel again.
+	d.imp.SetVNIs(vnis)
+	selChanges := d.imp.Select()
 	managed := map[string]bool{}
 	for vpc := range devices {
 		managed[vpc] = true
@@ -556,19 +565,20 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	for vpc := range d.deviceErrs {
 		managed[vpc] = true
 	}
-	remotes, holdEnd := d.holder.Desired(now, selected, fences, managed, !d.ribReady)
+	holdEnd := d.holder.Update(now, &d.imp, d.imp.Fences(), managed, !d.ribReady, selChanges)
 	if !holdEnd.IsZero() && (next.IsZero() || holdEnd.Before(next)) {
 		next = holdEnd
 	}
-	kp.routesStage(devices, remotes)
-	kp.apply(devices, remotes)
+	kp.routesStage(devices, &d.holder)
+	kp.apply(devices, &d.holder)
 	if kp.lockErr != nil {
 		d.failures++
 		return next
 	}
+	d.holder.Synced()
 	installed := 0
 	for vpc := range devices {
-		installed += len(remotes[vpc])
+		installed += d.holder.Count(vpc)
 	}
 	d.metrics.observeCost(kp.cost)
 	d.syncMembership(ctx, vnis, devices)
@@ -581,7 +591,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	} else {
 		d.failures = 0
 	}
-	d.metrics.set(len(d.announced), installed, rib, established)
+	d.metrics.set(len(d.announced), installed, established)
 	d.metrics.deviceErrors.Set(float64(len(d.deviceErrs)))
 	d.save(vnis, devices)
 	return next
@@ -589,21 +599,26 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 
 // checkDuplicates reports other nodes whose paths carry this node's
 // router ID: their RDs and this node's collide at the reflectors.
-func (d *Daemon) checkDuplicates(ctx context.Context, rib RIB) {
+func (d *Daemon) checkDuplicates(ctx context.Context) {
 	// Over a reflector the other node's paths carry this router ID as
 	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too.
-	seen := RIB{}
-	for k, r := range rib {
-		seen[k] = r
-	}
 	rejected, err := d.spk.Rejected(ctx)
 	if err != nil {
 		d.log.Warn("reading refused paths", "error", err)
 	}
-	for _, r := range rejected {
-		seen[speaker.Key{RD: r.RD, Prefix: r.Prefix}] = r
+	dups := d.imp.Duplicates()
+	if len(rejected) > 0 {
+		seen := RIB{}
+		for _, r := range rejected {
+			seen[speaker.Key{RD: r.RD, Prefix: r.Prefix}] = r
+		}
+		for _, v := range Duplicates(seen, d.cfg.RouterID, d.cfg.Underlay) {
+			if !slices.Contains(dups, v) {
+				dups = append(dups, v)
+			}
+		}
+		slices.SortFunc(dups, netip.Addr.Compare)
 	}
-	dups := Duplicates(seen, d.cfg.RouterID, d.cfg.Underlay)
 	if slices.Equal(dups, d.dups) {
 		return
 	}

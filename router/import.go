@@ -1,7 +1,10 @@
 package router
 
 import (
+	"bytes"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/galactic-cni/galactic/router/dataplane"
@@ -60,9 +63,32 @@ func (f Fences) raise(vpc string, p netip.Prefix, d Fence) {
 	if f[vpc] == nil {
 		f[vpc] = map[netip.Prefix]Fence{}
 	}
-	if cur, ok := f[vpc][p]; !ok || d.Gen > cur.Gen {
+	if cur, ok := f[vpc][p]; !ok || d.stronger(cur) {
 		f[vpc][p] = d
 	}
+}
+
+// stronger reports whether fence d replaces o: the higher generation,
+// then the lower key, so the drain a fence names does not depend on the
+// order the paths are read in.
+func (d Fence) stronger(o Fence) bool {
+	if d.Gen != o.Gen {
+		return d.Gen > o.Gen
+	}
+	return keyCompare(d.By, o.By) < 0
+}
+
+func keyCompare(a, b speaker.Key) int {
+	if c := a.RD.Admin.Compare(b.RD.Admin); c != 0 {
+		return c
+	}
+	if a.RD.Assigned != b.RD.Assigned {
+		if a.RD.Assigned < b.RD.Assigned {
+			return -1
+		}
+		return 1
+	}
+	return a.Prefix.Compare(b.Prefix)
 }
 
 // Select picks, for every prefix of each VPC's route target, the path to
@@ -152,20 +178,59 @@ type installed struct {
 // current holder's router restarts.
 type Holder struct {
 	Hold time.Duration
-	// last is what was installed last, and held when each hold started.
-	last map[vpcPrefix]installed
-	held map[vpcPrefix]time.Time
+	// last is what is installed, per VPC, and held when each hold started;
+	// pending are the prefixes kept by a hold or by the freeze, judged
+	// again when either ends.
+	last    map[string]map[netip.Prefix]installed
+	held    map[vpcPrefix]time.Time
+	pending map[vpcPrefix]struct{}
+	// managed and frozen are the last Update's.
+	managed map[string]bool
+	frozen  bool
+	// dirtyVPCs are the VPCs whose routes changed since Synced, vtepRefs
+	// the routes installed per next hop.
+	dirtyVPCs map[string]bool
+	vtepRefs  map[netip.Addr]int
+}
+
+func (h *Holder) init() {
+	if h.last == nil {
+		h.last = map[string]map[netip.Prefix]installed{}
+		h.held = map[vpcPrefix]time.Time{}
+		h.pending = map[vpcPrefix]struct{}{}
+		h.dirtyVPCs = map[string]bool{}
+		h.vtepRefs = map[netip.Addr]int{}
+	}
 }
 
 // Seed starts from routes found in the kernel (a restart): they are kept
 // like withdrawn ones until the RIB has them again or the hold passes.
 func (h *Holder) Seed(vpc string, rs []dataplane.Remote) {
-	if h.last == nil {
-		h.last = map[vpcPrefix]installed{}
-	}
+	h.init()
 	for _, r := range rs {
-		h.last[vpcPrefix{vpc, r.Prefix}] = installed{Remote: r}
+		h.set(vpc, r.Prefix, installed{Remote: r}, true)
 	}
+}
+
+// set records what is installed for vpc's prefix p (nothing, when !ok).
+func (h *Holder) set(vpc string, p netip.Prefix, v installed, ok bool) {
+	cur, had := h.last[vpc][p]
+	if had == ok && (!ok || cur.NextHop == v.NextHop && bytes.Equal(cur.RouterMAC, v.RouterMAC)) {
+		if ok && cur.gen != v.gen {
+			h.last[vpc][p] = v
+		}
+		return
+	}
+	h.dirtyVPCs[vpc] = true
+	if had {
+		if h.vtepRefs[cur.NextHop]--; h.vtepRefs[cur.NextHop] <= 0 {
+			delete(h.vtepRefs, cur.NextHop)
+		}
+	}
+	if ok {
+		h.vtepRefs[v.NextHop]++
+	}
+	setIn(h.last, vpc, p, v, ok)
 }
 
 // Desired turns the selection into the routes to install per VPC. A route
@@ -174,64 +239,174 @@ func (h *Holder) Seed(vpc string, rs []dataplane.Remote) {
 // holds without starting the clock. next is when a hold ends, zero when
 // none is running.
 func (h *Holder) Desired(now time.Time, selected map[string]map[netip.Prefix]speaker.Received, fences Fences, managed map[string]bool, frozen bool) (out map[string][]dataplane.Remote, next time.Time) {
-	if h.held == nil {
-		h.held = map[vpcPrefix]time.Time{}
-	}
-	keys := make(map[vpcPrefix]bool, len(h.last))
-	for vpc, ps := range selected {
-		for p := range ps {
-			keys[vpcPrefix{vpc, p}] = true
-		}
-	}
-	for k := range h.last {
-		keys[k] = true
-	}
-	cur := make(map[vpcPrefix]installed, len(keys))
-	for k := range keys {
-		if !managed[k.vpc] {
-			delete(h.held, k)
-			continue
-		}
-		sel, hasSel := selected[k.vpc][k.prefix]
-		old, hasOld := h.last[k]
-		if hasOld && fences.Fenced(k.vpc, k.prefix, old.gen) {
-			hasOld = false
-		}
-		if hasSel && (!hasOld || sel.Generation >= old.gen) {
-			cur[k] = installed{Remote: dataplane.Remote{Prefix: k.prefix, NextHop: sel.NextHop, RouterMAC: sel.RouterMAC}, gen: sel.Generation}
-			delete(h.held, k)
-			continue
-		}
-		if !hasOld {
-			delete(h.held, k)
-			continue
-		}
-		// old's path is gone and nothing of its generation replaces it.
-		if frozen {
-			cur[k] = old
-			continue
-		}
-		since, ok := h.held[k]
-		if !ok {
-			since = now
-			h.held[k] = now
-		}
-		if end := since.Add(h.Hold); now.Before(end) {
-			cur[k] = old
-			if next.IsZero() || end.Before(next) {
-				next = end
-			}
-			continue
-		}
-		delete(h.held, k)
-		if hasSel {
-			cur[k] = installed{Remote: dataplane.Remote{Prefix: k.prefix, NextHop: sel.NextHop, RouterMAC: sel.RouterMAC}, gen: sel.Generation}
-		}
-	}
-	h.last = cur
+	next = h.Update(now, selectedMap(selected), fences, managed, frozen, Changes{All: true})
 	out = map[string][]dataplane.Remote{}
-	for k, r := range cur {
-		out[k.vpc] = append(out[k.vpc], r.Remote)
+	for vpc := range h.last {
+		out[vpc] = h.Routes(vpc)
 	}
 	return out, next
+}
+
+// Selection is what Select chose.
+type Selection interface {
+	// Best is the path selected for vpc's prefix p.
+	Best(vpc string, p netip.Prefix) (speaker.Received, bool)
+	// Each calls f for every prefix of vpc that may have a selection.
+	Each(vpc string, f func(netip.Prefix))
+	// VPCs calls f for every VPC that may have a selection.
+	VPCs(f func(string))
+}
+
+// selectedMap is Select's result as a Selection.
+type selectedMap map[string]map[netip.Prefix]speaker.Received
+
+func (m selectedMap) Best(vpc string, p netip.Prefix) (speaker.Received, bool) {
+	r, ok := m[vpc][p]
+	return r, ok
+}
+
+func (m selectedMap) Each(vpc string, f func(netip.Prefix)) {
+	for p := range m[vpc] {
+		f(p)
+	}
+}
+
+func (m selectedMap) VPCs(f func(string)) {
+	for vpc := range m {
+		f(vpc)
+	}
+}
+
+// Update is Desired for what the selection's changes name, the prefixes
+// of VPCs that became or stopped being managed, and those whose hold or
+// freeze ended: the rest cannot have changed.
+func (h *Holder) Update(now time.Time, selected Selection, fences Fences, managed map[string]bool, frozen bool, ch Changes) (next time.Time) {
+	h.init()
+	judge := func(k vpcPrefix) { h.judge(now, k, selected, fences, managed, frozen) }
+	vpcKeys := func(vpc string) {
+		selected.Each(vpc, func(p netip.Prefix) { judge(vpcPrefix{vpc, p}) })
+		for p := range h.last[vpc] {
+			judge(vpcPrefix{vpc, p})
+		}
+	}
+	if ch.All {
+		selected.VPCs(vpcKeys)
+		var rest []vpcPrefix
+		for vpc, ps := range h.last {
+			for p := range ps {
+				rest = append(rest, vpcPrefix{vpc, p})
+			}
+		}
+		for _, k := range rest {
+			judge(k)
+		}
+	} else {
+		for k := range ch.Keys {
+			judge(k)
+		}
+		for vpc := range ch.VPCs {
+			vpcKeys(vpc)
+		}
+		for vpc := range managed {
+			if !h.managed[vpc] {
+				vpcKeys(vpc)
+			}
+		}
+		for vpc := range h.managed {
+			if !managed[vpc] {
+				vpcKeys(vpc)
+			}
+		}
+		var due []vpcPrefix
+		for k := range h.pending {
+			if frozen != h.frozen || !frozen && !now.Before(h.held[k].Add(h.Hold)) {
+				due = append(due, k)
+			}
+		}
+		for _, k := range due {
+			judge(k)
+		}
+	}
+	if !maps.Equal(managed, h.managed) {
+		h.managed = maps.Clone(managed)
+	}
+	h.frozen = frozen
+	if !frozen {
+		for k := range h.pending {
+			if end := h.held[k].Add(h.Hold); next.IsZero() || end.Before(next) {
+				next = end
+			}
+		}
+	}
+	return next
+}
+
+// judge decides one prefix of one VPC.
+func (h *Holder) judge(now time.Time, k vpcPrefix, selected Selection, fences Fences, managed map[string]bool, frozen bool) {
+	settle := func(v installed, ok bool) {
+		delete(h.held, k)
+		delete(h.pending, k)
+		h.set(k.vpc, k.prefix, v, ok)
+	}
+	if !managed[k.vpc] {
+		settle(installed{}, false)
+		return
+	}
+	sel, hasSel := selected.Best(k.vpc, k.prefix)
+	selInst := installed{Remote: dataplane.Remote{Prefix: k.prefix, NextHop: sel.NextHop, RouterMAC: sel.RouterMAC}, gen: sel.Generation}
+	old, hasOld := h.last[k.vpc][k.prefix]
+	if hasOld && fences.Fenced(k.vpc, k.prefix, old.gen) {
+		hasOld = false
+	}
+	if hasSel && (!hasOld || sel.Generation >= old.gen) {
+		settle(selInst, true)
+		return
+	}
+	if !hasOld {
+		settle(installed{}, false)
+		return
+	}
+	// old's path is gone and nothing of its generation replaces it.
+	h.pending[k] = struct{}{}
+	if frozen {
+		return
+	}
+	since, ok := h.held[k]
+	if !ok {
+		since = now
+		h.held[k] = now
+	}
+	if now.Before(since.Add(h.Hold)) {
+		return
+	}
+	settle(selInst, hasSel)
+}
+
+// Routes are the routes to install in vpc.
+func (h *Holder) Routes(vpc string) []dataplane.Remote {
+	ps := h.last[vpc]
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]dataplane.Remote, 0, len(ps))
+	for _, r := range ps {
+		out = append(out, r.Remote)
+	}
+	return out
+}
+
+// Count is how many routes vpc has to install.
+func (h *Holder) Count(vpc string) int { return len(h.last[vpc]) }
+
+// Changed reports whether vpc's routes changed since Synced.
+func (h *Holder) Changed(vpc string) bool { return h.dirtyVPCs[vpc] }
+
+// Synced records that the kernel was brought up to date with the routes.
+func (h *Holder) Synced() { h.dirtyVPCs = map[string]bool{} }
+
+// VTEPs are the next hops of every route to install, sorted.
+func (h *Holder) VTEPs() []netip.Addr {
+	out := slices.Collect(maps.Keys(h.vtepRefs))
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }

@@ -1,10 +1,11 @@
 package router
 
 import (
-	"bytes"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,29 +20,45 @@ import (
 type synced struct {
 	vni uint32
 	// dom is nil for a VPC with no routing domain here at that pass.
-	dom     *routing.Domain
-	dev     *dataplane.Device
-	remotes map[netip.Prefix]dataplane.Remote
+	dom *routing.Domain
+	dev *dataplane.Device
+	// remotes fingerprints the routes written.
+	remotes remotesSum
 	// neighs and fdb are the device's entries as last written.
 	neighs, fdb []netlink.Neigh
 }
 
 // kernelMarks are what the kernel watches saw change since the last pass:
 // tables whose routes others changed (their VPCs' routes are read again),
-// and devices or domains (every VPC is read again).
+// galactic's devices by name and domains by marker (their VPCs' devices
+// are read again), and devices whatever they are (every VPC is).
 type kernelMarks struct {
 	mu      sync.Mutex
 	tables  map[int]bool
+	names   map[string]bool
+	markers map[netip.Prefix]bool
 	devices bool
 }
 
-func (m *kernelMarks) table(t int) {
-	m.mu.Lock()
-	if m.tables == nil {
-		m.tables = map[int]bool{}
+// marked is what kernelMarks.take returns.
+type marked struct {
+	tables  map[int]bool
+	names   map[string]bool
+	markers map[netip.Prefix]bool
+	devices bool
+}
+
+func (m *kernelMarks) link(name string)      { markIn(&m.mu, &m.names, name) }
+func (m *kernelMarks) marker(p netip.Prefix) { markIn(&m.mu, &m.markers, p) }
+func (m *kernelMarks) table(t int)           { markIn(&m.mu, &m.tables, t) }
+
+func markIn[K comparable](mu *sync.Mutex, set *map[K]bool, k K) {
+	mu.Lock()
+	defer mu.Unlock()
+	if *set == nil {
+		*set = map[K]bool{}
 	}
-	m.tables[t] = true
-	m.mu.Unlock()
+	(*set)[k] = true
 }
 
 func (m *kernelMarks) device() {
@@ -50,12 +67,35 @@ func (m *kernelMarks) device() {
 	m.mu.Unlock()
 }
 
-func (m *kernelMarks) take() (tables map[int]bool, devices bool) {
+func (m *kernelMarks) take() marked {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	tables, devices = m.tables, m.devices
-	m.tables, m.devices = nil, false
-	return tables, devices
+	out := marked{tables: m.tables, names: m.names, markers: m.markers, devices: m.devices}
+	m.tables, m.names, m.markers, m.devices = nil, nil, nil, false
+	return out
+}
+
+// touched are the VPCs whose devices or domain the watches saw change; a
+// VXLAN device of no VPC here (one the router removes) counts as every
+// VPC's.
+func (mk marked) touched(vnis map[string]uint32) (vpcs map[string]bool, all bool) {
+	if len(mk.names) == 0 && len(mk.markers) == 0 {
+		return nil, mk.devices
+	}
+	vpcs = map[string]bool{}
+	ours := map[string]bool{}
+	for vpc := range vnis {
+		vx := routing.VXLANDeviceName(vpc)
+		ours[vx] = true
+		if mk.names[vx] || mk.names[routing.DeviceName(vpc)] || mk.markers[routing.Marker(vpc)] || mk.markers[routing.VRFMarker(vpc)] {
+			vpcs[vpc] = true
+		}
+	}
+	all = mk.devices
+	for name := range mk.names {
+		all = all || strings.HasPrefix(name, "gx") && !ours[name]
+	}
+	return vpcs, all
 }
 
 // passCost is what one pass did to the kernel.
@@ -87,11 +127,17 @@ type kernelPass struct {
 	lockErr error
 }
 
+// read reads the kernel: all of it on a full pass, else all but the
+// routes, which routesStage reads for the tables it plans.
 func (kp *kernelPass) read() {
 	if kp.k != nil || kp.readErr != nil {
 		return
 	}
-	kp.k, kp.readErr = kp.d.plane.Read()
+	if kp.full {
+		kp.k, kp.readErr = kp.d.plane.Read()
+	} else {
+		kp.k, kp.readErr = kp.d.plane.ReadDevices()
+	}
 	if kp.readErr != nil {
 		kp.d.log.Error("reading the kernel", "error", kp.readErr)
 		return
@@ -107,7 +153,9 @@ func (kp *kernelPass) read() {
 func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
 	kp := &kernelPass{d: d, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
 		failedBefore: d.deviceErrs}
-	tables, devicesMoved := d.marks.take()
+	mk := d.marks.take()
+	tables := mk.tables
+	touched, devicesMoved := mk.touched(vnis)
 	known := map[int]bool{}
 	for _, s := range d.synced {
 		if s.dom != nil {
@@ -121,7 +169,7 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 	}
 	for vpc, vni := range vnis {
 		s, ok := d.synced[vpc]
-		if full || devicesMoved || !ok || s.vni != vni || d.deviceErrs[vpc] != nil || s.dom == nil && unknown {
+		if full || devicesMoved || touched[vpc] || !ok || s.vni != vni || d.deviceErrs[vpc] != nil || s.dom == nil && unknown {
 			kp.dirty[vpc] = true
 		}
 		if ok && s.dom != nil && tables[s.dom.Table] {
@@ -198,21 +246,56 @@ func (kp *kernelPass) carry(errs map[string]error) {
 	kp.d.deviceErrs = errs
 }
 
+// wanted is the routes a pass wants installed: per VPC, whether they may
+// have changed since the last pass that synced the kernel, and the next
+// hops of every VPC's routes.
+type wanted interface {
+	Routes(vpc string) []dataplane.Remote
+	Changed(vpc string) bool
+	VTEPs() []netip.Addr
+}
+
+// remoteMap is wanted from a map, every VPC possibly changed.
+type remoteMap map[string][]dataplane.Remote
+
+func (m remoteMap) Routes(vpc string) []dataplane.Remote { return m[vpc] }
+func (m remoteMap) Changed(string) bool                  { return true }
+func (m remoteMap) VTEPs() []netip.Addr                  { return vtepsOf(m) }
+
 // routesStage plans the routes of the VPCs whose devices were read this
 // pass, whose tables others changed, and whose desired routes differ from
 // what was synced. With no device read it reads only those VPCs' tables
 // and devices.
-func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
+func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted) {
 	d := kp.d
 	var tables []int
+	remotes := map[string][]dataplane.Remote{}
 	for vpc := range devices {
-		if !kp.dirty[vpc] && !kp.marked[vpc] && sameRemotes(d.synced[vpc].remotes, remotes[vpc]) {
+		if !kp.dirty[vpc] && !kp.marked[vpc] && !w.Changed(vpc) {
+			continue
+		}
+		remotes[vpc] = w.Routes(vpc)
+		if !kp.dirty[vpc] && !kp.marked[vpc] && d.synced[vpc].remotes == sumOf(remotes[vpc]) {
 			continue
 		}
 		kp.routes[vpc] = true
 		if !kp.dirty[vpc] {
 			kp.next[vpc] = d.synced[vpc]
 			tables = append(tables, d.synced[vpc].dom.Table)
+		}
+	}
+	if kp.k != nil && kp.readErr == nil && len(kp.routes) > 0 {
+		// A read for devices has the routes of no table yet.
+		var need []int
+		for vpc := range kp.routes {
+			if s, ok := kp.next[vpc]; ok && s.dom != nil {
+				need = append(need, s.dom.Table)
+			}
+		}
+		if kp.readErr = kp.k.ReadTables(need); kp.readErr != nil {
+			d.log.Error("reading the kernel", "error", kp.readErr)
+		} else {
+			kp.cost.read = kp.k.Objects
 		}
 	}
 	if kp.k == nil && kp.readErr == nil && len(kp.routes) > 0 {
@@ -243,25 +326,33 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, remotes 
 		s := kp.next[vpc]
 		d.plane.PlanRoutes(dev, s.dom, remotes[vpc], kp.k, pl)
 		s.neighs, s.fdb = pl.Neighs, pl.FDB
-		s.remotes = make(map[netip.Prefix]dataplane.Remote, len(remotes[vpc]))
-		for _, r := range remotes[vpc] {
-			s.remotes[r.Prefix] = r
-		}
+		s.remotes = sumOf(remotes[vpc])
 		kp.next[vpc] = s
 	}
 }
 
-func sameRemotes(have map[netip.Prefix]dataplane.Remote, want []dataplane.Remote) bool {
-	if len(have) != len(want) {
-		return false
+// remotesSum fingerprints a set of routes whatever their order: their
+// number and the sum of their hashes. A pass compares it instead of
+// keeping a second copy of every route; a resync writes from the kernel
+// read, whatever the fingerprint says.
+type remotesSum struct {
+	n   int
+	sum uint64
+}
+
+var remotesSeed = maphash.MakeSeed()
+
+func sumOf(rs []dataplane.Remote) remotesSum {
+	s := remotesSum{n: len(rs)}
+	var buf [64]byte
+	for _, r := range rs {
+		b := append(buf[:0], r.Prefix.Addr().AsSlice()...)
+		b = append(b, byte(r.Prefix.Bits()))
+		b = append(b, r.NextHop.AsSlice()...)
+		b = append(b, r.RouterMAC...)
+		s.sum += maphash.Bytes(remotesSeed, b)
 	}
-	for _, r := range want {
-		h, ok := have[r.Prefix]
-		if !ok || h.NextHop != r.NextHop || !bytes.Equal(h.RouterMAC, r.RouterMAC) {
-			return false
-		}
-	}
-	return true
+	return s
 }
 
 // vtepsOf is the next hops of remotes, sorted.
@@ -283,13 +374,13 @@ func vtepsOf(remotes map[string][]dataplane.Remote) []netip.Addr {
 // apply takes the node lock only when there is something to write, runs
 // the plans and records what the kernel now holds. A VPC whose device
 // could not be made leaves devices and joins the device errors.
-func (kp *kernelPass) apply(devices map[string]*dataplane.Device, remotes map[string][]dataplane.Remote) {
+func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 	d := kp.d
 	// The VTEPs move only with a VPC's routes.
 	var vteps []netip.Addr
 	filterDue := false
 	if kp.full || len(kp.dirty) > 0 || len(kp.routes) > 0 {
-		vteps = vtepsOf(remotes)
+		vteps = w.VTEPs()
 		filterDue = kp.full || !slices.Equal(vteps, d.vteps)
 	}
 	writes := len(kp.removes)

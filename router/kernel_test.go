@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -83,8 +84,8 @@ func newKernelNode(tb testing.TB, n, perVPC int) *kernelNode {
 // selection.
 func (kn *kernelNode) pass(full bool) passCost {
 	kp, devices := kn.d.devicesStage(kn.vnis, full)
-	kp.routesStage(devices, kn.remotes)
-	kp.apply(devices, kn.remotes)
+	kp.routesStage(devices, remoteMap(kn.remotes))
+	kp.apply(devices, remoteMap(kn.remotes))
 	return kp.cost
 }
 
@@ -126,6 +127,41 @@ func TestAPassReadsAndWritesOnlyWhatChanged(t *testing.T) {
 		kn.d.marks.table(dom.Table)
 		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
 			t.Fatalf("a marked table: %+v; want its VPC read, nothing written", c)
+		}
+		// A change of one VPC's device or domain reads that VPC again; a
+		// VXLAN device of no VPC here, every VPC.
+		kn.d.marks.link(routing.VXLANDeviceName("v1"))
+		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
+			t.Fatalf("v1's device changed: %+v; want v1 read, nothing written", c)
+		}
+		kn.d.marks.marker(routing.Marker("v2"))
+		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
+			t.Fatalf("v2's domain changed: %+v; want v2 read, nothing written", c)
+		}
+		kn.d.marks.link(routing.VXLANDeviceName("gone"))
+		if c := kn.pass(false); c.vpcs != 3 || c.writes != 0 {
+			t.Fatalf("a device of no VPC here changed: %+v; want every VPC read, nothing written", c)
+		}
+		full := kn.pass(true)
+		// A VPC that comes reads the devices and the markers, and only its
+		// own table of routes.
+		if _, _, err := routing.Ensure("v3", routing.KindTable); err != nil {
+			t.Fatal(err)
+		}
+		kn.vnis["v3"] = 20003
+		kn.remotes["v3"] = []dataplane.Remote{{Prefix: netip.MustParsePrefix("10.9.0.1/32"), NextHop: netip.MustParseAddr("192.0.2.1"),
+			RouterMAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 1}}}
+		c = kn.pass(false)
+		if c.vpcs != 1 || c.writes == 0 || c.read >= full.read {
+			t.Fatalf("a new VPC: %+v (a full pass read %d); want it alone synced and written, fewer objects read", c, full.read)
+		}
+		dom3, err := routing.Find("v3")
+		if err != nil || dom3 == nil {
+			t.Fatal(dom3, err)
+		}
+		rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: dom3.Table}, netlink.RT_FILTER_TABLE)
+		if err != nil || !slices.ContainsFunc(rs, func(r netlink.Route) bool { return r.Dst != nil && r.Dst.String() == "10.9.0.1/32" }) {
+			t.Fatalf("v3's table: %v %v", rs, err)
 		}
 	})
 }

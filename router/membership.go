@@ -110,10 +110,7 @@ func (c *scaleCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *scaleCollector) Collect(ch chan<- prometheus.Metric) {
-	c.d.mu.Lock()
-	rib := len(c.d.adj.RIB())
-	c.d.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(ribDesc, prometheus.GaugeValue, float64(rib))
+	ch <- prometheus.MustNewConstMetric(ribDesc, prometheus.GaugeValue, float64(c.d.ribSize.Load()))
 	spk := c.spk.Load()
 	if spk == nil {
 		return

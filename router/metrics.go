@@ -100,7 +100,7 @@ func (m *Metrics) observeCost(c passCost) {
 	m.lastCost.WithLabelValues("lock_held_seconds").Set(c.locked.Seconds())
 }
 
-func (m *Metrics) set(announced, installed int, _ RIB, established map[string]bool) {
+func (m *Metrics) set(announced, installed int, established map[string]bool) {
 	m.announced.Set(float64(announced))
 	m.installed.Set(float64(installed))
 	up, down := 0, 0

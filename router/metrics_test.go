@@ -26,9 +26,9 @@ func TestHealthzIsLivenessAndReadyzAlsoWantsAnEstablishedSession(t *testing.T) {
 	}
 	check("before the first pass", 503, 503)
 	m.observePass(time.Millisecond)
-	m.set(0, 0, nil, map[string]bool{"192.0.2.1": false})
+	m.set(0, 0, map[string]bool{"192.0.2.1": false})
 	check("passes run, no session", 200, 503)
-	m.set(0, 0, nil, map[string]bool{"192.0.2.1": false, "192.0.2.2": true})
+	m.set(0, 0, map[string]bool{"192.0.2.1": false, "192.0.2.2": true})
 	check("passes run, one session up", 200, 200)
 	m.lastPass.Store(time.Now().Add(-2 * time.Minute).UnixNano())
 	check("no pass for longer than the limit", 503, 503)

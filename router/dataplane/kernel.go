@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -27,22 +29,44 @@ type Kernel struct {
 	MTUErr error
 	// Objects counts what the dumps returned.
 	Objects int
+	// tables are the tables whose routes were read, nil when all were.
+	tables map[int]bool
 }
 
 // Read dumps the kernel state the router works on.
-func (p Plane) Read() (*Kernel, error) {
+func (p Plane) Read() (*Kernel, error) { return p.read(true) }
+
+// ReadDevices is Read but for routes, of which it reads only the domains'
+// markers (a dump the kernel filters by galactic-cni's protocol): what
+// planning devices needs. ReadTables adds the routes of the tables whose
+// routes are planned, so a pass for a few VPCs does not hold every table.
+func (p Plane) ReadDevices() (*Kernel, error) { return p.read(false) }
+
+func (p Plane) read(routes bool) (*Kernel, error) {
 	k := &Kernel{
 		Routes: map[int][]netlink.Route{}, Links: map[string]netlink.Link{},
 		Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}, Rules: map[int][]netlink.Rule{},
 	}
-	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, fmt.Errorf("listing routes: %w", err)
+	k.Markers = map[netip.Prefix]int{}
+	if routes {
+		n, err := readAllRoutes(k)
+		if err != nil {
+			return nil, fmt.Errorf("listing routes: %w", err)
+		}
+		for _, rs := range k.Routes {
+			maps.Copy(k.Markers, routing.Markers(rs))
+		}
+		k.Objects += n
+	} else {
+		ms, err := dumpStrict(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: netlink.RouteProtocol(routing.Protocol)},
+			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			return nil, fmt.Errorf("listing the domains' markers: %w", err)
+		}
+		k.Markers = routing.Markers(ms)
+		k.Objects += len(ms)
+		k.tables = map[int]bool{}
 	}
-	for _, r := range routes {
-		k.Routes[r.Table] = append(k.Routes[r.Table], r)
-	}
-	k.Markers = routing.Markers(routes)
 	links, err := netlinksafe.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
@@ -64,7 +88,7 @@ func (p Plane) Read() (*Kernel, error) {
 	if k.MTU == 0 {
 		k.MTUErr = fmt.Errorf("no interface holds the underlay address %s", p.Underlay)
 	}
-	k.Objects = len(routes) + len(links) + len(addrs)
+	k.Objects += len(links) + len(addrs)
 	if err := k.readNeighbours(); err != nil {
 		return nil, err
 	}
@@ -77,6 +101,30 @@ func (p Plane) Read() (*Kernel, error) {
 		k.Rules[f] = rules
 	}
 	return k, nil
+}
+
+// dumpAttempts bounds how often a route dump the kernel interrupted (a
+// table changed meanwhile) is started again; the last one is kept.
+const dumpAttempts = 5
+
+// readAllRoutes dumps every table's routes into k.Routes as they are
+// parsed: no list of the whole dump is built first, so a node of many
+// routes holds them once, not twice, while it reads.
+func readAllRoutes(k *Kernel) (n int, err error) {
+	for attempt := 1; ; attempt++ {
+		k.Routes, n = map[int][]netlink.Route{}, 0
+		err = netlink.RouteListFilteredIter(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE, func(r netlink.Route) bool {
+			k.Routes[r.Table] = append(k.Routes[r.Table], r)
+			n++
+			return true
+		})
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return n, err
+		}
+		if attempt == dumpAttempts {
+			return n, nil
+		}
+	}
 }
 
 // Domain is routing.Find over the read.
@@ -93,20 +141,74 @@ func (k *Kernel) Devices() map[string]string {
 	return devicesIn(links)
 }
 
+// ReadTables adds the routes of tables a ReadDevices did not read yet.
+func (k *Kernel) ReadTables(tables []int) error {
+	if k.tables == nil {
+		return nil
+	}
+	var missing []int
+	for _, t := range tables {
+		if !k.tables[t] {
+			missing = append(missing, t)
+		}
+	}
+	more, err := Plane{}.ReadRoutes(missing)
+	if err != nil {
+		return err
+	}
+	for t, rs := range more.Routes {
+		k.Routes[t] = rs
+	}
+	for _, t := range missing {
+		k.tables[t] = true
+	}
+	k.Objects += more.Objects
+	return nil
+}
+
+// dumpStrict is a route dump the kernel filters (strict checking), retried
+// while the kernel interrupts it.
+func dumpStrict(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
+	h, err := strictHandle()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	for attempt := 1; ; attempt++ {
+		rs, err := h.RouteListFiltered(family, filter, mask)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || attempt == dumpAttempts {
+			if errors.Is(err, netlink.ErrDumpInterrupted) {
+				err = nil
+			}
+			return rs, err
+		}
+	}
+}
+
+// strictHandle is a netlink handle whose dumps the kernel filters.
+func strictHandle() (*netlink.Handle, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.SetStrictCheck(true); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
 // ReadRoutes reads only the given tables' routes, for a pass whose
 // changes are routes of VPCs whose devices stand; the kernel filters those
 // dumps (strict checking), so the cost follows those tables, not the
 // node's. Their devices' neighbours and FDB entries are the caller's to
 // fill in from what it last wrote (Plan.Neighs and Plan.FDB).
 func (p Plane) ReadRoutes(tables []int) (*Kernel, error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := strictHandle()
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	if err := h.SetStrictCheck(true); err != nil {
-		return nil, err
-	}
 	k := &Kernel{Routes: map[int][]netlink.Route{}, Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}}
 	for _, t := range tables {
 		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: t}, netlink.RT_FILTER_TABLE)

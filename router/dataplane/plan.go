@@ -251,8 +251,11 @@ type Changes struct {
 // already right are not touched.
 func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *Kernel, pl *Plan) {
 	foreign := map[netip.Prefix]bool{}
-	ours := map[netip.Prefix]netlink.Route{}
-	for _, r := range k.Routes[d.Table] {
+	// Pointers into the read: a route is large, and a table many.
+	table := k.Routes[d.Table]
+	ours := make(map[netip.Prefix]*netlink.Route, len(table))
+	for i := range table {
+		r := &table[i]
 		pfx, ok := routing.PrefixOf(r.Dst)
 		if !ok {
 			continue
@@ -270,7 +273,7 @@ func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *K
 	}
 	wantNeigh := map[netip.Addr]net.HardwareAddr{}
 	wantFDB := map[string]netip.Addr{}
-	want := map[netip.Prefix]bool{}
+	want := make(map[netip.Prefix]bool, len(remotes))
 	type install struct {
 		r    Remote
 		gw   netip.Addr
