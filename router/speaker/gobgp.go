@@ -42,6 +42,10 @@ type Options struct {
 	// RTCPeers are the peers a previous run saw negotiate rtc: the only
 	// ones offered it while Restarting (see rtc.go).
 	RTCPeers []netip.Addr
+	// Routes are announced before any session comes up, so each peer
+	// gets them all in its first burst of UPDATEs instead of one UPDATE
+	// per Announce while the sessions run.
+	Routes []Route
 }
 
 // GoBGP is the embedded GoBGP server behind the Speaker interface.
@@ -113,6 +117,12 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 		}); err != nil {
 			s.Stop()
 			return nil, fmt.Errorf("watching the RIB and peers: %w", err)
+		}
+	}
+	for _, r := range o.Routes {
+		if err := g.Announce(ctx, r); err != nil {
+			s.Stop()
+			return nil, err
 		}
 	}
 	for _, p := range c.Peers {

@@ -149,20 +149,23 @@ func serve(path string) error {
 		for _, v := range n.VPCs {
 			rts = append(rts, speaker.RouteTarget{ASN: s.RTASN, Value: v.VNI})
 		}
-		g, err := speaker.Start(ctx, speaker.Options{Config: s.nodeConfig(n), Log: log.With("node", n.Underlay.String()), Membership: rts})
+		// Every route goes in before the sessions come up: a peer then
+		// gets them in one burst, not one Announce (and its own pass
+		// through GoBGP) at a time.
+		var routes []speaker.Route
+		for i, v := range n.VPCs {
+			for _, p := range v.Prefixes {
+				routes = append(routes, speaker.Route{RD: speaker.RD{Admin: n.Underlay, Assigned: uint16(i + 1)}, Prefix: p, VNI: v.VNI, RTASN: s.RTASN,
+					NextHop: n.Underlay, RouterMAC: routerMAC(n.Underlay, v.VNI), Generation: 1})
+			}
+		}
+		g, err := speaker.Start(ctx, speaker.Options{Config: s.nodeConfig(n), Log: log.With("node", n.Underlay.String()), Membership: rts, Routes: routes})
 		if err != nil {
 			return fmt.Errorf("node %s: %w", n.Underlay, err)
 		}
-		for i, v := range n.VPCs {
-			for _, p := range v.Prefixes {
-				r := speaker.Route{RD: speaker.RD{Admin: n.Underlay, Assigned: uint16(i + 1)}, Prefix: p, VNI: v.VNI, RTASN: s.RTASN,
-					NextHop: n.Underlay, RouterMAC: routerMAC(n.Underlay, v.VNI), Generation: 1}
-				if err := g.Announce(ctx, r); err != nil {
-					return fmt.Errorf("node %s: %w", n.Underlay, err)
-				}
-				if slices.Contains(s.ChurnVNIs, v.VNI) {
-					churn = append(churn, churned{g, r})
-				}
+		for _, r := range routes {
+			if slices.Contains(s.ChurnVNIs, r.VNI) {
+				churn = append(churn, churned{g, r})
 			}
 		}
 	}

@@ -25,17 +25,20 @@ func TestMain(m *testing.M) { scale.Main(m) }
 type shape struct {
 	vpcs, sims, prefixes int
 	hosted               [][]int
-	// simNet puts the simulated nodes in 198.18.0.0/16 instead of
-	// 192.0.2.100 and up, for more than a hundred of them.
-	simNet bool
 }
 
-// simUnderlay is simulated node i's address.
+// maxSims is how many simulated nodes fit the fabric's /24 beside the
+// reflectors and real nodes.
+const maxSims = 200
+
+// simUnderlay is simulated node i's address: 192.0.2.100 and up, or 50
+// and up for more than 150 of them.
 func (sh shape) simUnderlay(i int) netip.Addr {
-	if sh.simNet {
-		return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+	base := 100
+	if sh.sims > 150 {
+		base = 50
 	}
-	return netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)})
+	return netip.AddrFrom4([4]byte{192, 0, 2, byte(base + i)})
 }
 
 // small is the fabric of the CI tests: nodes 0 and 1 share five VPCs, so
@@ -58,7 +61,7 @@ func vpcAddr(v, n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, byte(v >> 8), byte(v), byte(n)})
 }
 
-// simSpec is the simulated nodes at 192.0.2.100 and up, peering with rr.
+// simSpec is the simulated nodes (simUnderlay), peering with rr.
 func (sh shape) simSpec(rr netip.Addr) scale.Spec {
 	s := scale.Spec{ASN: harness.FabricASN, RTASN: harness.FabricASN, Reflectors: []netip.Addr{rr}}
 	for i := 0; i < sh.sims; i++ {

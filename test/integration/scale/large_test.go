@@ -53,8 +53,8 @@ func TestAtTheIssuesScale(t *testing.T) {
 	}
 	sims, vpcs, prefixes := 20, 1000, 50
 	if size != "1" {
-		if _, err := fmt.Sscanf(size, "%d,%d,%d", &sims, &vpcs, &prefixes); err != nil || vpcs < 20 || sims < 4 || sims > 150 || prefixes > 99 {
-			t.Fatalf("%s=%q: want 1 or <nodes>,<vpcs>,<prefixes> (vpcs at least 20, nodes 4 to 150, prefixes below 100)", scale.EnvLarge, size)
+		if _, err := fmt.Sscanf(size, "%d,%d,%d", &sims, &vpcs, &prefixes); err != nil || vpcs < 20 || sims < 4 || sims > maxSims || prefixes > 99 {
+			t.Fatalf("%s=%q: want 1 or <nodes>,<vpcs>,<prefixes> (vpcs at least 20, nodes 4 to %d, prefixes below 100)", scale.EnvLarge, size, maxSims)
 		}
 	}
 	hosted := 20
