@@ -52,6 +52,7 @@ type Options struct {
 type GoBGP struct {
 	s    *server.BgpServer
 	cfg  *config.Config
+	log  *slog.Logger
 	mu   sync.Mutex
 	uuid map[Key][]byte
 	// members is the import filter and RTC membership (rtc.go).
@@ -80,7 +81,7 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 	c := o.Config
 	s := server.NewBgpServer(server.LoggerOption(&logAdapter{l: o.Log}))
 	go s.Serve()
-	g := &GoBGP{s: s, cfg: c, uuid: map[Key][]byte{}}
+	g := &GoBGP{s: s, cfg: c, log: o.Log, uuid: map[Key][]byte{}}
 	global := &api.Global{
 		Asn: c.ASN, RouterId: c.RouterID.String(), ListenPort: c.ListenPort,
 	}

@@ -220,6 +220,9 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 	if len(added) == 0 && len(removed) == 0 {
 		return nil
 	}
+	if g.log != nil {
+		g.log.Info("route-target membership", "added", len(added), "removed", len(removed), "members", len(want))
+	}
 	// Stop asking for what goes before the filter drops it, and open the
 	// filter before asking for what comes.
 	for _, rt := range removed {

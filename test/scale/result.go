@@ -24,7 +24,9 @@ type ChurnResult struct {
 // real node was fed.
 type LargeResult struct {
 	Nodes, VPCs, Routes int
-	Rows                []LargeRow
+	// ADDParallel is how many of a node's ADDs ran at once.
+	ADDParallel int
+	Rows        []LargeRow
 }
 
 // LargeRow is one real node of the large fabric.
@@ -35,11 +37,11 @@ type LargeRow struct {
 	VPCs int
 	// Received is its adj-RIB-in, Installed its remote routes.
 	Received, Installed int
-	// Took is from its router's start (and then its ADDs, one per VPC)
-	// to every route installed, AfterADDs the part after the last ADD;
-	// CPU the router's CPU time by then; RSS its resident set in MiB.
-	Took, AfterADDs, CPU time.Duration
-	RSS                  float64
+	// Took is from its router's start (its VPCs' ADDs done before) to
+	// every route installed, ADDs how long those took; CPU the router's
+	// CPU time by then; RSS its resident set in MiB.
+	Took, ADDs, CPU time.Duration
+	RSS             float64
 	// ReflectorRSS is the galactic reflector's, in MiB (0 for FRR).
 	ReflectorRSS float64
 	// AnnounceP50 and AnnounceP99 time a churned route from the

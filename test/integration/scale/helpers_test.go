@@ -88,6 +88,7 @@ type node struct {
 	k        int
 	Underlay netip.Addr
 	Router   *harness.Router
+	cfg      harness.RouterConfig
 	vpcs     []int
 }
 
@@ -119,20 +120,13 @@ func (sh shape) topology(t *testing.T, env *harness.Env, f *harness.Fabric, rr n
 	return sh.withTopology(t, top, rr)
 }
 
-// withTopology adds the real nodes to a fabric of simulated ones.
+// withTopology adds the real nodes to a fabric of simulated ones: each
+// router starts, then its VPCs' workloads are attached one by one.
 func (sh shape) withTopology(t *testing.T, top *topology, rr netip.Addr) *topology {
 	t.Helper()
-	env, f := top.env, top.f
 	for k := range sh.hosted {
-		n := env.NewNode(t, fmt.Sprintf("node-%d", k))
-		ul := f.Attach(t, n)
-		cfg := f.FabricRouterConfig(ul)
-		cfg.Peers[0].Address = rr.String()
-		if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
-			t.Fatalf("enabling forwarding: %v %s", err, out)
-		}
-		r := n.StartRouter(t, cfg, "--resync", "5s")
-		top.nodes = append(top.nodes, &node{Node: n, k: k, Underlay: ul, Router: r})
+		n := top.newNode(t, k, rr)
+		n.Router = n.StartRouter(t, n.cfg, "--resync", "5s")
 	}
 	for _, n := range top.nodes {
 		for _, v := range sh.hosted[n.k] {
@@ -142,20 +136,97 @@ func (sh shape) withTopology(t *testing.T, top *topology, rr netip.Addr) *topolo
 	return top
 }
 
+// addParallel is how many ADDs withAddedNodes runs at once.
+const addParallel = 4
+
+// withAddedNodes adds the real nodes the other way round: every workload
+// is attached (addParallel ADDs at a time) before the routers start, so
+// a router's start finds its VPCs and advertisements there, as after a
+// node's reboot or an upgrade. It returns when the routers were started.
+func (sh shape) withAddedNodes(t *testing.T, top *topology, rr netip.Addr) time.Time {
+	t.Helper()
+	for k := range sh.hosted {
+		top.newNode(t, k, rr)
+	}
+	for _, n := range top.nodes {
+		work := make(chan int)
+		errs := make(chan error, addParallel)
+		for range addParallel {
+			go func() {
+				var first error
+				for v := range work {
+					if err := top.attach(t, n, v); err != nil && first == nil {
+						first = err
+					}
+				}
+				errs <- first
+			}()
+		}
+		for _, v := range sh.hosted[n.k] {
+			work <- v
+		}
+		close(work)
+		for range addParallel {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		n.vpcs = append(n.vpcs, sh.hosted[n.k]...)
+	}
+	started := time.Now()
+	for _, n := range top.nodes {
+		n.Router = n.StartRouter(t, n.cfg, "--resync", "5s")
+	}
+	return started
+}
+
+// newNode makes real node k on the fabric, its router's config peering
+// with rr (not started).
+func (top *topology) newNode(t *testing.T, k int, rr netip.Addr) *node {
+	t.Helper()
+	n := top.env.NewNode(t, fmt.Sprintf("node-%d", k))
+	ul := top.f.Attach(t, n)
+	cfg := top.f.FabricRouterConfig(ul)
+	cfg.Peers[0].Address = rr.String()
+	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
+		t.Fatalf("enabling forwarding: %v %s", err, out)
+	}
+	nd := &node{Node: n, k: k, Underlay: ul, cfg: cfg}
+	top.nodes = append(top.nodes, nd)
+	return nd
+}
+
 // add attaches a workload of VPC v to n.
 func (top *topology) add(t *testing.T, n *node, v int) {
 	t.Helper()
+	if err := top.attach(t, n, v); err != nil {
+		t.Fatal(err)
+	}
+	n.vpcs = append(n.vpcs, v)
+}
+
+// attach runs the ADD of add without recording it, so that several can
+// run at once.
+func (top *topology) attach(t *testing.T, n *node, v int) error {
 	name := fmt.Sprintf("w%d-%d", top.id, n.k)
 	conf := map[string]any{"cniVersion": "1.1.0", "name": vpcName(v) + "-" + name, "plugins": []any{
 		map[string]any{"type": "galactic-cni", "vpc": vpcName(v), "attachment": name, "mode": "veth", "routing": "table",
 			"addresses": []string{realAddr(n.k, v).String() + "/24"}},
 		map[string]any{"type": "galactic-bgp", "vpc": vpcName(v), "attachment": name, "vni": vni(v)},
 	}}
-	n.WriteConflist(t, conf)
-	if out, err := n.CNITool("add", vpcName(v)+"-"+name, harness.NewContainer(t), "net0"); err != nil {
-		t.Fatalf("ADD in %s on %s: %v %s", vpcName(v), n.Name, err, out)
+	if err := n.WriteConflistFile(conf); err != nil {
+		return err
 	}
-	n.vpcs = append(n.vpcs, v)
+	// Not NewContainer: attach may run off the test's goroutine.
+	c, err := harness.CreateNetns("c")
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { c.Delete() })
+	if out, err := n.CNITool("add", vpcName(v)+"-"+name, c, "net0"); err != nil {
+		return fmt.Errorf("ADD in %s on %s: %v %s", vpcName(v), n.Name, err, out)
+	}
+	return nil
 }
 
 // want is what n must install for VPC v: the simulated nodes' prefixes

@@ -58,7 +58,7 @@ func TestAtTheIssuesScale(t *testing.T) {
 		}
 	}
 	hosted := 20
-	res := scale.LargeResult{Nodes: sims, VPCs: vpcs, Routes: 2 * vpcs * prefixes}
+	res := scale.LargeResult{Nodes: sims, VPCs: vpcs, Routes: 2 * vpcs * prefixes, ADDParallel: addParallel}
 	for _, row := range []struct {
 		via string
 		frr bool
@@ -111,9 +111,8 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	}
 	t.Logf("%d simulated nodes announced %d routes in %s", len(spec.Nodes), spec.Routes(), time.Since(start).Round(time.Millisecond))
 
-	begin := time.Now()
-	top = sh.withTopology(t, top, rrAddr)
-	added := time.Now()
+	adds := time.Now()
+	begin := sh.withAddedNodes(t, top, rrAddr)
 	n := top.nodes[0]
 	adjIn := top.wantRIB
 	if frr {
@@ -121,9 +120,11 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	}
 	top.waitRIBs(t, adjIn)
 	top.checkKernels(t)
+	took := time.Since(begin)
+	t.Logf("%s: router start → %s", via, timeline(n.Router.Log(), begin))
 	var err error
 	row := scale.LargeRow{Via: via, VPCs: len(n.vpcs), Received: int(metric(n, "galactic_router_adj_rib_in_paths")),
-		Installed: int(metric(n, "galactic_router_routes_installed")), Took: time.Since(begin), AfterADDs: time.Since(added),
+		Installed: int(metric(n, "galactic_router_routes_installed")), Took: took, ADDs: begin.Sub(adds),
 		RSS: rss(n.Router.Pid()), ChurnPerSecond: largeChurn}
 	if row.CPU, err = n.Router.CPUTime(); err != nil {
 		t.Fatal(err)
@@ -132,10 +133,45 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 		row.ReflectorRSS = rss(rr.Pid())
 	}
 	row.AnnounceP50, row.AnnounceP99, row.Announces = announceLatency(t, top, n)
-	t.Logf("%s: node in %d VPCs received %d, installed %d, %s after its router started (%s after its last ADD); router CPU %s, RSS %.0f MiB (%.1f KiB a route); reflector RSS %.0f MiB; announce to kernel under %d updates/s: p50 %s p99 %s over %d",
-		via, row.VPCs, row.Received, row.Installed, row.Took.Round(time.Millisecond), row.AfterADDs.Round(time.Millisecond), row.CPU, row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)),
+	t.Logf("%s: node in %d VPCs received %d, installed %d, %s after its router started (its ADDs before: %s); router CPU %s, RSS %.0f MiB (%.1f KiB a route); reflector RSS %.0f MiB; announce to kernel under %d updates/s: p50 %s p99 %s over %d",
+		via, row.VPCs, row.Received, row.Installed, row.Took.Round(time.Millisecond), row.ADDs.Round(time.Millisecond), row.CPU, row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)),
 		row.ReflectorRSS, largeChurn, row.AnnounceP50, row.AnnounceP99, row.Announces)
 	return row
+}
+
+// timeline is when the router logged the steps of its start, from
+// begin: its session up, the End-of-RIB, the RIB counted synced, and its
+// first and last pass that installed remote routes.
+func timeline(log string, begin time.Time) string {
+	var steps []string
+	var first, last time.Time
+	for _, l := range strings.Split(log, "\n") {
+		var e struct {
+			Time        time.Time `json:"time"`
+			Msg         string    `json:"msg"`
+			Established bool      `json:"established"`
+			Added       int       `json:"added"`
+		}
+		if json.Unmarshal([]byte(l), &e) != nil || e.Time.Before(begin) {
+			continue
+		}
+		at := e.Time.Sub(begin).Round(time.Millisecond)
+		switch {
+		case e.Msg == "peer" && e.Established:
+			steps = append(steps, fmt.Sprintf("session up %s", at))
+		case e.Msg == "End-of-RIB", e.Msg == "RIB synced", e.Msg == "route-target membership":
+			steps = append(steps, fmt.Sprintf("%s %s", e.Msg, at))
+		case e.Msg == "remote routes" && e.Added > 0:
+			if first.IsZero() {
+				first = e.Time
+			}
+			last = e.Time
+		}
+	}
+	if !first.IsZero() {
+		steps = append(steps, fmt.Sprintf("first routes installed %s, last %s", first.Sub(begin).Round(time.Millisecond), last.Sub(begin).Round(time.Millisecond)))
+	}
+	return strings.Join(steps, ", ")
 }
 
 // announceLatency runs the churn for a while and times each announce of
