@@ -42,11 +42,20 @@ type LargeRow struct {
 	// CPU time by then; RSS its resident set in MiB.
 	Took, ADDs, CPU time.Duration
 	RSS             float64
-	// ReflectorRSS is the galactic reflector's, in MiB (0 for FRR).
-	ReflectorRSS float64
+	// ReflectorRSS is the galactic reflector's, in MiB (0 for FRR);
+	// Load how long the simulated nodes took to get every route to it
+	// from their start, LoadCPU the reflector's CPU time by then, and
+	// CPUPerUpdate its CPU time over the churn per update it was sent.
+	ReflectorRSS                float64
+	Load, LoadCPU, CPUPerUpdate time.Duration
 	// AnnounceP50 and AnnounceP99 time a churned route from the
 	// simulated node's announce to the node's kernel, while the fabric
 	// churns ChurnPerSecond updates a second; Announces is how many.
 	AnnounceP50, AnnounceP99  time.Duration
 	Announces, ChurnPerSecond int
+	// PropagationP50 and PropagationP99 time the same announces from
+	// the simulated node that sent them to a simulated node importing
+	// that VPC, through the reflector (Propagated of them).
+	PropagationP50, PropagationP99 time.Duration
+	Propagated                     int
 }
