@@ -82,4 +82,10 @@ func TestTheReflectorSendsEachClientOnlyTheRoutesOfItsMembership(t *testing.T) {
 	}
 	ribA.waitFor(t, 3)
 	ribB.waitFor(t)
+	// A withdrawal reaches the members.
+	bAddr := netip.MustParseAddr("127.0.0.2")
+	if err := b.Withdraw(ctx, Key{RD: RD{Admin: bAddr, Assigned: 3}, Prefix: netip.PrefixFrom(bAddr, 32)}); err != nil {
+		t.Fatal(err)
+	}
+	ribA.waitFor(t)
 }

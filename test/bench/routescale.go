@@ -167,6 +167,18 @@ func renderRouteScale(w *strings.Builder, r *Results) {
 				ms(row.AnnounceP50), ms(row.AnnounceP99), row.Announces, row.ChurnPerSecond)
 		}
 		p("")
+		p("The galactic reflector in the same runs (%s sessions from the simulated nodes, plus the real node's):", thousands(l.Nodes))
+		p("")
+		p("| with | routes in (from the simulated nodes' start) | its CPU for them | RSS | CPU per churned update | propagation p50 / p99 under churn |")
+		p("|---|---|---|---|---|---|")
+		for _, row := range l.Rows {
+			if row.ReflectorRSS == 0 {
+				continue
+			}
+			p("| %s | %s | %s | %.0f MiB | %s | %s / %s (%d) |", row.Via, ms(row.Load), ms(row.LoadCPU), row.ReflectorRSS, ms(row.CPUPerUpdate),
+				ms(row.PropagationP50), ms(row.PropagationP99), row.Propagated)
+		}
+		p("")
 		p("The node's VPCs and advertisements exist (its ADDs, %d at a time, done) before its router starts; start → installed is from the router's start to every route in the kernel. The reflector RSS is galactic's (0 with FRR).", l.ADDParallel)
 		p("")
 	}
