@@ -58,4 +58,7 @@ type LargeRow struct {
 	// that VPC, through the reflector (Propagated of them).
 	PropagationP50, PropagationP99 time.Duration
 	Propagated                     int
+	// Reestablished counts the galactic reflector's client sessions that
+	// came up again after they were first up (a hold timer missed).
+	Reestablished int
 }

@@ -7,6 +7,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,6 +48,9 @@ type Spec struct {
 	// between their prefixes and Alternate ones (runChurn).
 	ChurnPerSecond int      `json:"churnPerSecond,omitempty"`
 	ChurnVNIs      []uint32 `json:"churnVNIs,omitempty"`
+	// HoldSeconds is the simulated nodes' hold time (9 s, a node's
+	// default, when 0), their keepalive a third of it.
+	HoldSeconds int `json:"holdSeconds,omitempty"`
 	// Imports, when set, are the only VPCs the simulated nodes import
 	// (and advertise membership of); by default each imports all of its
 	// own, as a real node does. GoBGP's reflector checks every path it
@@ -130,8 +134,9 @@ func routerMAC(underlay netip.Addr, vni uint32) net.HardwareAddr {
 func (s Spec) nodeConfig(n Node) *config.Config {
 	c := &config.Config{Role: config.RoleNode, ASN: s.ASN, RouterID: n.Underlay, Underlay: n.Underlay, ListenPort: -1,
 		RouteTargetASN: s.RTASN, GracefulRestart: true, RestartTime: 120 * time.Second}
+	hold := time.Duration(cmp.Or(s.HoldSeconds, config.DefaultHoldSeconds)) * time.Second
 	for _, rr := range s.Reflectors {
-		c.Peers = append(c.Peers, config.Peer{Address: rr, ASN: s.ASN, Port: 179, Hold: 9 * time.Second, Keepalive: 3 * time.Second})
+		c.Peers = append(c.Peers, config.Peer{Address: rr, ASN: s.ASN, Port: 179, Hold: hold, Keepalive: hold / 3})
 	}
 	return c
 }
