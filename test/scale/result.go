@@ -58,6 +58,10 @@ type LargeRow struct {
 	// that VPC, through the reflector (Propagated of them).
 	PropagationP50, PropagationP99 time.Duration
 	Propagated                     int
+	// ChurnPasses is how many passes the node's router ran while the
+	// announces were timed, ChurnPassMean their mean time.
+	ChurnPasses   int
+	ChurnPassMean time.Duration
 	// Reestablished counts the galactic reflector's client sessions that
 	// came up again after they were first up (a hold timer missed).
 	Reestablished int

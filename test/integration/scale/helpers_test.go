@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"os"
@@ -103,6 +104,8 @@ type topology struct {
 	spec  scale.Spec
 	sims  *scale.Sims
 	nodes []*node
+	// ribWait bounds waitRIBs (90 s when 0).
+	ribWait time.Duration
 }
 
 var topologies int
@@ -318,7 +321,7 @@ func metric(n *node, name string) float64 {
 func (top *topology) waitRIBs(t *testing.T, adjIn func(*node) int) {
 	t.Helper()
 	for _, n := range top.nodes {
-		eventually(t, 90*time.Second, n.Name+"'s RIB", func() error {
+		eventually(t, cmp.Or(top.ribWait, 90*time.Second), n.Name+"'s RIB", func() error {
 			rib, in := metric(n, "galactic_router_rib_paths"), metric(n, "galactic_router_adj_rib_in_paths")
 			if int(rib) != top.wantRIB(n) || int(in) != adjIn(n) {
 				return fmt.Errorf("RIB %v paths, adj-RIB-in %v; want %d and %d", rib, in, top.wantRIB(n), adjIn(n))

@@ -111,7 +111,9 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 		spec.Imports = append(spec.Imports, vni(v))
 	}
 	topologies++
-	top := &topology{id: topologies, env: env, f: f, spec: spec}
+	// A node fed the whole fabric (FRR, or in every VPC) takes minutes
+	// at the full size on this machine.
+	top := &topology{id: topologies, env: env, f: f, spec: spec, ribWait: 15 * time.Minute}
 	start := time.Now()
 	top.sims = scale.Start(t, f, spec)
 	if rr != nil {
@@ -157,7 +159,10 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 			t.Fatal(err)
 		}
 	}
+	passes, passTime := metric(n, "galactic_router_reconcile_duration_seconds_count"), metric(n, "galactic_router_reconcile_duration_seconds_sum")
 	row.AnnounceP50, row.AnnounceP99, row.Announces = announceLatency(t, top, n)
+	row.ChurnPasses = int(metric(n, "galactic_router_reconcile_duration_seconds_count") - passes)
+	row.ChurnPassMean = time.Duration((metric(n, "galactic_router_reconcile_duration_seconds_sum") - passTime) / float64(max(1, row.ChurnPasses)) * float64(time.Second))
 	if rr != nil {
 		cpu, err := rr.CPUTime()
 		if err != nil {
@@ -172,8 +177,8 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	if rr != nil {
 		row.Reestablished = reestablished(rr.Log())
 	}
-	t.Logf("%s: the same announces from simulated node to simulated node through the reflector: p50 %s p99 %s over %d; reflector CPU %s an update; %d sessions came up again",
-		via, row.PropagationP50, row.PropagationP99, row.Propagated, row.CPUPerUpdate, row.Reestablished)
+	t.Logf("%s: the same announces from simulated node to simulated node through the reflector: p50 %s p99 %s over %d; reflector CPU %s an update; %d sessions came up again; the node's router ran %d passes meanwhile, %s each on average",
+		via, row.PropagationP50, row.PropagationP99, row.Propagated, row.CPUPerUpdate, row.Reestablished, row.ChurnPasses, row.ChurnPassMean)
 	t.Logf("%s: node in %d VPCs received %d, installed %d, %s after its router started (its ADDs before: %s); router CPU %s, RSS %.0f MiB (%.1f KiB a route); reflector RSS %.0f MiB; announce to kernel under %d updates/s: p50 %s p99 %s over %d",
 		via, row.VPCs, row.Received, row.Installed, row.Took.Round(time.Millisecond), row.ADDs.Round(time.Millisecond), row.CPU, row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)),
 		row.ReflectorRSS, largeChurn, row.AnnounceP50, row.AnnounceP99, row.Announces)
