@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,8 +22,10 @@ type RouteScaleResult struct {
 	// from test/integration/scale's churn test.
 	Churn *scale.ChurnResult
 	Large *scale.LargeResult
-	// LargeSize is the GALACTIC_SCALE_LARGE the large fabric ran with.
-	LargeSize string
+	// LargeSize is the GALACTIC_SCALE_LARGE the large fabric ran with;
+	// LargeFailures are its rows' failures, if any.
+	LargeSize     string
+	LargeFailures []string
 }
 
 // PassRow is one case of router's BenchmarkKernelPass.
@@ -73,11 +76,20 @@ func (b *bench) routeScale() error {
 	res.LargeSize = large
 	cmd = exec.CommandContext(b.ctx, "go", "test", "-count=1", "-timeout", "180m", "-run", "TestAtTheIssuesScale", "-v", "./test/integration/scale/")
 	cmd.Env = append(os.Environ(), scale.EnvLarge+"="+large, scale.EnvResult+"="+largePath)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("the large fabric: %w: %s", err, out)
-	}
+	out, err = cmd.CombinedOutput()
 	res.Large = &scale.LargeResult{}
-	return readJSON(largePath, res.Large)
+	if jerr := readJSON(largePath, res.Large); jerr != nil {
+		return fmt.Errorf("the large fabric: %v: %s", cmp.Or(err, jerr), out)
+	}
+	if err != nil {
+		// The rows that passed are kept; the failures are shown.
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "large_test.go") && (strings.Contains(l, "not within") || strings.Contains(l, "FAIL")) || strings.HasPrefix(strings.TrimSpace(l), "--- FAIL") {
+				res.LargeFailures = append(res.LargeFailures, strings.TrimSpace(l))
+			}
+		}
+	}
+	return nil
 }
 
 func readJSON(path string, v any) error {
@@ -179,6 +191,12 @@ func renderRouteScale(w *strings.Builder, r *Results) {
 				ms(row.PropagationP50), ms(row.PropagationP99), row.Propagated)
 		}
 		p("")
+		for _, f := range rs.LargeFailures {
+			p("- failed: `%s`", f)
+		}
+		if len(rs.LargeFailures) > 0 {
+			p("")
+		}
 		p("The node's VPCs and advertisements exist (its ADDs, %d at a time, done) before its router starts; start → installed is from the router's start to every route in the kernel. The reflector RSS is galactic's (0 with FRR).", l.ADDParallel)
 		p("")
 	}
