@@ -38,14 +38,17 @@ func rss(pid int) float64 {
 
 // TestAtTheIssuesScale is by default the issue's fabric with fewer
 // simulated speakers carrying the same routes: 20 simulated nodes, 1,000
-// VPCs of 100 routes (two nodes of 50 each: 100,000 routes). 200
-// speakers missed their hold timers on two shared cores. One real node
-// hosting 20 VPCs is fed through the galactic reflector (rtc), then
-// through FRR (no rtc), then one node in every VPC through the galactic
-// reflector. It takes long and a lot of memory, so it runs only when
-// GALACTIC_SCALE_LARGE is set: to 1 for that size, or to "<nodes>,<vpcs>,
-// <prefixes per node and VPC>". It reports what it saw, and writes it as
-// JSON to GALACTIC_SCALE_RESULT when set (the bench's route scale rows).
+// VPCs of 100 routes (two nodes of 50 each: 100,000 routes). The issue's
+// 200 speakers (GALACTIC_SCALE_LARGE=200,1000,50) hold their sessions
+// and bring the routes in, but on two shared cores their churn measures
+// CPU starvation rather than the node (docs/galactic-router.md, Scale).
+// One real node hosting 20 VPCs is fed through the galactic reflector
+// (rtc), then through FRR (no rtc), then one node in every VPC through
+// the galactic reflector. It takes long and a lot of memory, so it runs
+// only when GALACTIC_SCALE_LARGE is set: to 1 for that size, or to
+// "<nodes>,<vpcs>,<prefixes per node and VPC>". It reports what it saw,
+// and writes it as JSON to GALACTIC_SCALE_RESULT when set (the bench's
+// route scale rows).
 func TestAtTheIssuesScale(t *testing.T) {
 	size := os.Getenv(scale.EnvLarge)
 	if size == "" {
