@@ -42,14 +42,22 @@ type Options struct {
 	// RTCPeers are the peers a previous run saw negotiate rtc: the only
 	// ones offered it while Restarting (see rtc.go).
 	RTCPeers []netip.Addr
+	// Routes are announced before any session comes up, so each peer
+	// gets them all in its first burst of UPDATEs instead of one UPDATE
+	// per Announce while the sessions run.
+	Routes []Route
 }
 
 // GoBGP is the embedded GoBGP server behind the Speaker interface.
 type GoBGP struct {
-	s    *server.BgpServer
-	cfg  *config.Config
-	mu   sync.Mutex
-	uuid map[Key][]byte
+	s   *server.BgpServer
+	cfg *config.Config
+	log *slog.Logger
+	mu  sync.Mutex
+	// own are the paths announced, by key: a withdrawal names its path,
+	// which GoBGP finds directly, where a UUID makes it walk its whole
+	// RIB formatting every path's key.
+	own map[Key]*api.Path
 	// members is the import filter and RTC membership (rtc.go).
 	members membership
 	// onEvent is Options.OnEvent; deliver serialises its calls, from the
@@ -76,7 +84,7 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 	c := o.Config
 	s := server.NewBgpServer(server.LoggerOption(&logAdapter{l: o.Log}))
 	go s.Serve()
-	g := &GoBGP{s: s, cfg: c, uuid: map[Key][]byte{}}
+	g := &GoBGP{s: s, cfg: c, log: o.Log, own: map[Key]*api.Path{}}
 	global := &api.Global{
 		Asn: c.ASN, RouterId: c.RouterID.String(), ListenPort: c.ListenPort,
 	}
@@ -113,6 +121,12 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 		}); err != nil {
 			s.Stop()
 			return nil, fmt.Errorf("watching the RIB and peers: %w", err)
+		}
+	}
+	for _, r := range o.Routes {
+		if err := g.Announce(ctx, r); err != nil {
+			s.Stop()
+			return nil, err
 		}
 	}
 	for _, p := range c.Peers {
@@ -159,12 +173,11 @@ func (g *GoBGP) Announce(ctx context.Context, r Route) error {
 	if err != nil {
 		return err
 	}
-	res, err := g.s.AddPath(ctx, &api.AddPathRequest{Path: p})
-	if err != nil {
+	if _, err := g.s.AddPath(ctx, &api.AddPathRequest{Path: p}); err != nil {
 		return fmt.Errorf("announcing %s: %w", r.Key(), err)
 	}
 	g.mu.Lock()
-	g.uuid[r.Key()] = res.Uuid
+	g.own[r.Key()] = p
 	g.mu.Unlock()
 	return nil
 }
@@ -172,16 +185,16 @@ func (g *GoBGP) Announce(ctx context.Context, r Route) error {
 // Withdraw implements Speaker.
 func (g *GoBGP) Withdraw(ctx context.Context, k Key) error {
 	g.mu.Lock()
-	id, ok := g.uuid[k]
+	p, ok := g.own[k]
 	g.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	if err := g.s.DeletePath(ctx, &api.DeletePathRequest{Family: evpnFamily, Uuid: id}); err != nil {
+	if err := g.s.DeletePath(ctx, &api.DeletePathRequest{Family: evpnFamily, Path: p}); err != nil {
 		return fmt.Errorf("withdrawing %s: %w", k, err)
 	}
 	g.mu.Lock()
-	delete(g.uuid, k)
+	delete(g.own, k)
 	g.mu.Unlock()
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // node is a galactic speaker at addr, a client of the reflector at
-// rr:port, that announces one route per VNI of announce.
+// rr:port, that announces one route per VNI of announce from its start.
 func node(t *testing.T, addr string, rr netip.Addr, port int, rib *ribOf, announce ...uint32) *GoBGP {
 	t.Helper()
 	a := netip.MustParseAddr(addr)
@@ -19,18 +19,17 @@ func node(t *testing.T, addr string, rr netip.Addr, port int, rib *ribOf, announ
 		RestartTime: 120 * time.Second,
 		Peers:       []config.Peer{{Address: rr, ASN: 65000, Port: uint16(port), Hold: 9 * time.Second, Keepalive: 3 * time.Second}}}
 	ctx := context.Background()
-	g, err := Start(ctx, Options{Config: cfg, OnEvent: rib.event})
+	// Routes given at the start go out with the first UPDATEs.
+	var routes []Route
+	for _, vni := range announce {
+		routes = append(routes, Route{RD: RD{Admin: a, Assigned: uint16(vni)}, Prefix: netip.PrefixFrom(a, 32), VNI: vni, RTASN: 65000,
+			NextHop: a, RouterMAC: net.HardwareAddr{2, 0, 0, 0, 0, byte(vni)}})
+	}
+	g, err := Start(ctx, Options{Config: cfg, OnEvent: rib.event, Routes: routes})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Stop(ctx) })
-	for _, vni := range announce {
-		r := Route{RD: RD{Admin: a, Assigned: uint16(vni)}, Prefix: netip.PrefixFrom(a, 32), VNI: vni, RTASN: 65000,
-			NextHop: a, RouterMAC: net.HardwareAddr{2, 0, 0, 0, 0, byte(vni)}}
-		if err := g.Announce(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return g
 }
 
@@ -83,4 +82,10 @@ func TestTheReflectorSendsEachClientOnlyTheRoutesOfItsMembership(t *testing.T) {
 	}
 	ribA.waitFor(t, 3)
 	ribB.waitFor(t)
+	// A withdrawal reaches the members.
+	bAddr := netip.MustParseAddr("127.0.0.2")
+	if err := b.Withdraw(ctx, Key{RD: RD{Admin: bAddr, Assigned: 3}, Prefix: netip.PrefixFrom(bAddr, 32)}); err != nil {
+		t.Fatal(err)
+	}
+	ribA.waitFor(t)
 }

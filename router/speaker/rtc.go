@@ -52,7 +52,7 @@ func (m *memberSet) any(r Received) bool {
 // and the RTC paths announced for them.
 type membership struct {
 	mu   sync.Mutex
-	rts  map[RouteTarget][]byte // RTC path UUID by route target
+	rts  map[RouteTarget]*api.Path // RTC path by route target (see GoBGP.own)
 	init bool
 	// pattern is the filter's one entry.
 	pattern string
@@ -133,7 +133,7 @@ func (g *GoBGP) installFilter(ctx context.Context, o Options) error {
 	}}); err != nil {
 		return fmt.Errorf("import filter: %w", err)
 	}
-	g.members.rts = map[RouteTarget][]byte{}
+	g.members.rts = map[RouteTarget]*api.Path{}
 	g.members.set.Store(&memberSet{})
 	g.members.init = true
 	return g.SetMembership(ctx, o.Membership)
@@ -220,10 +220,13 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 	if len(added) == 0 && len(removed) == 0 {
 		return nil
 	}
+	if g.log != nil {
+		g.log.Info("route-target membership", "added", len(added), "removed", len(removed), "members", len(want))
+	}
 	// Stop asking for what goes before the filter drops it, and open the
 	// filter before asking for what comes.
 	for _, rt := range removed {
-		if err := g.s.DeletePath(ctx, &api.DeletePathRequest{Family: rtcFamily, Uuid: m.rts[rt]}); err != nil {
+		if err := g.s.DeletePath(ctx, &api.DeletePathRequest{Family: rtcFamily, Path: m.rts[rt]}); err != nil {
 			return fmt.Errorf("withdrawing membership %s: %w", rt, err)
 		}
 		delete(m.rts, rt)
@@ -257,11 +260,10 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 		if err != nil {
 			return err
 		}
-		res, err := g.s.AddPath(ctx, &api.AddPathRequest{Path: p})
-		if err != nil {
+		if _, err := g.s.AddPath(ctx, &api.AddPathRequest{Path: p}); err != nil {
 			return fmt.Errorf("announcing membership %s: %w", rt, err)
 		}
-		m.rts[rt] = res.Uuid
+		m.rts[rt] = p
 	}
 	return g.catchUp(ctx, added, removed, set)
 }
@@ -368,7 +370,7 @@ func (g *GoBGP) AdjIn(ctx context.Context) (received, filtered int, err error) {
 		return received, 0, err
 	}
 	g.mu.Lock()
-	own := len(g.uuid)
+	own := len(g.own)
 	g.mu.Unlock()
 	return received, max(0, received-(int(res.NumPath)-own)), nil
 }

@@ -162,6 +162,16 @@ func (r *Reflector) Pid() int {
 	return r.cmd.Process.Pid
 }
 
+// CPUTime is the CPU time (user and system) the running reflector has
+// used.
+func (r *Reflector) CPUTime() (time.Duration, error) {
+	pid := r.Pid()
+	if pid == 0 {
+		return 0, fmt.Errorf("the reflector is not running")
+	}
+	return ProcessCPUTime(pid)
+}
+
 // Log is the reflector's log so far.
 func (r *Reflector) Log() string {
 	b, _ := os.ReadFile(r.LogPath)

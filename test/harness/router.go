@@ -204,6 +204,11 @@ func (r *Router) CPUTime() (time.Duration, error) {
 	if pid == 0 {
 		return 0, fmt.Errorf("router on %s is not running", r.Node.Name)
 	}
+	return ProcessCPUTime(pid)
+}
+
+// ProcessCPUTime is the CPU time (user and system) process pid has used.
+func ProcessCPUTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err

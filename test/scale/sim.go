@@ -7,6 +7,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +48,16 @@ type Spec struct {
 	// between their prefixes and Alternate ones (runChurn).
 	ChurnPerSecond int      `json:"churnPerSecond,omitempty"`
 	ChurnVNIs      []uint32 `json:"churnVNIs,omitempty"`
+	// HoldSeconds is the simulated nodes' hold time (9 s, a node's
+	// default, when 0), their keepalive a third of it.
+	HoldSeconds int `json:"holdSeconds,omitempty"`
+	// Imports, when set, are the only VPCs the simulated nodes import
+	// (and advertise membership of); by default each imports all of its
+	// own, as a real node does. GoBGP's reflector checks every path it
+	// sends against every membership of the receiving peer, so a fabric
+	// of many members costs it time per route in proportion (see
+	// docs/galactic-router.md, Scale).
+	Imports []uint32 `json:"imports,omitempty"`
 }
 
 // Node is one simulated node.
@@ -122,8 +134,9 @@ func routerMAC(underlay netip.Addr, vni uint32) net.HardwareAddr {
 func (s Spec) nodeConfig(n Node) *config.Config {
 	c := &config.Config{Role: config.RoleNode, ASN: s.ASN, RouterID: n.Underlay, Underlay: n.Underlay, ListenPort: -1,
 		RouteTargetASN: s.RTASN, GracefulRestart: true, RestartTime: 120 * time.Second}
+	hold := time.Duration(cmp.Or(s.HoldSeconds, config.DefaultHoldSeconds)) * time.Second
 	for _, rr := range s.Reflectors {
-		c.Peers = append(c.Peers, config.Peer{Address: rr, ASN: s.ASN, Port: 179, Hold: 9 * time.Second, Keepalive: 3 * time.Second})
+		c.Peers = append(c.Peers, config.Peer{Address: rr, ASN: s.ASN, Port: 179, Hold: hold, Keepalive: hold / 3})
 	}
 	return c
 }
@@ -143,26 +156,52 @@ func serve(path string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var churn []churned
+	// churning is set once the churn runs: from then on the simulated
+	// nodes that import a churned VPC log when its routes arrive, which
+	// times the reflector's propagation (Propagation).
+	var churning atomic.Bool
+	received := func(ev speaker.Event) {
+		if ev.Kind != speaker.EventPaths || !churning.Load() {
+			return
+		}
+		at := time.Now()
+		for _, r := range ev.Paths {
+			if !r.Withdrawn && slices.Contains(s.ChurnVNIs, r.VNI) {
+				fmt.Printf("churn received %s %d\n", r.Prefix, at.UnixNano())
+			}
+		}
+	}
 	for _, n := range s.Nodes {
 		// Like a real node, a simulated one imports only its VPCs.
 		var rts []speaker.RouteTarget
 		for _, v := range n.VPCs {
-			rts = append(rts, speaker.RouteTarget{ASN: s.RTASN, Value: v.VNI})
+			if s.Imports == nil || slices.Contains(s.Imports, v.VNI) {
+				rts = append(rts, speaker.RouteTarget{ASN: s.RTASN, Value: v.VNI})
+			}
 		}
-		g, err := speaker.Start(ctx, speaker.Options{Config: s.nodeConfig(n), Log: log.With("node", n.Underlay.String()), Membership: rts})
+		// Every route goes in before the sessions come up: a peer then
+		// gets them in one burst, not one Announce (and its own pass
+		// through GoBGP) at a time.
+		var routes []speaker.Route
+		for i, v := range n.VPCs {
+			for _, p := range v.Prefixes {
+				routes = append(routes, speaker.Route{RD: speaker.RD{Admin: n.Underlay, Assigned: uint16(i + 1)}, Prefix: p, VNI: v.VNI, RTASN: s.RTASN,
+					NextHop: n.Underlay, RouterMAC: routerMAC(n.Underlay, v.VNI), Generation: 1})
+			}
+		}
+		o := speaker.Options{Config: s.nodeConfig(n), Log: log.With("node", n.Underlay.String()), Membership: rts, Routes: routes}
+		for _, rt := range rts {
+			if slices.Contains(s.ChurnVNIs, rt.Value) {
+				o.OnEvent = received
+			}
+		}
+		g, err := speaker.Start(ctx, o)
 		if err != nil {
 			return fmt.Errorf("node %s: %w", n.Underlay, err)
 		}
-		for i, v := range n.VPCs {
-			for _, p := range v.Prefixes {
-				r := speaker.Route{RD: speaker.RD{Admin: n.Underlay, Assigned: uint16(i + 1)}, Prefix: p, VNI: v.VNI, RTASN: s.RTASN,
-					NextHop: n.Underlay, RouterMAC: routerMAC(n.Underlay, v.VNI), Generation: 1}
-				if err := g.Announce(ctx, r); err != nil {
-					return fmt.Errorf("node %s: %w", n.Underlay, err)
-				}
-				if slices.Contains(s.ChurnVNIs, v.VNI) {
-					churn = append(churn, churned{g, r})
-				}
+		for _, r := range routes {
+			if slices.Contains(s.ChurnVNIs, r.VNI) {
+				churn = append(churn, churned{g, r})
 			}
 		}
 	}
@@ -173,6 +212,7 @@ func serve(path string) error {
 		go func() {
 			select {
 			case <-start:
+				churning.Store(true)
 				fmt.Println("churn started:", len(churn), "routes")
 				runChurn(ctx, churn, s.ChurnPerSecond, log)
 			case <-ctx.Done():
@@ -245,6 +285,43 @@ func (s *Sims) Announces() []Announce {
 			out = append(out, Announce{pfx, time.Unix(0, ns)})
 		}
 	}
+	return out
+}
+
+// Propagation times each churn announce from the simulated node that
+// sent it to the first simulated node that received it through the
+// reflector (both in this process, so on one clock).
+func (s *Sims) Propagation() []time.Duration {
+	// The announce is logged after it went out, so a receipt may come
+	// first in the log.
+	sent, got := map[netip.Prefix]time.Time{}, map[netip.Prefix][]time.Time{}
+	for _, l := range strings.Split(s.Log(), "\n") {
+		var verb, p string
+		var ns int64
+		if _, err := fmt.Sscanf(l, "churn %s %s %d", &verb, &p, &ns); err != nil {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			continue
+		}
+		switch verb {
+		case "announce":
+			sent[pfx] = time.Unix(0, ns)
+		case "received":
+			got[pfx] = append(got[pfx], time.Unix(0, ns))
+		}
+	}
+	var out []time.Duration
+	for pfx, at := range sent {
+		for _, r := range got[pfx] {
+			if r.After(at) {
+				out = append(out, r.Sub(at))
+				break
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"os"
@@ -25,17 +26,20 @@ func TestMain(m *testing.M) { scale.Main(m) }
 type shape struct {
 	vpcs, sims, prefixes int
 	hosted               [][]int
-	// simNet puts the simulated nodes in 198.18.0.0/16 instead of
-	// 192.0.2.100 and up, for more than a hundred of them.
-	simNet bool
 }
 
-// simUnderlay is simulated node i's address.
+// maxSims is how many simulated nodes fit the fabric's /24 beside the
+// reflectors and real nodes.
+const maxSims = 200
+
+// simUnderlay is simulated node i's address: 192.0.2.100 and up, or 50
+// and up for more than 150 of them.
 func (sh shape) simUnderlay(i int) netip.Addr {
-	if sh.simNet {
-		return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+	base := 100
+	if sh.sims > 150 {
+		base = 50
 	}
-	return netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)})
+	return netip.AddrFrom4([4]byte{192, 0, 2, byte(base + i)})
 }
 
 // small is the fabric of the CI tests: nodes 0 and 1 share five VPCs, so
@@ -58,7 +62,7 @@ func vpcAddr(v, n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, byte(v >> 8), byte(v), byte(n)})
 }
 
-// simSpec is the simulated nodes at 192.0.2.100 and up, peering with rr.
+// simSpec is the simulated nodes (simUnderlay), peering with rr.
 func (sh shape) simSpec(rr netip.Addr) scale.Spec {
 	s := scale.Spec{ASN: harness.FabricASN, RTASN: harness.FabricASN, Reflectors: []netip.Addr{rr}}
 	for i := 0; i < sh.sims; i++ {
@@ -85,6 +89,7 @@ type node struct {
 	k        int
 	Underlay netip.Addr
 	Router   *harness.Router
+	cfg      harness.RouterConfig
 	vpcs     []int
 }
 
@@ -99,6 +104,8 @@ type topology struct {
 	spec  scale.Spec
 	sims  *scale.Sims
 	nodes []*node
+	// ribWait bounds waitRIBs (90 s when 0).
+	ribWait time.Duration
 }
 
 var topologies int
@@ -116,20 +123,13 @@ func (sh shape) topology(t *testing.T, env *harness.Env, f *harness.Fabric, rr n
 	return sh.withTopology(t, top, rr)
 }
 
-// withTopology adds the real nodes to a fabric of simulated ones.
+// withTopology adds the real nodes to a fabric of simulated ones: each
+// router starts, then its VPCs' workloads are attached one by one.
 func (sh shape) withTopology(t *testing.T, top *topology, rr netip.Addr) *topology {
 	t.Helper()
-	env, f := top.env, top.f
 	for k := range sh.hosted {
-		n := env.NewNode(t, fmt.Sprintf("node-%d", k))
-		ul := f.Attach(t, n)
-		cfg := f.FabricRouterConfig(ul)
-		cfg.Peers[0].Address = rr.String()
-		if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
-			t.Fatalf("enabling forwarding: %v %s", err, out)
-		}
-		r := n.StartRouter(t, cfg, "--resync", "5s")
-		top.nodes = append(top.nodes, &node{Node: n, k: k, Underlay: ul, Router: r})
+		n := top.newNode(t, k, rr)
+		n.Router = n.StartRouter(t, n.cfg, "--resync", "5s")
 	}
 	for _, n := range top.nodes {
 		for _, v := range sh.hosted[n.k] {
@@ -139,20 +139,97 @@ func (sh shape) withTopology(t *testing.T, top *topology, rr netip.Addr) *topolo
 	return top
 }
 
+// addParallel is how many ADDs withAddedNodes runs at once.
+const addParallel = 4
+
+// withAddedNodes adds the real nodes the other way round: every workload
+// is attached (addParallel ADDs at a time) before the routers start, so
+// a router's start finds its VPCs and advertisements there, as after a
+// node's reboot or an upgrade. It returns when the routers were started.
+func (sh shape) withAddedNodes(t *testing.T, top *topology, rr netip.Addr) time.Time {
+	t.Helper()
+	for k := range sh.hosted {
+		top.newNode(t, k, rr)
+	}
+	for _, n := range top.nodes {
+		work := make(chan int)
+		errs := make(chan error, addParallel)
+		for range addParallel {
+			go func() {
+				var first error
+				for v := range work {
+					if err := top.attach(t, n, v); err != nil && first == nil {
+						first = err
+					}
+				}
+				errs <- first
+			}()
+		}
+		for _, v := range sh.hosted[n.k] {
+			work <- v
+		}
+		close(work)
+		for range addParallel {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		n.vpcs = append(n.vpcs, sh.hosted[n.k]...)
+	}
+	started := time.Now()
+	for _, n := range top.nodes {
+		n.Router = n.StartRouter(t, n.cfg, "--resync", "5s")
+	}
+	return started
+}
+
+// newNode makes real node k on the fabric, its router's config peering
+// with rr (not started).
+func (top *topology) newNode(t *testing.T, k int, rr netip.Addr) *node {
+	t.Helper()
+	n := top.env.NewNode(t, fmt.Sprintf("node-%d", k))
+	ul := top.f.Attach(t, n)
+	cfg := top.f.FabricRouterConfig(ul)
+	cfg.Peers[0].Address = rr.String()
+	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
+		t.Fatalf("enabling forwarding: %v %s", err, out)
+	}
+	nd := &node{Node: n, k: k, Underlay: ul, cfg: cfg}
+	top.nodes = append(top.nodes, nd)
+	return nd
+}
+
 // add attaches a workload of VPC v to n.
 func (top *topology) add(t *testing.T, n *node, v int) {
 	t.Helper()
+	if err := top.attach(t, n, v); err != nil {
+		t.Fatal(err)
+	}
+	n.vpcs = append(n.vpcs, v)
+}
+
+// attach runs the ADD of add without recording it, so that several can
+// run at once.
+func (top *topology) attach(t *testing.T, n *node, v int) error {
 	name := fmt.Sprintf("w%d-%d", top.id, n.k)
 	conf := map[string]any{"cniVersion": "1.1.0", "name": vpcName(v) + "-" + name, "plugins": []any{
 		map[string]any{"type": "galactic-cni", "vpc": vpcName(v), "attachment": name, "mode": "veth", "routing": "table",
 			"addresses": []string{realAddr(n.k, v).String() + "/24"}},
 		map[string]any{"type": "galactic-bgp", "vpc": vpcName(v), "attachment": name, "vni": vni(v)},
 	}}
-	n.WriteConflist(t, conf)
-	if out, err := n.CNITool("add", vpcName(v)+"-"+name, harness.NewContainer(t), "net0"); err != nil {
-		t.Fatalf("ADD in %s on %s: %v %s", vpcName(v), n.Name, err, out)
+	if err := n.WriteConflistFile(conf); err != nil {
+		return err
 	}
-	n.vpcs = append(n.vpcs, v)
+	// Not NewContainer: attach may run off the test's goroutine.
+	c, err := harness.CreateNetns("c")
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { c.Delete() })
+	if out, err := n.CNITool("add", vpcName(v)+"-"+name, c, "net0"); err != nil {
+		return fmt.Errorf("ADD in %s on %s: %v %s", vpcName(v), n.Name, err, out)
+	}
+	return nil
 }
 
 // want is what n must install for VPC v: the simulated nodes' prefixes
@@ -244,7 +321,7 @@ func metric(n *node, name string) float64 {
 func (top *topology) waitRIBs(t *testing.T, adjIn func(*node) int) {
 	t.Helper()
 	for _, n := range top.nodes {
-		eventually(t, 90*time.Second, n.Name+"'s RIB", func() error {
+		eventually(t, cmp.Or(top.ribWait, 90*time.Second), n.Name+"'s RIB", func() error {
 			rib, in := metric(n, "galactic_router_rib_paths"), metric(n, "galactic_router_adj_rib_in_paths")
 			if int(rib) != top.wantRIB(n) || int(in) != adjIn(n) {
 				return fmt.Errorf("RIB %v paths, adj-RIB-in %v; want %d and %d", rib, in, top.wantRIB(n), adjIn(n))
