@@ -702,11 +702,17 @@ func renderClosing(w *strings.Builder, r *Results) {
 			met++
 		}
 	}
+	scope := "this run"
+	if r.Options.Only != "" {
+		scope = fmt.Sprintf("this run, which ran only the %q section,", r.Options.Only)
+	}
 	switch {
+	case met+len(missed) == 0:
+		p("No target was measured in %s.", scope)
 	case len(missed) == 0:
-		p("Every target is met in this run.")
+		p("Every target measured in %s is met.", scope)
 	case met > 0:
-		p("%d of the %d targets are met in this run (see the targets table). The missed ones:", met, met+len(missed))
+		p("%d of the %d targets measured in %s are met (see the targets table). The missed ones:", met, met+len(missed), scope)
 		p("")
 	}
 	for _, t := range missed {
