@@ -281,13 +281,19 @@ func (a *Adj) Established() map[string]bool {
 	return out
 }
 
+// carriesRouterID reports whether r is another node's path (another next
+// hop) with this node's router ID in its RD.
+func carriesRouterID(r speaker.Received, routerID, underlay netip.Addr) bool {
+	return r.RD.Admin == routerID && r.NextHop != underlay && r.NextHop.IsValid()
+}
+
 // Duplicates are the next hops (VTEPs) of other nodes' paths that carry
 // this node's router ID in their RD: another node is configured with it.
 func Duplicates(rib RIB, routerID, underlay netip.Addr) []netip.Addr {
 	seen := map[netip.Addr]bool{}
 	var out []netip.Addr
 	for _, r := range rib {
-		if r.RD.Admin == routerID && r.NextHop != underlay && r.NextHop.IsValid() && !seen[r.NextHop] {
+		if carriesRouterID(r, routerID, underlay) && !seen[r.NextHop] {
 			seen[r.NextHop] = true
 			out = append(out, r.NextHop)
 		}

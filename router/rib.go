@@ -94,7 +94,7 @@ func (im *Importer) Apply(changes []ribChange) {
 }
 
 func (im *Importer) isDup(r speaker.Received) bool {
-	return r.RD.Admin == im.RouterID && r.NextHop != im.Underlay && r.NextHop.IsValid()
+	return carriesRouterID(r, im.RouterID, im.Underlay)
 }
 
 func (im *Importer) indexPath(k speaker.Key, r speaker.Received) {
