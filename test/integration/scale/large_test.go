@@ -20,20 +20,13 @@ import (
 	"github.com/galactic-cni/galactic/test/scale"
 )
 
-// rss is a process's resident set in MiB.
+// rss is a process's resident set in MiB, -1 once it is gone.
 func rss(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+	s, ok := harness.ReadProcStats(pid)
+	if !ok {
 		return -1
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			var kb float64
-			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(l, "VmRSS:"), "kB")), &kb)
-			return kb / 1024
-		}
-	}
-	return -1
+	return float64(s.RSSKiB) / 1024
 }
 
 // TestAtTheIssuesScale is by default the issue's fabric with fewer
