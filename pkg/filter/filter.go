@@ -159,7 +159,7 @@ func conn() (*nftables.Conn, error) {
 
 // ruleTag marks each rule with its place, so a changed or partial ruleset
 // is told from galactic's own.
-func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v4", chain, i) }
+func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v5", chain, i) }
 
 // Missing describes what of galactic's table, chains and rules the kernel
 // lacks; empty when everything is in place.
@@ -208,7 +208,23 @@ func missing(c *nftables.Conn) ([]string, error) {
 			out = append(out, fmt.Sprintf("set %s %s %s has another definition than galactic's", familyName(want.Table), TableName, name))
 		}
 	}
-	for _, cs := range chains() {
+	all := chains()
+	ours := chainNames(all)
+	for _, t := range tables {
+		if !present[t] {
+			continue
+		}
+		have, err := c.ListChainsOfTableFamily(t.Family)
+		if err != nil {
+			return nil, fmt.Errorf("listing the chains of %s %s: %w", familyName(t), TableName, err)
+		}
+		for _, ch := range have {
+			if ch.Table.Name == TableName && !ours[familyName(t)+" "+ch.Name] {
+				out = append(out, fmt.Sprintf("chain %s %s %s is not galactic's", familyName(t), TableName, ch.Name))
+			}
+		}
+	}
+	for _, cs := range all {
 		if !present[cs.chain.Table] {
 			continue
 		}
@@ -230,6 +246,15 @@ func missing(c *nftables.Conn) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// chainNames are the family and name of each chain.
+func chainNames(cs []chainSpec) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range cs {
+		out[familyName(c.chain.Table)+" "+c.chain.Name] = true
+	}
+	return out
 }
 
 func familyName(t *nftables.Table) string {
@@ -291,11 +316,29 @@ func build(c *nftables.Conn) error {
 		}
 	}
 	all := chains()
+	ours := chainNames(all)
 	for _, cs := range all {
 		c.AddChain(cs.chain)
 	}
+	// Chains an earlier ruleset had go, base chains above all: an empty
+	// hook still costs every packet it sees.
+	var stale []*nftables.Chain
+	for _, t := range tables {
+		have, err := c.ListChainsOfTableFamily(t.Family)
+		if err != nil {
+			return fmt.Errorf("listing the chains of %s %s: %w", familyName(t), TableName, err)
+		}
+		for _, ch := range have {
+			if ch.Table.Name == TableName && !ours[familyName(t)+" "+ch.Name] {
+				stale = append(stale, ch)
+			}
+		}
+	}
 	for _, t := range tables {
 		c.FlushTable(t)
+	}
+	for _, ch := range stale {
+		c.DelChain(ch)
 	}
 	for _, cs := range all {
 		for i, exprs := range cs.rules {

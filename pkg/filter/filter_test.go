@@ -137,13 +137,15 @@ func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 		if err := Check(blue()); err != nil {
 			t.Fatalf("CHECK after Sync: %v", err)
 		}
-		// Another agent's change to one chain is found and undone.
+		// Another agent's change to one chain is found and undone, and a
+		// chain that is not galactic's (an earlier ruleset's) goes.
 		ch := &nftables.Chain{Name: "input", Table: table}
 		c.FlushChain(ch)
+		c.AddChain(baseChain("forward", nftables.ChainHookForward, nftables.ChainPriority(-10)))
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if miss, err := Missing(); err != nil || len(miss) != 1 || !strings.Contains(miss[0], "chain inet galactic input") {
+		if miss, err := Missing(); err != nil || len(miss) != 2 || !strings.Contains(miss[0], "chain inet galactic forward is not galactic's") || !strings.Contains(miss[1], "chain inet galactic input") {
 			t.Fatalf("Missing = %v, %v", miss, err)
 		}
 		if rebuilt, err := Ensure(); err != nil || !rebuilt {

@@ -113,38 +113,43 @@ type chainSpec struct {
 	rules [][]expr.Any
 }
 
-// anonSet is a constant anonymous set or verdict map of one rule: its
-// lookup carries a placeholder name until build creates the set in the
-// rule's batch and points the lookup at it.
+// anonSet is a constant anonymous set of one rule: its lookup carries a
+// placeholder name until build creates the set in the rule's batch and
+// points the lookup at it.
 type anonSet struct {
-	key      nftables.SetDatatype
-	verdicts bool
-	elems    []nftables.SetElement
+	key   nftables.SetDatatype
+	elems []nftables.SetElement
 }
 
 func (a anonSet) set() *nftables.Set {
-	s := &nftables.Set{Table: table, Anonymous: true, Constant: true, KeyType: a.key}
-	if a.verdicts {
-		s.IsMap, s.DataType = true, nftables.TypeVerdict
-	}
-	return s
+	return &nftables.Set{Table: table, Anonymous: true, Constant: true, KeyType: a.key, Concatenation: len(nftables.ConcatSetTypeElements(a.key)) > 1}
 }
 
-// Placeholders of the anonymous sets and maps the rules use.
-const (
-	anonWorkloadProto = "@workload_proto"
-	anonDHCPServer    = "@dhcp_server_ports"
-)
+// anonWorkloadDeny is the placeholder of the anonymous set of what a
+// workload may not send even from its own address: DHCP server replies
+// (UDP from port 67 or 547) and ICMP redirects (type 5, every code).
+const anonWorkloadDeny = "@workload_deny"
 
-func jumpElem(key byte, chain string) nftables.SetElement {
-	return nftables.SetElement{Key: []byte{key}, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
+// protoAndFirstTwo is a key of the deny set: the layer 4 protocol and the
+// transport header's first two bytes (a UDP source port, an ICMP type
+// and code), each padded to a register.
+func protoAndFirstTwo(proto byte, v uint16) nftables.SetElement {
+	b := binaryutil.BigEndian.PutUint16(v)
+	return nftables.SetElement{Key: []byte{proto, 0, 0, 0, b[0], b[1], 0, 0}}
+}
+
+func workloadDeny() []nftables.SetElement {
+	out := []nftables.SetElement{protoAndFirstTwo(unix.IPPROTO_UDP, 67), protoAndFirstTwo(unix.IPPROTO_UDP, 547)}
+	// Codes are listed one by one: a hash set is one lookup where an
+	// interval would be a slower set type on every forwarded packet.
+	for code := range 256 {
+		out = append(out, protoAndFirstTwo(unix.IPPROTO_ICMP, icmpRedirect<<8|uint16(code)))
+	}
+	return out
 }
 
 var anonymous = map[string]anonSet{
-	anonWorkloadProto: {key: nftables.TypeInetProto, verdicts: true, elems: []nftables.SetElement{
-		jumpElem(unix.IPPROTO_ICMPV6, "workload_icmp6"), jumpElem(unix.IPPROTO_UDP, "workload_udp"), jumpElem(unix.IPPROTO_ICMP, "workload_icmp")}},
-	anonDHCPServer: {key: nftables.TypeInetService, elems: []nftables.SetElement{
-		{Key: binaryutil.BigEndian.PutUint16(67)}, {Key: binaryutil.BigEndian.PutUint16(547)}}},
+	anonWorkloadDeny: {key: concat(nftables.TypeInetProto, nftables.TypeInetService), elems: workloadDeny()},
 }
 
 func ref(p nftables.ChainPriority) *nftables.ChainPriority { return &p }
@@ -166,6 +171,11 @@ func metaCmp(key expr.MetaKey, data []byte) []expr.Any {
 
 // namePrefix matches an interface name starting with prefix (`"gv*"`).
 func namePrefix(key expr.MetaKey, prefix string) []expr.Any { return metaCmp(key, []byte(prefix)) }
+
+// notNamePrefix matches an interface name not starting with prefix.
+func notNamePrefix(key expr.MetaKey, prefix string) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: reg1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte(prefix)}}
+}
 
 // workloadIf matches a workload host interface, tap or veth, in one
 // comparison: "gt" and "gv" differ only in the bit 0x02 of their second
@@ -409,6 +419,8 @@ func chains() []chainSpec {
 	}}
 	// ICMPv6 from a workload: what claims a router's or a neighbour's role
 	// is checked here; whatever returns goes on to the source check.
+	// Routers' messages are matched by type alone: the deny set keys on
+	// the code too.
 	workloadICMP6 := chainSpec{chain: regularChain("workload_icmp6"), rules: [][]expr.Any{
 		rule(icmpType(true, icmp6RouterAdvert), drop),
 		rule(icmpType(true, icmp6Redirect), drop),
@@ -419,20 +431,16 @@ func chains() []chainSpec {
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), icmpType(true, icmp6NeighAdvert), jump("nd_lladdr")),
 		rule(linkLocalSource6(), accept),
 	}}
-	// DHCP server replies from a workload.
-	workloadUDP := chainSpec{chain: regularChain("workload_udp"), rules: [][]expr.Any{
-		rule(&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
-			&expr.Lookup{SourceRegister: reg1, SetName: anonDHCPServer}, drop),
-	}}
-	workloadICMP := chainSpec{chain: regularChain("workload_icmp"), rules: [][]expr.Any{
-		rule(icmpType(false, icmpRedirect), drop),
-	}}
-	// Ordered so that a workload's ordinary TCP or UDP packet meets as few
-	// rules as possible: each costs every forwarded packet.
+	// Ordered so that a workload's ordinary packet meets as few rules as
+	// possible: each costs every forwarded packet. IPv4 is accepted before
+	// the ICMPv6 rule, which no IPv4 packet could match.
 	workload := chainSpec{chain: regularChain("workload"), rules: [][]expr.Any{
 		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), macNotIn(), drop),
-		rule(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1}, &expr.Lookup{SourceRegister: reg1, SetName: anonWorkloadProto, IsDestRegSet: true, DestRegister: 0}),
+		rule(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Payload{DestRegister: unix.NFT_REG32_01, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+			&expr.Lookup{SourceRegister: reg1, SetName: anonWorkloadDeny}, drop),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setSrc4), accept),
+		rule(l4proto(unix.IPPROTO_ICMPV6), jump("workload_icmp6")),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setSrc6), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setNet4), accept),
 		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setNet6), accept),
@@ -446,9 +454,11 @@ func chains() []chainSpec {
 	}
 	remoteRules = append(remoteRules, fromNodesConnections()...)
 	remote := chainSpec{chain: regularChain("from_vxlan"), rules: append(remoteRules, rule(drop))}
+	// VXLAN is taken only from a VTEP over the underlay: never from one
+	// of galactic's interfaces, whatever the source a workload may use.
 	vxlan := chainSpec{chain: regularChain("vxlan"), rules: [][]expr.Any{
-		rule(addrIn(false, setVTEP4), accept),
-		rule(addrIn(true, setVTEP6), accept),
+		rule(addrIn(false, setVTEP4), notNamePrefix(expr.MetaKeyIIFNAME, galacticPrefix), accept),
+		rule(addrIn(true, setVTEP6), notNamePrefix(expr.MetaKeyIIFNAME, galacticPrefix), accept),
 		rule(drop),
 	}}
 	prerouting := chainSpec{chain: baseChain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriority(-300)), rules: [][]expr.Any{
@@ -466,18 +476,16 @@ func chains() []chainSpec {
 		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), jump("from_vxlan")),
 		rule(namePrefix(expr.MetaKeyIIFNAME, vrfPrefix), jump("input_vrf")),
 	}}
+	// VXLAN first: on a node that forwards between nodes, the underlay's
+	// VXLAN is most of what arrives.
 	input := chainSpec{chain: baseChain("input", nftables.ChainHookInput, nftables.ChainPriority(-10)), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, galacticPrefix), jump("input_galactic")),
 		rule(udpPort(true, VXLANPort), jump("vxlan")),
+		rule(namePrefix(expr.MetaKeyIIFNAME, galacticPrefix), jump("input_galactic")),
 	}}
-	forward := chainSpec{chain: baseChain("forward", nftables.ChainHookForward, nftables.ChainPriority(-10)), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), accept),
-		rule(namePrefix(expr.MetaKeyIIFNAME, vxlanPrefix), accept),
-		rule(namePrefix(expr.MetaKeyIIFNAME, tapPrefix), accept),
-		rule(namePrefix(expr.MetaKeyIIFNAME, vrfPrefix), accept),
-		rule(workloadIf(expr.MetaKeyOIFNAME), drop),
-	}}
+	// No forward chain: what reaches a workload from outside its VPC is
+	// kept out by routing (see docs/security.md), and a hook costs every
+	// forwarded packet.
 	// Regular chains first: base chains jump to them.
-	return append([]chainSpec{ndTargetChain, ndLLAddr, workloadICMP6, workloadUDP, workloadICMP, workload, toNode("to_node", expr.MetaKeyIIFNAME),
-		toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, inputVRF, inputGalactic, prerouting, input, forward}, arpChains()...)
+	return append([]chainSpec{ndTargetChain, ndLLAddr, workloadICMP6, workload, toNode("to_node", expr.MetaKeyIIFNAME),
+		toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, inputVRF, inputGalactic, prerouting, input}, arpChains()...)
 }
