@@ -419,8 +419,8 @@ func chains() []chainSpec {
 	}}
 	// ICMPv6 from a workload: what claims a router's or a neighbour's role
 	// is checked here; whatever returns goes on to the source check.
-	// Routers' messages are matched by type alone: the deny set keys on
-	// the code too.
+	// Routers' messages are matched here by type, whatever their code,
+	// which the deny set would need an element for each of.
 	workloadICMP6 := chainSpec{chain: regularChain("workload_icmp6"), rules: [][]expr.Any{
 		rule(icmpType(true, icmp6RouterAdvert), drop),
 		rule(icmpType(true, icmp6Redirect), drop),
