@@ -1,6 +1,8 @@
 package hostif
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/netnstest"
@@ -69,4 +72,21 @@ func TestARetriedADDReplacesThePairAKilledADDLeftUnnamed(t *testing.T) {
 			t.Fatalf("someone else's device was removed: %v", err)
 		}
 	})
+}
+
+func TestADeletionThatFindsTheDeviceGoneIsNotAnError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		gone bool
+	}{
+		{netlink.LinkNotFoundError{}, true},
+		{unix.ENODEV, true},
+		{fmt.Errorf("deleting gv0: %w", unix.ENODEV), true},
+		{unix.EPERM, false},
+		{errors.New("something else"), false},
+	} {
+		if got := linkGone(c.err); got != c.gone {
+			t.Errorf("linkGone(%v) = %v, want %v", c.err, got, c.gone)
+		}
+	}
 }

@@ -286,6 +286,13 @@ func linkByName(name string) (netlink.Link, error) {
 	return l, err
 }
 
+// linkGone tells a deletion that found the device already gone: a veth
+// whose container's namespace was just deleted goes in the kernel's own
+// time, between the lookup and the deletion (ENODEV).
+func linkGone(err error) bool {
+	return errors.As(err, &netlink.LinkNotFoundError{}) || errors.Is(err, unix.ENODEV)
+}
+
 // ours checks that an existing device is the attachment's host interface
 // and not someone else's device that happens to have the name.
 func ours(l netlink.Link, vpc, attachment, kind string) error {
@@ -372,7 +379,7 @@ func deleteLink(name string) error {
 	if err != nil || l == nil {
 		return err
 	}
-	if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
+	if err := netlink.LinkDel(l); err != nil && !linkGone(err) {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
@@ -614,7 +621,7 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []f
 			// them first leaves nothing to chance.
 			errs = append(errs, d.RemoveGateways(l.Attrs().Index))
 		}
-		if err := netlink.LinkDel(l); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) {
+		if err := netlink.LinkDel(l); err != nil && !linkGone(err) {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
 		}
 	}
