@@ -209,20 +209,12 @@ func missing(c *nftables.Conn) ([]string, error) {
 		}
 	}
 	all := chains()
-	ours := chainNames(all)
-	for _, t := range tables {
-		if !present[t] {
-			continue
-		}
-		have, err := c.ListChainsOfTableFamily(t.Family)
-		if err != nil {
-			return nil, fmt.Errorf("listing the chains of %s %s: %w", familyName(t), TableName, err)
-		}
-		for _, ch := range have {
-			if ch.Table.Name == TableName && !ours[familyName(t)+" "+ch.Name] {
-				out = append(out, fmt.Sprintf("chain %s %s %s is not galactic's", familyName(t), TableName, ch.Name))
-			}
-		}
+	foreign, err := foreignChains(c, all)
+	if err != nil {
+		return nil, err
+	}
+	for _, ch := range foreign {
+		out = append(out, fmt.Sprintf("chain %s %s %s is not galactic's", familyName(ch.Table), TableName, ch.Name))
 	}
 	for _, cs := range all {
 		if !present[cs.chain.Table] {
@@ -248,13 +240,26 @@ func missing(c *nftables.Conn) ([]string, error) {
 	return out, nil
 }
 
-// chainNames are the family and name of each chain.
-func chainNames(cs []chainSpec) map[string]bool {
-	out := map[string]bool{}
-	for _, c := range cs {
-		out[familyName(c.chain.Table)+" "+c.chain.Name] = true
+// foreignChains are the chains of galactic's tables that are not among
+// want: an earlier ruleset's, or another agent's.
+func foreignChains(c *nftables.Conn, want []chainSpec) ([]*nftables.Chain, error) {
+	ours := map[string]bool{}
+	for _, cs := range want {
+		ours[familyName(cs.chain.Table)+" "+cs.chain.Name] = true
 	}
-	return out
+	var out []*nftables.Chain
+	for _, t := range tables {
+		have, err := c.ListChainsOfTableFamily(t.Family)
+		if err != nil {
+			return nil, fmt.Errorf("listing the chains of %s %s: %w", familyName(t), TableName, err)
+		}
+		for _, ch := range have {
+			if ch.Table.Name == TableName && !ours[familyName(t)+" "+ch.Name] {
+				out = append(out, ch)
+			}
+		}
+	}
+	return out, nil
 }
 
 func familyName(t *nftables.Table) string {
@@ -316,23 +321,14 @@ func build(c *nftables.Conn) error {
 		}
 	}
 	all := chains()
-	ours := chainNames(all)
 	for _, cs := range all {
 		c.AddChain(cs.chain)
 	}
 	// Chains an earlier ruleset had go, base chains above all: an empty
 	// hook still costs every packet it sees.
-	var stale []*nftables.Chain
-	for _, t := range tables {
-		have, err := c.ListChainsOfTableFamily(t.Family)
-		if err != nil {
-			return fmt.Errorf("listing the chains of %s %s: %w", familyName(t), TableName, err)
-		}
-		for _, ch := range have {
-			if ch.Table.Name == TableName && !ours[familyName(t)+" "+ch.Name] {
-				stale = append(stale, ch)
-			}
-		}
+	stale, err := foreignChains(c, all)
+	if err != nil {
+		return err
 	}
 	for _, t := range tables {
 		c.FlushTable(t)
