@@ -221,7 +221,7 @@ func (r ForwardRow) describe(pps float64) string {
 // there, not at the sink's socket: what the socket takes depends on when
 // its reader is scheduled on these two cores, which moved one-second
 // rounds of the same path by a factor of up to 12 (0.16 to 1.93) where
-// the interface's count moves them by 0.76 to 1.16.
+// the interface's count moves them by 0.76 to 1.31.
 func udpStream(src, dst *harness.Netns, addr netip.Addr, payload int, window time.Duration) (float64, error) {
 	var rx *net.UDPConn
 	if err := dst.Do(func() (err error) {
