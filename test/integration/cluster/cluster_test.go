@@ -72,6 +72,12 @@ func setup(t *testing.T) *fixture {
 	if fx != nil {
 		return fx
 	}
+	// The first run builds the control plane, the kubelet and containerd
+	// while other packages' tests load both cores; that takes as long as
+	// it takes and must not eat the deadline of starting the cluster.
+	if err := buildEverything(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c, err := harness.StartCluster(ctx, os.Stderr)
@@ -180,6 +186,20 @@ func (f *fixture) dumpOnFailure(t *testing.T) {
 			}
 		}
 	})
+}
+
+func buildEverything() error {
+	if _, err := harness.EnsureControlPlaneBinaries(os.Stderr); err != nil {
+		return err
+	}
+	if _, err := harness.EnsureClusterBinaries(os.Stderr); err != nil {
+		return err
+	}
+	if _, err := harness.EnsureCRIBinaries(os.Stderr); err != nil {
+		return err
+	}
+	_, err := harness.EnsureKubelet(os.Stderr)
+	return err
 }
 
 func tail(s string, n int) string {
