@@ -76,7 +76,7 @@ func Run(ctx context.Context, c *Collector, opts Options) error {
 		attrs := []any{"duration", took.String(), "entriesPruned", r.EntriesPruned, "advertisementsDeleted", r.AdvertisementsDeleted,
 			"recordsRemoved", r.RecordsRemoved, "tapsDetached", r.TapsDetached, "tapsReclaimed", r.TapsReclaimed,
 			"tapsKept", r.TapsKept, "leasesRenewed", r.LeasesRenewed, "leasesReleased", r.LeasesReleased,
-			"filterRebuilt", r.FilterRebuilt, "filterElementsAdded", r.FilterElementsAdded, "filterElementsRemoved", r.FilterElementsRemoved, "errors", r.Errors}
+			"filterRebuilt", r.FilterRebuilt, "filterElementsAdded", r.FilterElementsAdded, "filterElementsRemoved", r.FilterElementsRemoved, "filterClassifiersAttached", r.FilterClassifiersAttached, "errors", r.Errors}
 		if err != nil {
 			opts.Log.Error("gc pass finished with errors", append(attrs, "error", err.Error())...)
 		} else {

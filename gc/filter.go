@@ -52,8 +52,8 @@ func (c *Collector) syncFilter(r *Report, fail func(string, error)) {
 		fail("filter", err)
 		return
 	}
-	r.FilterRebuilt, r.FilterElementsAdded, r.FilterElementsRemoved = res.Rebuilt, res.Added, res.Removed
-	if res.Rebuilt || res.Added > 0 || res.Removed > 0 {
-		c.Log.Info("packet filter synced", "rebuilt", res.Rebuilt, "elementsAdded", res.Added, "elementsRemoved", res.Removed)
+	r.FilterRebuilt, r.FilterElementsAdded, r.FilterElementsRemoved, r.FilterClassifiersAttached = res.Rebuilt, res.Added, res.Removed, res.Attached
+	if res.Rebuilt || res.Added > 0 || res.Removed > 0 || res.Attached > 0 {
+		c.Log.Info("packet filter synced", "rebuilt", res.Rebuilt, "elementsAdded", res.Added, "elementsRemoved", res.Removed, "classifiersAttached", res.Attached)
 	}
 }

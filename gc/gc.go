@@ -104,6 +104,9 @@ type Report struct {
 	FilterRebuilt         bool
 	FilterElementsAdded   int
 	FilterElementsRemoved int
+	// FilterClassifiersAttached counts the workload interfaces the
+	// classifier was put back on.
+	FilterClassifiersAttached int
 	// Errors counts failures by kind; the pass goes on past each.
 	Errors map[string]int
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
@@ -288,6 +287,11 @@ func ensure(c *nftables.Conn) (bool, error) {
 	if err != nil || len(miss) == 0 {
 		return false, err
 	}
+	if hasPrerouting(c) {
+		if err := classifyFromSets(c); err != nil {
+			return false, fmt.Errorf("attaching the workload classifier before the rebuild drops the prerouting rules: %w", err)
+		}
+	}
 	err = build(c)
 	if err == nil {
 		if miss, err = missing(c); err == nil && len(miss) > 0 {
@@ -306,6 +310,21 @@ func ensure(c *nftables.Conn) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// hasPrerouting says the inet table has a prerouting chain: an earlier
+// build's ruleset, which filtered what workloads send there.
+func hasPrerouting(c *nftables.Conn) bool {
+	chs, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false
+	}
+	for _, ch := range chs {
+		if ch.Table.Name == TableName && ch.Name == "prerouting" {
+			return true
+		}
+	}
+	return false
 }
 
 // build writes the table, sets, chains and rules in one batch; the table's
@@ -338,38 +357,19 @@ func build(c *nftables.Conn) error {
 	}
 	for _, cs := range all {
 		for i, exprs := range cs.rules {
-			if err := bindAnonymous(c, exprs); err != nil {
-				return err
-			}
 			c.AddRule(&nftables.Rule{Table: cs.chain.Table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
 		}
 	}
 	return c.Flush()
 }
 
-// bindAnonymous creates, in the batch, the anonymous sets a rule's lookups
-// name by placeholder, and points the lookups at them.
-func bindAnonymous(c *nftables.Conn, exprs []expr.Any) error {
-	for _, e := range exprs {
-		l, ok := e.(*expr.Lookup)
-		if !ok {
-			continue
-		}
-		a, ok := anonymous[l.SetName]
-		if !ok {
-			continue
-		}
-		s := a.set()
-		if err := c.AddSet(s, a.elems); err != nil {
-			return fmt.Errorf("anonymous set %s: %w", l.SetName, err)
-		}
-		l.SetName, l.SetID = s.Name, s.ID
-	}
-	return nil
-}
-
-// Delete removes galactic's tables (uninstall). A missing table is not an error.
+// Delete removes galactic's tables and detaches the workload classifier
+// from every workload interface (uninstall). A missing table is not an
+// error.
 func Delete() error {
+	if err := detachAll(); err != nil {
+		return err
+	}
 	c, err := conn()
 	if err != nil {
 		return err
@@ -468,6 +468,9 @@ func Add(a Attachment, previous ...Attachment) error {
 	if err := ensureQuick(c); err != nil {
 		return err
 	}
+	if err := classify(a); err != nil {
+		return err
+	}
 	want := a.elements()
 	var stale []element
 	for _, p := range previous {
@@ -522,12 +525,12 @@ func dedupe(es []element) []element {
 	return out
 }
 
-// ensureQuick restores the table when it or its prerouting rules are gone
+// ensureQuick restores the table when it or its input rules are gone
 // (a flush): one read instead of Ensure's full comparison, which CHECK,
 // the GC and the router make.
 func ensureQuick(c *nftables.Conn) error {
 	for _, cs := range chains() {
-		if cs.chain.Name != "prerouting" {
+		if cs.chain.Name != "input" {
 			continue
 		}
 		if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
@@ -572,6 +575,9 @@ func diff(have, want []element, mine func(element) bool) (add, del []element) {
 func Remove(iface string, known ...Attachment) error {
 	if !enabled {
 		return nil
+	}
+	if err := unclassify(iface); err != nil {
+		return err
 	}
 	var exact []element
 	for _, k := range known {
@@ -627,6 +633,7 @@ func Check(a Attachment) error {
 			miss = append(miss, fmt.Sprintf("set %s %s %s has %s, which the attachment does not allow", familyName(sets()[e.set].Table), TableName, e.set, e.describe()))
 		}
 	}
+	miss = append(miss, checkClassifier(a)...)
 	if len(miss) > 0 {
 		return errors.New(strings.Join(miss, "; "))
 	}
@@ -637,6 +644,9 @@ func Check(a Attachment) error {
 type SyncResult struct {
 	Rebuilt        bool
 	Added, Removed int
+	// Attached counts the interfaces the workload classifier was
+	// attached to (missing, or another build's).
+	Attached int
 }
 
 // Sync makes the table and the attachments' elements exactly atts:
@@ -665,6 +675,9 @@ func Sync(atts []Attachment) (SyncResult, error) {
 	}
 	add, del := diff(have, want, func(element) bool { return true })
 	res.Added, res.Removed = len(add), len(del)
+	if res.Attached, err = syncClassifiers(atts); err != nil {
+		return res, err
+	}
 	if err := remove(add, del); err == nil || errors.Is(err, unix.ENOENT) {
 		return res, err
 	}

@@ -1,7 +1,8 @@
 package filter
 
 import (
-	"github.com/google/nftables/expr"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 
 	"github.com/galactic-cni/galactic/pkg/netnstest"
 )
@@ -37,6 +39,18 @@ func inNetns(t *testing.T, f func()) { inNetnsB(t, f) }
 
 func inNetnsB(t testing.TB, f func()) { netnstest.Run(t, f) }
 
+// hostIf creates the named veths in the current namespace, standing for
+// workload host interfaces: ADD attaches the classifier to them.
+func hostIf(t *testing.T, names ...string) {
+	t.Helper()
+	for i, name := range names {
+		l := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: fmt.Sprintf("peer%d", i)}
+		if err := netlink.LinkAdd(l); err != nil {
+			t.Fatalf("creating %s: %v", name, err)
+		}
+	}
+}
+
 func blue() Attachment {
 	return Attachment{
 		Interface: "gv0123456789abc",
@@ -48,6 +62,7 @@ func blue() Attachment {
 
 func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 	inNetns(t, func() {
+		hostIf(t, "gv0123456789abc", "gt0123456789abc")
 		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "table inet galactic is missing") {
 			t.Fatalf("CHECK before any ADD should name the missing table, got %v", err)
 		}
@@ -109,6 +124,7 @@ func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 
 func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 	inNetns(t, func() {
+		hostIf(t, "gv0123456789abc", "gv-gone")
 		if err := Add(blue()); err != nil {
 			t.Fatal(err)
 		}
@@ -125,6 +141,9 @@ func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 		}
 		leftover := Attachment{Interface: "gv-gone", Sources: []netip.Prefix{netip.MustParsePrefix("10.20.0.9/32")}}
 		if err := Add(leftover); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "gv-gone"}}); err != nil {
 			t.Fatal(err)
 		}
 		res, err := Sync([]Attachment{blue()})
@@ -183,6 +202,7 @@ func TestSetVTEPsKeepsExactlyTheNextHops(t *testing.T) {
 
 func TestARemovedElementExpiresAtOnce(t *testing.T) {
 	inNetns(t, func() {
+		hostIf(t, "gv0123456789abc")
 		if err := Add(blue()); err != nil {
 			t.Fatal(err)
 		}
@@ -203,20 +223,54 @@ func TestARemovedElementExpiresAtOnce(t *testing.T) {
 	})
 }
 
-func TestTheWorkloadInterfaceMaskMatchesTapsAndVethsAndNothingElseOfGalactics(t *testing.T) {
-	e := workloadIf(0)
-	mask, want := e[1].(*expr.Bitwise).Mask, e[2].(*expr.Cmp).Data
-	matches := func(name string) bool {
-		for i := range want {
-			if name[i]&mask[i] != want[i] {
-				return false
-			}
+func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
+	inNetns(t, func() {
+		if err := Add(blue()); !errors.Is(err, ErrNoInterface) {
+			t.Fatalf("ADD on a missing interface = %v, want ErrNoInterface", err)
 		}
-		return true
-	}
-	for name, ok := range map[string]bool{tapPrefix + "1": true, vethPrefix + "1": true, vxlanPrefix + "1": false, vrfPrefix + "1": false, "gu1": false, "gw1": false, "eth0": false} {
-		if matches(name) != ok {
-			t.Errorf("%s: matched %v, want %v", name, !ok, ok)
+		hostIf(t, "gv0123456789abc")
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
 		}
-	}
+		link, err := netlink.LinkByName(blue().Interface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another agent deletes the interface's clsact qdisc.
+		q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+		if err := netlink.QdiscDel(q); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "has no workload classifier on its ingress") {
+			t.Fatalf("CHECK without the classifier = %v", err)
+		}
+		if res, err := Sync([]Attachment{blue()}); err != nil || res.Attached != 1 {
+			t.Fatalf("Sync = %+v, %v; want the classifier attached once", res, err)
+		}
+		if err := Check(blue()); err != nil {
+			t.Fatalf("CHECK after Sync: %v", err)
+		}
+		// An entry that is not the attachment's is named, and a re-ADD
+		// replaces it.
+		narrowed := blue()
+		narrowed.Sources = narrowed.Sources[:1]
+		if err := Add(narrowed, blue()); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "the workload classifier's entry for gv0123456789abc allows") {
+			t.Fatalf("CHECK of the wider attachment = %v", err)
+		}
+		if err := Remove(narrowed.Interface, narrowed); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(narrowed); err == nil || !strings.Contains(err.Error(), "has no entry for gv0123456789abc") {
+			t.Fatalf("CHECK after DEL = %v", err)
+		}
+		if err := Delete(); err != nil {
+			t.Fatal(err)
+		}
+		if f, err := attached(link); err != nil || f != nil {
+			t.Fatalf("after uninstall the interface still has %+v, %v", f, err)
+		}
+	})
 }

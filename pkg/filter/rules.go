@@ -113,45 +113,6 @@ type chainSpec struct {
 	rules [][]expr.Any
 }
 
-// anonSet is a constant anonymous set of one rule: its lookup carries a
-// placeholder name until build creates the set in the rule's batch and
-// points the lookup at it.
-type anonSet struct {
-	key   nftables.SetDatatype
-	elems []nftables.SetElement
-}
-
-func (a anonSet) set() *nftables.Set {
-	return &nftables.Set{Table: table, Anonymous: true, Constant: true, KeyType: a.key, Concatenation: len(nftables.ConcatSetTypeElements(a.key)) > 1}
-}
-
-// anonWorkloadDeny is the placeholder of the anonymous set of what a
-// workload may not send even from its own address: DHCP server replies
-// (UDP from port 67 or 547) and ICMP redirects (type 5, every code).
-const anonWorkloadDeny = "@workload_deny"
-
-// protoAndFirstTwo is a key of the deny set: the layer 4 protocol and the
-// transport header's first two bytes (a UDP source port, an ICMP type
-// and code), each padded to a register.
-func protoAndFirstTwo(proto byte, v uint16) nftables.SetElement {
-	b := binaryutil.BigEndian.PutUint16(v)
-	return nftables.SetElement{Key: []byte{proto, 0, 0, 0, b[0], b[1], 0, 0}}
-}
-
-func workloadDeny() []nftables.SetElement {
-	out := []nftables.SetElement{protoAndFirstTwo(unix.IPPROTO_UDP, 67), protoAndFirstTwo(unix.IPPROTO_UDP, 547)}
-	// Codes are listed one by one: a hash set is one lookup where an
-	// interval would be a slower set type on every forwarded packet.
-	for code := range 256 {
-		out = append(out, protoAndFirstTwo(unix.IPPROTO_ICMP, icmpRedirect<<8|uint16(code)))
-	}
-	return out
-}
-
-var anonymous = map[string]anonSet{
-	anonWorkloadDeny: {key: concat(nftables.TypeInetProto, nftables.TypeInetService), elems: workloadDeny()},
-}
-
 func ref(p nftables.ChainPriority) *nftables.ChainPriority { return &p }
 
 func baseChain(name string, hook *nftables.ChainHook, prio nftables.ChainPriority) *nftables.Chain {
@@ -175,17 +136,6 @@ func namePrefix(key expr.MetaKey, prefix string) []expr.Any { return metaCmp(key
 // notNamePrefix matches an interface name not starting with prefix.
 func notNamePrefix(key expr.MetaKey, prefix string) []expr.Any {
 	return []expr.Any{&expr.Meta{Key: key, Register: reg1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte(prefix)}}
-}
-
-// workloadIf matches a workload host interface, tap or veth, in one
-// comparison: "gt" and "gv" differ only in the bit 0x02 of their second
-// byte.
-func workloadIf(key expr.MetaKey) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: key, Register: reg1},
-		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 2, Mask: []byte{0xff, 0xfd}, Xor: []byte{0, 0}},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte(tapPrefix)},
-	}
 }
 
 func nfproto(p byte) []expr.Any { return metaCmp(expr.MetaKeyNFPROTO, []byte{p}) }
@@ -276,32 +226,6 @@ func addrIn(v6 bool, set string) []expr.Any {
 	})
 }
 
-// macNotIn matches `iifname . ether saddr != @workload_mac`.
-func macNotIn() []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
-		&expr.Payload{DestRegister: regField, Base: expr.PayloadBaseLLHeader, Offset: 6, Len: 6},
-		&expr.Lookup{SourceRegister: reg1, SetName: setMAC, Invert: true},
-	}
-}
-
-// linkLocalSource6 matches an IPv6 source in fe80::/10.
-func linkLocalSource6() []expr.Any {
-	return join(nfproto(unix.NFPROTO_IPV6), []expr.Any{
-		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 2},
-		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 2, Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0xfe, 0x80}},
-	})
-}
-
-// unspecifiedSource6 matches the IPv6 source ::.
-func unspecifiedSource6() []expr.Any {
-	return join(nfproto(unix.NFPROTO_IPV6), []expr.Any{
-		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: make([]byte, 16)},
-	})
-}
-
 // tcpNotConnect matches TCP that is not a connection request (SYN
 // without ACK): the segments of connections the node opened, without
 // conntrack, which would track every forwarded packet too.
@@ -366,16 +290,11 @@ func toNode(name string, key expr.MetaKey) chainSpec {
 	return chainSpec{chain: regularChain(name), rules: append(rules, rule(drop))}
 }
 
-// Offsets in an ARP header (Ethernet/IPv4) and in an ICMPv6 neighbour
-// solicitation or advertisement.
+// Offsets in an ARP header (Ethernet/IPv4).
 const (
-	arpFormat   = 2  // htype's end: ptype, hlen, plen
-	arpSHA      = 8  // sender hardware address
-	arpSPA      = 14 // sender protocol address
-	ndTarget    = 8  // target address of an NS or NA
-	ndOption    = 24 // the first option: type, length, link-layer address
-	ndOptionMAC = 26
-	ip6PayLen   = 4 // IPv6 payload length in the network header
+	arpFormat = 2  // htype's end: ptype, hlen, plen
+	arpSHA    = 8  // sender hardware address
+	arpSPA    = 14 // sender protocol address
 )
 
 // arpChains bind what a workload claims in ARP: the sender address must be
@@ -400,52 +319,6 @@ func arpChains() []chainSpec {
 
 // chains is the whole ruleset, in the order it is created.
 func chains() []chainSpec {
-	// An advertisement may name as its target only an address the
-	// attachment may send from, or a link-local one.
-	ndTargetChain := chainSpec{chain: regularChain("nd_target"), rules: [][]expr.Any{
-		rule(field(expr.PayloadBaseTransportHeader, ndTarget, expr.CmpOpEq, []byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0}), verdict(expr.VerdictReturn)),
-		rule(ifFieldIn(expr.PayloadBaseTransportHeader, ndTarget, 16, setSrc6, false), verdict(expr.VerdictReturn)),
-		rule(ifFieldIn(expr.PayloadBaseTransportHeader, ndTarget, 16, setNet6, false), verdict(expr.VerdictReturn)),
-		rule(drop),
-	}}
-	// A veth's solicitation or advertisement carries no option or one
-	// link-layer address option, and that is the container end's MAC.
-	ndLLAddr := chainSpec{chain: regularChain("nd_lladdr"), rules: [][]expr.Any{
-		rule(field(expr.PayloadBaseNetworkHeader, ip6PayLen, expr.CmpOpEq, []byte{0, ndOption}), verdict(expr.VerdictReturn)),
-		rule(field(expr.PayloadBaseNetworkHeader, ip6PayLen, expr.CmpOpNeq, []byte{0, ndOption + 8}), drop),
-		rule(field(expr.PayloadBaseTransportHeader, ndOption, expr.CmpOpEq, []byte{1, 1}), ifFieldIn(expr.PayloadBaseTransportHeader, ndOptionMAC, 6, setMAC, false), verdict(expr.VerdictReturn)),
-		rule(field(expr.PayloadBaseTransportHeader, ndOption, expr.CmpOpEq, []byte{2, 1}), ifFieldIn(expr.PayloadBaseTransportHeader, ndOptionMAC, 6, setMAC, false), verdict(expr.VerdictReturn)),
-		rule(drop),
-	}}
-	// ICMPv6 from a workload: what claims a router's or a neighbour's role
-	// is checked here; whatever returns goes on to the source check.
-	// Routers' messages are matched here by type, whatever their code,
-	// which the deny set would need an element for each of.
-	workloadICMP6 := chainSpec{chain: regularChain("workload_icmp6"), rules: [][]expr.Any{
-		rule(icmpType(true, icmp6RouterAdvert), drop),
-		rule(icmpType(true, icmp6Redirect), drop),
-		// DAD: a solicitation from :: announces nothing.
-		rule(unspecifiedSource6(), accept),
-		rule(icmpType(true, icmp6NeighAdvert), jump("nd_target")),
-		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), icmpType(true, icmp6NeighSolicit), jump("nd_lladdr")),
-		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), icmpType(true, icmp6NeighAdvert), jump("nd_lladdr")),
-		rule(linkLocalSource6(), accept),
-	}}
-	// Ordered so that a workload's ordinary packet meets as few rules as
-	// possible: each costs every forwarded packet. IPv4 is accepted before
-	// the ICMPv6 rule, which no IPv4 packet could match.
-	workload := chainSpec{chain: regularChain("workload"), rules: [][]expr.Any{
-		rule(namePrefix(expr.MetaKeyIIFNAME, vethPrefix), macNotIn(), drop),
-		rule(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Payload{DestRegister: unix.NFT_REG32_01, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
-			&expr.Lookup{SourceRegister: reg1, SetName: anonWorkloadDeny}, drop),
-		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setSrc4), accept),
-		rule(l4proto(unix.IPPROTO_ICMPV6), jump("workload_icmp6")),
-		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setSrc6), accept),
-		rule(ifAddrIn(expr.MetaKeyIIFNAME, false, false, setNet4), accept),
-		rule(ifAddrIn(expr.MetaKeyIIFNAME, true, false, setNet6), accept),
-		rule(drop),
-	}}
 	remoteRules := [][]expr.Any{
 		rule(icmpType(false, icmpEchoRequest), accept),
 		rule(icmpType(true, icmp6EchoRequest), accept),
@@ -460,9 +333,6 @@ func chains() []chainSpec {
 		rule(addrIn(false, setVTEP4), notNamePrefix(expr.MetaKeyIIFNAME, galacticPrefix), accept),
 		rule(addrIn(true, setVTEP6), notNamePrefix(expr.MetaKeyIIFNAME, galacticPrefix), accept),
 		rule(drop),
-	}}
-	prerouting := chainSpec{chain: baseChain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriority(-300)), rules: [][]expr.Any{
-		rule(workloadIf(expr.MetaKeyIIFNAME), jump("workload")),
 	}}
 	// Behind a VRF the iif is the VRF device and sdif the member.
 	inputVRF := chainSpec{chain: regularChain("input_vrf"), rules: [][]expr.Any{
@@ -482,10 +352,11 @@ func chains() []chainSpec {
 		rule(udpPort(true, VXLANPort), jump("vxlan")),
 		rule(namePrefix(expr.MetaKeyIIFNAME, galacticPrefix), jump("input_galactic")),
 	}}
-	// No forward chain: what reaches a workload from outside its VPC is
-	// kept out by routing (see docs/security.md), and a hook costs every
-	// forwarded packet.
+	// No prerouting or forward chain: what a workload sends is the
+	// workload classifier's (classifier.go), what reaches a workload from
+	// outside its VPC is kept out by routing (see docs/security.md), and
+	// a hook costs every forwarded packet.
 	// Regular chains first: base chains jump to them.
-	return append([]chainSpec{ndTargetChain, ndLLAddr, workloadICMP6, workload, toNode("to_node", expr.MetaKeyIIFNAME),
-		toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, inputVRF, inputGalactic, prerouting, input}, arpChains()...)
+	return append([]chainSpec{toNode("to_node", expr.MetaKeyIIFNAME),
+		toNode("to_node_vrf", metaSDIFNAME), remote, vxlan, inputVRF, inputGalactic, input}, arpChains()...)
 }

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/galactic-cni/galactic/pkg/filter"
+	"github.com/galactic-cni/galactic/pkg/hostif"
 	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -81,18 +83,29 @@ func (b *bench) isolation() error {
 	// and DEL change hold this many attachments' elements.
 	var before int
 	if err := n.Do(func() error {
+		var atts []filter.Attachment
 		for i := range isolationResidents {
-			a := filter.Attachment{
+			atts = append(atts, filter.Attachment{
 				Interface: fmt.Sprintf("gt%013x", i),
 				Sources: []netip.Prefix{
 					netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 21, byte(i >> 8), byte(i)}), 32),
 					netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0x21, 14: byte(i >> 8), 15: byte(i)}), 128),
 				},
 				Gateways: []netip.Addr{netip.MustParseAddr("10.21.0.1"), netip.MustParseAddr("fd21::1")},
-			}
-			if err := filter.Add(a); err != nil {
-				return err
-			}
+			})
+		}
+		// Sync, not ADD: the stand-ins have no interfaces for the
+		// classifier, only set elements. The resident's record keeps its
+		// own.
+		recs, err := state.NewStore(n.Settings.StateDir).List()
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			atts = append(atts, hostif.RecordFilter(r))
+		}
+		if _, err := filter.Sync(atts); err != nil {
+			return err
 		}
 		before, err = filter.Elements()
 		return err

@@ -23,7 +23,7 @@ const guestPkg = "./test/integration/vrf/guest"
 // modules the scenarios need when the kernel has them as modules;
 // nf_tables carries galactic's packet filter, and its libcrc32c needs the
 // crc32c algorithm, a soft dependency modinfo does not list as one.
-var modules = []string{"vrf", "tun", "veth", "vxlan", "nf_tables", "crc32c_generic"}
+var modules = []string{"vrf", "tun", "veth", "vxlan", "nf_tables", "sch_ingress", "cls_bpf", "crc32c_generic"}
 
 func TestVRFRoutingWorksOnARealKernelWithVRF(t *testing.T) {
 	harness.RequireRoot(t)

@@ -1,0 +1,453 @@
+package filter
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoInterface is Add's error for an interface that does not exist.
+var ErrNoInterface = errors.New("no such interface")
+
+// filterName names galactic's tc filter on a workload interface's ingress.
+const filterName = "galactic"
+
+// progName is the program's name: its code's hash, so that a program of
+// another build is told from this one's and replaced.
+var progName = sync.OnceValue(func() string {
+	h := sha256.Sum256([]byte(fmt.Sprint(program(0))))
+	return "galactic_" + hex.EncodeToString(h[:3])
+})
+
+// mapName names a namespace's attachments map by the namespace's inode:
+// programs are global, interface indexes are per namespace.
+func mapName(netns uint64) string { return fmt.Sprintf("gw%d", netns) }
+
+func currentNetns() (uint64, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("reading the network namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// classifier is the namespace's program and its attachments map.
+type classifier struct {
+	prog *ebpf.Program
+	id   ebpf.ProgramID
+	vals *ebpf.Map
+}
+
+var (
+	classifiersMu sync.Mutex
+	// By namespace: a long-lived process (the GC, the router) keeps its
+	// namespace's program open, so it is found once.
+	classifiers = map[uint64]*classifier{}
+)
+
+// current returns the namespace's classifier of this build: the one
+// already loaded (found among the kernel's programs by name) or a new one.
+func current() (*classifier, error) {
+	ns, err := currentNetns()
+	if err != nil {
+		return nil, err
+	}
+	classifiersMu.Lock()
+	defer classifiersMu.Unlock()
+	if c := classifiers[ns]; c != nil {
+		return c, nil
+	}
+	c, err := find(ns)
+	if err == nil && c == nil {
+		c, err = load(ns)
+	}
+	if err != nil {
+		return nil, err
+	}
+	classifiers[ns] = c
+	return c, nil
+}
+
+// find looks for a program of this build with the namespace's map.
+func find(ns uint64) (*classifier, error) {
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("listing BPF programs: %w", err)
+		}
+		id = next
+		if c := open(id, ns); c != nil {
+			return c, nil
+		}
+	}
+}
+
+// open returns program id as a classifier when it is this build's and
+// holds the namespace's map.
+func open(id ebpf.ProgramID, ns uint64) *classifier {
+	p, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return nil // gone since it was listed
+	}
+	if info, err := p.Info(); err == nil && info.Name == progName() {
+		if ids, ok := info.MapIDs(); ok && len(ids) == 1 {
+			if m, err := ebpf.NewMapFromID(ids[0]); err == nil {
+				if mi, err := m.Info(); err == nil && mi.Name == mapName(ns) {
+					return &classifier{prog: p, id: id, vals: m}
+				}
+				m.Close()
+			}
+		}
+	}
+	p.Close()
+	return nil
+}
+
+func load(ns uint64) (*classifier, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name: mapName(ns), Type: ebpf.Hash, KeySize: 4, ValueSize: valueSize,
+		MaxEntries: 1 << 16, Flags: unix.BPF_F_NO_PREALLOC,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the workload classifier's map (the kernel needs BPF hash maps): %w", err)
+	}
+	p, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Name: progName(), Type: ebpf.SchedCLS, License: "Apache-2.0", Instructions: program(m.FD()),
+	}, ebpf.ProgramOptions{LogDisabled: true})
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("loading the workload classifier: %w", err)
+	}
+	info, err := p.Info()
+	if err != nil {
+		p.Close()
+		m.Close()
+		return nil, err
+	}
+	id, _ := info.ID()
+	return &classifier{prog: p, id: id, vals: m}, nil
+}
+
+func ifKeyIndex(idx int) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(idx)) }
+
+// attached returns the galactic filter on link's ingress, nil if none.
+func attached(link netlink.Link) (*netlink.BpfFilter, error) {
+	fs, err := netlink.FilterList(link, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil, nil // no clsact qdisc
+		}
+		return nil, fmt.Errorf("listing the tc filters of %s: %w", link.Attrs().Name, err)
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, filterName) {
+			return bf, nil
+		}
+	}
+	return nil, nil
+}
+
+// attach puts c on link's ingress, replacing galactic's filter in place.
+func (c *classifier) attach(link netlink.Link) error {
+	idx := link.Attrs().Index
+	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+	if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
+	}
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 1},
+		Fd:          c.prog.FD(), Name: filterName, DirectAction: true,
+	}
+	if err := netlink.FilterReplace(f); err != nil {
+		return fmt.Errorf("attaching the workload classifier to %s (the kernel needs cls_bpf): %w", link.Attrs().Name, err)
+	}
+	return nil
+}
+
+// put writes a's entry and attaches the classifier to its interface,
+// entry first, so that no packet meets the program without it.
+func (c *classifier) put(link netlink.Link, a Attachment) (attachedNow bool, err error) {
+	v, err := a.value()
+	if err != nil {
+		return false, err
+	}
+	if err := c.vals.Put(ifKeyIndex(link.Attrs().Index), v); err != nil {
+		return false, fmt.Errorf("writing %s's entry in the workload classifier's map: %w", a.Interface, err)
+	}
+	f, err := attached(link)
+	if err != nil {
+		return false, err
+	}
+	if f != nil && f.Id == int(c.id) {
+		return false, nil
+	}
+	return true, c.attach(link)
+}
+
+func linkByName(name string) (netlink.Link, error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return nil, fmt.Errorf("%s: %w", name, ErrNoInterface)
+		}
+		return nil, fmt.Errorf("looking up %s: %w", name, err)
+	}
+	return l, nil
+}
+
+// classify writes a's entry and attaches the classifier to a's interface.
+func classify(a Attachment) error {
+	link, err := linkByName(a.Interface)
+	if err != nil {
+		return err
+	}
+	c, err := current()
+	if err != nil {
+		return err
+	}
+	_, err = c.put(link, a)
+	return err
+}
+
+// unclassify deletes the interface's entry from the map of the program
+// attached to it; a missing interface or filter leaves nothing to delete
+// (the filter goes with the interface; the GC prunes the entry).
+func unclassify(iface string) error {
+	link, err := linkByName(iface)
+	if errors.Is(err, ErrNoInterface) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f, err := attached(link)
+	if err != nil || f == nil {
+		return err
+	}
+	key := ifKeyIndex(link.Attrs().Index)
+	if c, err := current(); err == nil && f.Id == int(c.id) {
+		return ignoreMissing(c.vals.Delete(key))
+	}
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
+	if err != nil {
+		return nil
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		return nil
+	}
+	ids, _ := info.MapIDs()
+	for _, id := range ids {
+		if m, err := ebpf.NewMapFromID(id); err == nil {
+			err = ignoreMissing(m.Delete(key))
+			m.Close()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func ignoreMissing(err error) error {
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+// checkClassifier describes what of a's classifier the kernel lacks.
+func checkClassifier(a Attachment) []string {
+	link, err := linkByName(a.Interface)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	f, err := attached(link)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	if f == nil {
+		return []string{a.Interface + " has no workload classifier on its ingress"}
+	}
+	c, err := current()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	if f.Id != int(c.id) {
+		return []string{fmt.Sprintf("the classifier on %s is not galactic's current one (%s)", a.Interface, progName())}
+	}
+	want, err := a.value()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	have := make([]byte, valueSize)
+	if err := c.vals.Lookup(ifKeyIndex(link.Attrs().Index), &have); err != nil {
+		return []string{fmt.Sprintf("the workload classifier's map has no entry for %s", a.Interface)}
+	}
+	if string(have) != string(want) {
+		return []string{fmt.Sprintf("the workload classifier's entry for %s allows %s, the attachment %s", a.Interface, describeValue(have), describeValue(want))}
+	}
+	return nil
+}
+
+// syncClassifiers makes the namespace's map hold exactly atts' entries
+// (attachments sharing an interface add up) and attaches the classifier
+// to each of their interfaces that lacks it. Missing interfaces are
+// skipped. It returns how many filters it attached.
+func syncClassifiers(atts []Attachment) (int, error) {
+	byIf := map[string]*Attachment{}
+	var order []string
+	for _, a := range atts {
+		u := byIf[a.Interface]
+		if u == nil {
+			u = &Attachment{Interface: a.Interface}
+			byIf[a.Interface] = u
+			order = append(order, a.Interface)
+		}
+		u.Sources = append(u.Sources, a.Sources...)
+		if u.MAC == nil {
+			u.MAC = a.MAC
+		}
+	}
+	c, err := current()
+	if err != nil {
+		return 0, err
+	}
+	keep := map[uint32]bool{}
+	n := 0
+	var errs []error
+	for _, name := range order {
+		link, err := linkByName(name)
+		if errors.Is(err, ErrNoInterface) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		keep[uint32(link.Attrs().Index)] = true
+		now, err := c.put(link, *byIf[name])
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if now {
+			n++
+		}
+	}
+	var k uint32
+	var stale []uint32
+	it := c.vals.Iterate()
+	v := make([]byte, valueSize)
+	for it.Next(&k, &v) {
+		if !keep[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("reading the workload classifier's map: %w", err))
+	}
+	for _, k := range stale {
+		if err := ignoreMissing(c.vals.Delete(k)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// detachAll removes galactic's filter from every workload interface.
+func detachAll() error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing interfaces: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		name := l.Attrs().Name
+		if !strings.HasPrefix(name, tapPrefix) && !strings.HasPrefix(name, vethPrefix) {
+			continue
+		}
+		f, err := attached(l)
+		if err != nil || f == nil {
+			continue
+		}
+		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("detaching the workload classifier from %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// classifyFromSets attaches the classifier to every interface the source
+// sets hold elements of and that has no classifier of this build yet: a
+// ruleset of a build that filtered in prerouting is about to be rebuilt
+// without it, and its sets say what each interface may send.
+func classifyFromSets(c *nftables.Conn) error {
+	have, err := listElements(c, setSrc4, setSrc6, setNet4, setNet6, setMAC)
+	if err != nil {
+		return err
+	}
+	byIf := map[string]*Attachment{}
+	var order []string
+	for _, e := range have {
+		name := e.iface()
+		a := byIf[name]
+		if a == nil {
+			a = &Attachment{Interface: name}
+			byIf[name] = a
+			order = append(order, name)
+		}
+		rest := e.key[unix.IFNAMSIZ:]
+		if e.set == setMAC {
+			a.MAC = net.HardwareAddr(slices.Clone(rest[:6]))
+			continue
+		}
+		start, _ := netip.AddrFromSlice(rest)
+		bits := start.BitLen()
+		if len(e.end) > 0 {
+			end, _ := netip.AddrFromSlice(e.end[unix.IFNAMSIZ:])
+			for bits > 0 && lastAddr(netip.PrefixFrom(start, bits)) != end {
+				bits--
+			}
+		}
+		a.Sources = append(a.Sources, netip.PrefixFrom(start, bits))
+	}
+	cl, err := current()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range order {
+		link, err := linkByName(name)
+		if errors.Is(err, ErrNoInterface) {
+			continue
+		}
+		if err == nil {
+			_, err = cl.put(link, *byIf[name])
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

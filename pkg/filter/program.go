@@ -1,0 +1,451 @@
+package filter
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/cilium/ebpf/asm"
+)
+
+// The workload classifier: one tc program per network namespace, attached
+// to the ingress of every workload host interface, that looks the
+// interface's attachment up by ifindex in a hash map and lets through
+// only what the attachment may send. ADD and DEL write and delete one map
+// entry, so nothing is verified per attachment.
+//
+// A map value (the attachment), little-endian where it is a number:
+//
+//	0    u32 flags (flagMAC: the frames' source MAC must be the one at 8)
+//	4    u8  IPv4 source prefixes, 5: u8 IPv6 source prefixes
+//	8    6 bytes MAC
+//	16   maxSources × {addr [4]byte, mask [4]byte}
+//	144  maxSources × {addr [16]byte, mask [16]byte}
+const (
+	maxSources = 16
+	flagMAC    = 1
+	valFlags   = 0
+	valN4      = 4
+	valN6      = 5
+	valMAC     = 8
+	valV4      = 16
+	valV6      = valV4 + maxSources*8
+	valueSize  = valV6 + maxSources*32
+)
+
+// The frame's first bufLen bytes are copied to the stack at bufAt (below
+// the frame pointer), placed so that the IPv6 addresses are 8-byte and
+// the IPv4 header 4-byte aligned: the verifier takes only aligned stack
+// loads.
+const (
+	bufLen = 88
+	bufAt  = -102
+	keyAt  = -4
+)
+
+// b is the frame pointer offset of the frame's byte off.
+func b(off int) int16 { return int16(bufAt + off) }
+
+// Offsets in the frame (Ethernet, then IPv4 or IPv6).
+const (
+	ethSrc    = 6
+	ethType   = 12
+	ipStart   = 14
+	ip4Frag   = ipStart + 6
+	ip4Proto  = ipStart + 9
+	ip4Src    = ipStart + 12
+	ip6PayLen = ipStart + 4
+	ip6Next   = ipStart + 6
+	ip6Src    = ipStart + 8
+	ip6L4     = ipStart + 40
+	// With one fragment header: its next header and offset, and L4.
+	ip6FragOff = ip6L4 + 2
+	ip6FragL4  = ip6L4 + 8
+	// In an ICMPv6 neighbour solicitation or advertisement.
+	ndTargetAt = ip6L4 + 8
+	ndOptAt    = ip6L4 + 24
+	ndOptMAC   = ip6L4 + 26
+)
+
+// __sk_buff fields, and tc's verdicts.
+const (
+	skbLen     = 0
+	skbIfindex = 40
+	actOK      = 0
+	actShot    = 2
+)
+
+// Frame fields as a little-endian load of their network-order bytes
+// reads them.
+const (
+	le16ARP   = 0x0608
+	le16IPv4  = 0x0008
+	le16IPv6  = 0xdd86
+	le16DHCP4 = 0x4300 // port 67
+	le16DHCP6 = 0x2302 // port 547
+	// The fragment offset bits of IPv4's flags/offset and of an IPv6
+	// fragment header's offset/flags.
+	le16Frag4 = 0xff1f
+	le16Frag6 = 0xf8ff
+	// fe80::/10 and fe80::/64's first 8 bytes.
+	le16LLMask = 0xc0ff
+	le16LL     = 0x80fe
+	le64LL     = 0x80fe
+	// The NS/NA payload without options, and with one 8-byte option.
+	le16ND    = 0x1800
+	le16NDOpt = 0x2000
+	// Option type 1 (source) or 2 (target link-layer address), length 1.
+	le16OptSrc = 0x0101
+	le16OptTgt = 0x0102
+)
+
+// IPv6 next headers that are extension headers: walking them would
+// multiply what the verifier explores, and a workload needs none but a
+// fragment header.
+var extHeaders = []int32{0, 43, 44, 51, 60, 135, 139, 140, 253, 254}
+
+type emitter struct {
+	insns   asm.Instructions
+	pending string
+	n       int
+}
+
+// at names the next instruction.
+func (e *emitter) at(label string) {
+	if e.pending != "" {
+		// Two names for one place: the first jumps to the second.
+		e.emit(asm.Ja.Label(label))
+	}
+	e.pending = label
+}
+
+func (e *emitter) emit(is ...asm.Instruction) {
+	for _, in := range is {
+		if e.pending != "" {
+			in = in.WithSymbol(e.pending)
+			e.pending = ""
+		}
+		e.insns = append(e.insns, in)
+	}
+}
+
+func (e *emitter) label(prefix string) string {
+	e.n++
+	return fmt.Sprintf("%s_%d", prefix, e.n)
+}
+
+// Registers the program keeps: the context, the frame's length and the
+// attachment's map value.
+const (
+	rCtx = asm.R6
+	rLen = asm.R7
+	rVal = asm.R9
+)
+
+// program is the classifier's code; cfg is the attachments map's fd.
+func program(cfg int) asm.Instructions {
+	e := &emitter{}
+	e.emit(
+		asm.Mov.Reg(rCtx, asm.R1),
+		asm.LoadMem(asm.R2, rCtx, skbIfindex, asm.Word),
+		asm.StoreMem(asm.RFP, keyAt, asm.R2, asm.Word),
+		asm.LoadMapPtr(asm.R1, cfg),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, keyAt),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "drop"),
+		asm.Mov.Reg(rVal, asm.R0),
+		// Copy the headers: direct packet access would need them in the
+		// linear part, and pulling them there costs more than a copy.
+		asm.LoadMem(rLen, rCtx, skbLen, asm.Word),
+		asm.Mov.Reg(asm.R4, rLen),
+		asm.JLE.Imm(asm.R4, bufLen, "copy"),
+		asm.Mov.Imm(asm.R4, bufLen),
+	)
+	e.at("copy")
+	e.emit(
+		asm.JLT.Imm(asm.R4, ipStart, "drop"),
+		asm.Mov.Reg(asm.R1, rCtx),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, bufAt),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "drop"),
+		// A veth's frames carry its container end's MAC.
+		asm.LoadMem(asm.R2, rVal, valFlags, asm.Word),
+		asm.And.Imm(asm.R2, flagMAC),
+		asm.JEq.Imm(asm.R2, 0, "ethertype"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ethSrc), asm.Word),
+		asm.LoadMem(asm.R3, rVal, valMAC, asm.Word),
+		asm.JNE.Reg(asm.R2, asm.R3, "drop"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ethSrc+4), asm.Half),
+		asm.LoadMem(asm.R3, rVal, valMAC+4, asm.Half),
+		asm.JNE.Reg(asm.R2, asm.R3, "drop"),
+	)
+	e.at("ethertype")
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, b(ethType), asm.Half),
+		// ARP is checked by the arp table's rules.
+		asm.JEq.Imm(asm.R2, le16ARP, "pass"),
+		asm.JEq.Imm(asm.R2, le16IPv4, "ip4"),
+		asm.JNE.Imm(asm.R2, le16IPv6, "drop"),
+	)
+	e.ip6()
+	e.ip4()
+	e.at("pass")
+	e.emit(asm.Mov.Imm(asm.R0, actOK), asm.Return())
+	e.at("drop")
+	e.emit(asm.Mov.Imm(asm.R0, actShot), asm.Return())
+	return e.insns
+}
+
+func (e *emitter) ip4() {
+	e.at("ip4")
+	e.emit(
+		asm.JLT.Imm(rLen, ipStart+20, "drop"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Byte),
+		asm.Mov.Reg(asm.R3, asm.R2),
+		asm.And.Imm(asm.R3, 0xf0),
+		asm.JNE.Imm(asm.R3, 0x40, "drop"),
+		asm.And.Imm(asm.R2, 0x0f),
+		asm.JLT.Imm(asm.R2, 5, "drop"),
+		// R8: the header's length, 20 to 60.
+		asm.LSh.Imm(asm.R2, 2),
+		asm.Mov.Reg(asm.R8, asm.R2),
+		asm.LoadMem(asm.R1, asm.RFP, b(ip4Src), asm.Word),
+		asm.LoadMem(asm.R3, rVal, valN4, asm.Byte),
+	)
+	for i := range maxSources {
+		next := e.label("v4")
+		off := int16(valV4 + 8*i)
+		e.emit(
+			asm.JLE.Imm(asm.R3, int32(i), "drop"),
+			asm.LoadMem(asm.R2, rVal, off+4, asm.Word),
+			asm.And.Reg(asm.R2, asm.R1),
+			asm.LoadMem(asm.R4, rVal, off, asm.Word),
+			asm.JEq.Reg(asm.R2, asm.R4, "src4"),
+		)
+		e.at(next)
+	}
+	e.emit(asm.Ja.Label("drop"))
+	e.at("src4")
+	// Later fragments carry no transport header.
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, b(ip4Frag), asm.Half),
+		asm.And.Imm(asm.R2, le16Frag4),
+		asm.JNE.Imm(asm.R2, 0, "pass"),
+		asm.LoadMem(asm.R3, asm.RFP, b(ip4Proto), asm.Byte),
+		asm.Mov.Reg(asm.R4, asm.R8),
+		asm.Add.Imm(asm.R4, ipStart+2),
+		asm.JEq.Imm(asm.R3, 17, "udp4"),
+		asm.JNE.Imm(asm.R3, 1, "pass"),
+		// An ICMP redirect, whatever its code.
+		asm.JLT.Reg(rLen, asm.R4, "drop"),
+		asm.Mov.Reg(asm.R4, asm.RFP),
+		asm.Add.Reg(asm.R4, asm.R8),
+		asm.LoadMem(asm.R2, asm.R4, b(ipStart), asm.Byte),
+		asm.JEq.Imm(asm.R2, icmpRedirect, "drop"),
+		asm.Ja.Label("pass"),
+	)
+	// DHCP server replies.
+	e.at("udp4")
+	e.emit(
+		asm.JLT.Reg(rLen, asm.R4, "drop"),
+		asm.Mov.Reg(asm.R4, asm.RFP),
+		asm.Add.Reg(asm.R4, asm.R8),
+		asm.LoadMem(asm.R2, asm.R4, b(ipStart), asm.Half),
+		asm.JEq.Imm(asm.R2, le16DHCP4, "drop"),
+		asm.JEq.Imm(asm.R2, le16DHCP6, "drop"),
+		asm.Ja.Label("pass"),
+	)
+}
+
+// match6 jumps to ok when the 16 bytes at the frame's offset off are in
+// one of the attachment's IPv6 prefixes, and to fail otherwise.
+func (e *emitter) match6(off int, ok, fail string) {
+	e.emit(
+		asm.LoadMem(asm.R1, asm.RFP, b(off), asm.DWord),
+		asm.LoadMem(asm.R2, asm.RFP, b(off+8), asm.DWord),
+		asm.LoadMem(asm.R3, rVal, valN6, asm.Byte),
+	)
+	for i := range maxSources {
+		next := e.label("v6")
+		o := int16(valV6 + 32*i)
+		e.emit(
+			asm.JLE.Imm(asm.R3, int32(i), fail),
+			asm.LoadMem(asm.R4, rVal, o+16, asm.DWord),
+			asm.And.Reg(asm.R4, asm.R1),
+			asm.LoadMem(asm.R5, rVal, o, asm.DWord),
+			asm.JNE.Reg(asm.R4, asm.R5, next),
+			asm.LoadMem(asm.R4, rVal, o+24, asm.DWord),
+			asm.And.Reg(asm.R4, asm.R2),
+			asm.LoadMem(asm.R5, rVal, o+8, asm.DWord),
+			asm.JEq.Reg(asm.R4, asm.R5, ok),
+		)
+		e.at(next)
+	}
+	e.emit(asm.Ja.Label(fail))
+}
+
+func (e *emitter) notExtension(reg asm.Register) {
+	for _, h := range extHeaders {
+		e.emit(asm.JEq.Imm(reg, h, "drop"))
+	}
+}
+
+func (e *emitter) ip6() {
+	e.emit(
+		asm.JLT.Imm(rLen, ip6L4, "drop"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Byte),
+		asm.And.Imm(asm.R2, 0xf0),
+		asm.JNE.Imm(asm.R2, 0x60, "drop"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6Next), asm.Byte),
+		asm.JNE.Imm(asm.R2, 44, "unfragmented"),
+		asm.JLT.Imm(rLen, ip6FragL4, "drop"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6L4), asm.Byte),
+		asm.LoadMem(asm.R3, asm.RFP, b(ip6FragOff), asm.Half),
+		asm.And.Imm(asm.R3, le16Frag6),
+		// A later fragment: only its source to check.
+		asm.JNE.Imm(asm.R3, 0, "src6"),
+	)
+	e.notExtension(asm.R2)
+	// A first fragment: of ICMPv6 only echo, whose checks need nothing
+	// past the type.
+	e.emit(
+		asm.JEq.Imm(asm.R2, 17, "udp6frag"),
+		asm.JNE.Imm(asm.R2, 58, "src6"),
+		asm.JLT.Imm(rLen, ip6FragL4+4, "drop"),
+		asm.LoadMem(asm.R3, asm.RFP, b(ip6FragL4), asm.Byte),
+		asm.JEq.Imm(asm.R3, icmp6EchoRequest, "src6"),
+		asm.JEq.Imm(asm.R3, icmp6EchoReply, "src6"),
+		asm.Ja.Label("drop"),
+	)
+	e.at("udp6frag")
+	e.emit(
+		asm.JLT.Imm(rLen, ip6FragL4+4, "drop"),
+		asm.LoadMem(asm.R3, asm.RFP, b(ip6FragL4), asm.Half),
+		asm.Ja.Label("udp6port"),
+	)
+	e.at("unfragmented")
+	e.notExtension(asm.R2)
+	e.emit(
+		asm.JEq.Imm(asm.R2, 17, "udp6"),
+		asm.JNE.Imm(asm.R2, 58, "src6"),
+		asm.JLT.Imm(rLen, ip6L4+4, "drop"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6L4), asm.Byte),
+		asm.JEq.Imm(asm.R2, icmp6RouterAdvert, "drop"),
+		asm.JEq.Imm(asm.R2, icmp6Redirect, "drop"),
+		// DAD: a solicitation from :: announces nothing.
+		asm.LoadMem(asm.R3, asm.RFP, b(ip6Src), asm.DWord),
+		asm.LoadMem(asm.R4, asm.RFP, b(ip6Src+8), asm.DWord),
+		asm.Or.Reg(asm.R3, asm.R4),
+		asm.JEq.Imm(asm.R3, 0, "pass"),
+		asm.JEq.Imm(asm.R2, icmp6NeighSolicit, "lladdr"),
+		asm.JNE.Imm(asm.R2, icmp6NeighAdvert, "linklocal"),
+		// An advertisement names as its target only a link-local address
+		// or one the attachment may send from.
+		asm.JLT.Imm(rLen, ndOptAt, "drop"),
+		asm.LoadMem(asm.R3, asm.RFP, b(ndTargetAt), asm.DWord),
+		asm.JEq.Imm(asm.R3, le64LL, "lladdr"),
+	)
+	e.match6(ndTargetAt, "lladdr", "drop")
+	// A veth's solicitation or advertisement carries no option or one
+	// link-layer address option, and that is the container end's MAC.
+	e.at("lladdr")
+	e.emit(
+		asm.LoadMem(asm.R2, rVal, valFlags, asm.Word),
+		asm.And.Imm(asm.R2, flagMAC),
+		asm.JEq.Imm(asm.R2, 0, "linklocal"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6PayLen), asm.Half),
+		asm.JEq.Imm(asm.R2, le16ND, "linklocal"),
+		asm.JNE.Imm(asm.R2, le16NDOpt, "drop"),
+		asm.JLT.Imm(rLen, ndOptAt+8, "drop"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ndOptAt), asm.Half),
+		asm.JEq.Imm(asm.R2, le16OptSrc, "optmac"),
+		asm.JNE.Imm(asm.R2, le16OptTgt, "drop"),
+	)
+	e.at("optmac")
+	for i := int16(0); i < 6; i += 2 {
+		e.emit(
+			asm.LoadMem(asm.R2, asm.RFP, b(ndOptMAC)+i, asm.Half),
+			asm.LoadMem(asm.R3, rVal, valMAC+i, asm.Half),
+			asm.JNE.Reg(asm.R2, asm.R3, "drop"),
+		)
+	}
+	e.at("linklocal")
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6Src), asm.Half),
+		asm.And.Imm(asm.R2, le16LLMask),
+		asm.JEq.Imm(asm.R2, le16LL, "pass"),
+		asm.Ja.Label("src6"),
+	)
+	e.at("udp6")
+	e.emit(
+		asm.JLT.Imm(rLen, ip6L4+4, "drop"),
+		asm.LoadMem(asm.R3, asm.RFP, b(ip6L4), asm.Half),
+	)
+	e.at("udp6port")
+	e.emit(
+		asm.JEq.Imm(asm.R3, le16DHCP4, "drop"),
+		asm.JEq.Imm(asm.R3, le16DHCP6, "drop"),
+	)
+	e.at("src6")
+	e.match6(ip6Src, "pass", "drop")
+}
+
+// value is a's map value.
+func (a Attachment) value() ([]byte, error) {
+	v := make([]byte, valueSize)
+	if len(a.MAC) == 6 {
+		binary.LittleEndian.PutUint32(v[valFlags:], flagMAC)
+		copy(v[valMAC:], a.MAC)
+	}
+	var n4, n6 int
+	for _, p := range Cover(a.Sources) {
+		if p.Addr().Is4() {
+			if n4 == maxSources {
+				return nil, fmt.Errorf("%s: more than %d IPv4 source prefixes (after merging those another contains)", a.Interface, maxSources)
+			}
+			off := valV4 + 8*n4
+			copy(v[off:], p.Addr().AsSlice())
+			copy(v[off+4:], net.CIDRMask(p.Bits(), 32))
+			n4++
+			continue
+		}
+		if n6 == maxSources {
+			return nil, fmt.Errorf("%s: more than %d IPv6 source prefixes (after merging those another contains)", a.Interface, maxSources)
+		}
+		off := valV6 + 32*n6
+		copy(v[off:], p.Addr().AsSlice())
+		copy(v[off+16:], net.CIDRMask(p.Bits(), 128))
+		n6++
+	}
+	v[valN4], v[valN6] = byte(n4), byte(n6)
+	return v, nil
+}
+
+// describeValue names what a map value allows, for CHECK's messages.
+func describeValue(v []byte) string {
+	if len(v) != valueSize {
+		return fmt.Sprintf("%d bytes", len(v))
+	}
+	var out []netip.Prefix
+	for i := range int(v[valN4]) {
+		off := valV4 + 8*i
+		a, _ := netip.AddrFromSlice(v[off : off+4])
+		ones, _ := net.IPMask(v[off+4 : off+8]).Size()
+		out = append(out, netip.PrefixFrom(a, ones))
+	}
+	for i := range int(v[valN6]) {
+		off := valV6 + 32*i
+		a, _ := netip.AddrFromSlice(v[off : off+16])
+		ones, _ := net.IPMask(v[off+16 : off+32]).Size()
+		out = append(out, netip.PrefixFrom(a, ones))
+	}
+	s := fmt.Sprint(out)
+	if binary.LittleEndian.Uint32(v[valFlags:])&flagMAC != 0 {
+		s += " mac " + net.HardwareAddr(v[valMAC:valMAC+6]).String()
+	}
+	return s
+}
