@@ -70,7 +70,6 @@ func testClassifier(t *testing.T, a Attachment) (func([]byte) uint32, *ebpf.Map)
 	}, m
 }
 
-
 var (
 	ownMAC   = net.HardwareAddr{2, 0, 0, 0, 0, 5}
 	otherMAC = net.HardwareAddr{2, 0, 0, 0, 0, 6}
