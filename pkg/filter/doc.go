@@ -1,15 +1,18 @@
-// Package filter keeps galactic's packet filter: the nftables tables
-// `inet galactic` and `arp galactic` (ARP passes no inet hook), whose
-// chains and rules are fixed and whose sets hold what changes with the
-// attachments on the node. ADD and DEL add and remove
-// set elements, never rules, so the cost per packet is a few hash or
-// interval lookups whatever the number of attachments.
+// Package filter keeps galactic's packet filter: the workload classifier,
+// a tc eBPF program on the ingress of every workload host interface that
+// looks the interface's attachment up in a map keyed by ifindex
+// (classifier.go, program.go), and the nftables tables `inet galactic`
+// and `arp galactic` (ARP passes no inet hook), whose chains and rules are
+// fixed and whose sets hold what changes with the attachments on the node.
+// ADD and DEL write and delete one map entry and set elements, never
+// rules or programs, so the cost per packet is a few lookups whatever the
+// number of attachments.
 //
-// What the rules enforce, for every workload host interface (a name with
-// the tap or veth prefix, so an interface whose elements are missing is
+// What they enforce, for every workload host interface (a name with the
+// tap or veth prefix; an interface without its entry or elements is
 // closed, not open):
-//   - prerouting: a packet is let through only when `iifname . saddr` is in
-//     the attachment's source set (its addresses and allowedSourcePrefixes),
+//   - the classifier: a packet is let through only when its source is in
+//     the attachment's prefixes (its addresses and allowedSourcePrefixes),
 //     or it is ICMPv6 from a link-local or the unspecified source (neighbour
 //     discovery, DAD). Router advertisements, redirects and DHCP server
 //     replies are dropped whatever their source; a veth's frames must carry
@@ -28,9 +31,6 @@
 //     connection tracking, so nothing forwarded is tracked.
 //   - input: VXLAN (UDP 4789) is accepted only from a VTEP in the vtep sets,
 //     which galactic-router keeps equal to the next hops it installed.
-//   - forward: a packet towards a workload interface must come from a
-//     workload interface, a VPC's VXLAN device or a VRF, never from the
-//     underlay or any other interface.
 //
 // Every operation runs in one netlink batch, which the kernel applies
 // atomically (a GC pass's large change may take several). Attachment

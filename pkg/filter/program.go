@@ -23,7 +23,7 @@ import (
 //	16   maxSources × {addr [4]byte, mask [4]byte}
 //	144  maxSources × {addr [16]byte, mask [16]byte}
 const (
-	maxSources = 16
+	maxSources = MaxSources
 	flagMAC    = 1
 	valFlags   = 0
 	valN4      = 4
@@ -394,6 +394,16 @@ func (e *emitter) ip6() {
 	e.match6(ip6Src, "pass", "drop")
 }
 
+// MaxSources is how many source prefixes of each family an attachment
+// may have, after merging those another contains.
+const MaxSources = 16
+
+// Validate says whether the classifier can hold a.
+func (a Attachment) Validate() error {
+	_, err := a.value()
+	return err
+}
+
 // value is a's map value.
 func (a Attachment) value() ([]byte, error) {
 	v := make([]byte, valueSize)
@@ -405,7 +415,7 @@ func (a Attachment) value() ([]byte, error) {
 	for _, p := range Cover(a.Sources) {
 		if p.Addr().Is4() {
 			if n4 == maxSources {
-				return nil, fmt.Errorf("%s: more than %d IPv4 source prefixes (after merging those another contains)", a.Interface, maxSources)
+				return nil, fmt.Errorf("more than %d IPv4 source prefixes (after merging those another contains)", maxSources)
 			}
 			off := valV4 + 8*n4
 			copy(v[off:], p.Addr().AsSlice())
@@ -414,7 +424,7 @@ func (a Attachment) value() ([]byte, error) {
 			continue
 		}
 		if n6 == maxSources {
-			return nil, fmt.Errorf("%s: more than %d IPv6 source prefixes (after merging those another contains)", a.Interface, maxSources)
+			return nil, fmt.Errorf("more than %d IPv6 source prefixes (after merging those another contains)", maxSources)
 		}
 		off := valV6 + 32*n6
 		copy(v[off:], p.Addr().AsSlice())

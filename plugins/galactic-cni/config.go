@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/hostif"
 	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/pkg/routing"
 )
@@ -150,6 +151,9 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 	allowed, allowedKey := n.RuntimeConfig.AllowedSourcePrefixes(n.AllowedSourcePrefixes)
 	if c.AllowedSourcePrefixes, err = parseAllowedSources(allowed, allowedKey); err != nil {
 		return nil, err
+	}
+	if err := hostif.FilterAttachment("", c.Addresses, c.AllowedSourcePrefixes, nil).Validate(); err != nil {
+		return nil, netconf.FromAnnotation(allowedKey, netconf.InvalidConfig(fmt.Sprintf("addresses and allowedSourcePrefixes: %v: merge them into wider prefixes", err)))
 	}
 
 	if n.MTU != nil {

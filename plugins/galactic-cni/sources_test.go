@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -40,6 +41,7 @@ func TestBadAllowedSourcePrefixesAreCode7NamingTheEntry(t *testing.T) {
 		{map[string]any{"allowedSourcePrefixes": []string{"10.1.2.3/8"}}, `has host bits set: use the network prefix "10.0.0.0/8"`},
 		{map[string]any{"allowedSourcePrefixes": []string{"fe80::/10", "fe80::/10"}}, "repeats allowedSourcePrefixes[0]"},
 		{map[string]any{"allowedSourcePrefixes": []string{"fe80::%eth0/10"}}, "is not a CIDR"},
+		{map[string]any{"allowedSourcePrefixes": manyPrefixes(17)}, "more than 16 IPv4 source prefixes"},
 		{map[string]any{"runtimeConfig": map[string]any{netconf.CapabilityPodAnnotations: map[string]string{
 			netconf.AnnotationAllowedSourcePrefixes: "10.0.0.0/33"}}}, "pod annotation " + netconf.AnnotationAllowedSourcePrefixes},
 	} {
@@ -48,4 +50,13 @@ func TestBadAllowedSourcePrefixesAreCode7NamingTheEntry(t *testing.T) {
 			t.Errorf("%v: want code 7 with %q, got %v", tc.change, tc.want, err)
 		}
 	}
+}
+
+// manyPrefixes are n disjoint IPv4 /24s.
+func manyPrefixes(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("192.168.%d.0/24", i))
+	}
+	return out
 }
