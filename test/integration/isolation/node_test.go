@@ -1,6 +1,8 @@
 package isolation
 
 import (
+	"github.com/vishvananda/netlink"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -543,7 +545,15 @@ func TestAFlushedRulesetFailsCheckNamingWhatIsMissingAndTheNextGCPassRestoresIt(
 	}
 	// Leftovers of an interface that no longer exists are removed.
 	if err := n.Do(func() error {
-		return filter.Add(filter.Attachment{Interface: "gv00000000gone", Sources: []netip.Prefix{netip.MustParsePrefix("10.20.0.99/32")}})
+		// ADD attaches the classifier, so the interface exists until then.
+		gone := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "gv00000000gone"}, PeerName: "gone-peer"}
+		if err := netlink.LinkAdd(gone); err != nil {
+			return err
+		}
+		if err := filter.Add(filter.Attachment{Interface: "gv00000000gone", Sources: []netip.Prefix{netip.MustParsePrefix("10.20.0.99/32")}}); err != nil {
+			return err
+		}
+		return netlink.LinkDel(gone)
 	}); err != nil {
 		t.Fatal(err)
 	}
