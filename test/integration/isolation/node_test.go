@@ -1,8 +1,6 @@
 package isolation
 
 import (
-	"github.com/vishvananda/netlink"
-
 	"context"
 	"encoding/binary"
 	"errors"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 
 	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/names"
