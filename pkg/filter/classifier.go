@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -27,12 +28,23 @@ var ErrNoInterface = errors.New("no such interface")
 // filterName names galactic's tc filter on a workload interface's ingress.
 const filterName = "galactic"
 
+// codeHash is the first bytes of the SHA-256 of program's code, kept as
+// a constant (a test recomputes it) because hashing costs a plugin
+// process more than the rest of its ADD's classifier work.
+const codeHash = "731af0"
+
 // progName is the program's name: its code's hash, so that a program of
 // another build is told from this one's and replaced.
-var progName = sync.OnceValue(func() string {
-	h := sha256.Sum256([]byte(fmt.Sprint(program(0))))
-	return "galactic_" + hex.EncodeToString(h[:3])
-})
+func progName() string { return "galactic_" + codeHash }
+
+func hashCode() (string, error) {
+	var buf bytes.Buffer
+	if err := program(0).Marshal(&buf, binary.LittleEndian); err != nil {
+		return "", err
+	}
+	h := sha256.Sum256(buf.Bytes())
+	return hex.EncodeToString(h[:3]), nil
+}
 
 // mapName names a namespace's attachments map by the namespace's inode:
 // programs are global, interface indexes are per namespace.
@@ -169,25 +181,33 @@ func attached(link netlink.Link) (*netlink.BpfFilter, error) {
 }
 
 // attach puts c on link's ingress, replacing galactic's filter in place.
+// The clsact qdisc is added only when the filter finds none: on an ADD's
+// new interface that is one message more, on every other one none.
 func (c *classifier) attach(link netlink.Link) error {
 	idx := link.Attrs().Index
-	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
-	if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
-	}
 	f := &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 1},
 		Fd:          c.prog.FD(), Name: filterName, DirectAction: true,
 	}
-	if err := netlink.FilterReplace(f); err != nil {
+	err := netlink.FilterReplace(f)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+		if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
+		}
+		err = netlink.FilterReplace(f)
+	}
+	if err != nil {
 		return fmt.Errorf("attaching the workload classifier to %s (the kernel needs cls_bpf): %w", link.Attrs().Name, err)
 	}
 	return nil
 }
 
 // put writes a's entry and attaches the classifier to its interface,
-// entry first, so that no packet meets the program without it.
-func (c *classifier) put(link netlink.Link, a Attachment) (attachedNow bool, err error) {
+// entry first, so that no packet meets the program without it. Unless
+// always (an ADD, whose interface is new), it attaches only when the
+// interface has no filter of c.
+func (c *classifier) put(link netlink.Link, a Attachment, always bool) (attachedNow bool, err error) {
 	v, err := a.value()
 	if err != nil {
 		return false, err
@@ -195,12 +215,14 @@ func (c *classifier) put(link netlink.Link, a Attachment) (attachedNow bool, err
 	if err := c.vals.Put(ifKeyIndex(link.Attrs().Index), v); err != nil {
 		return false, fmt.Errorf("writing %s's entry in the workload classifier's map: %w", a.Interface, err)
 	}
-	f, err := attached(link)
-	if err != nil {
-		return false, err
-	}
-	if f != nil && f.Id == int(c.id) {
-		return false, nil
+	if !always {
+		f, err := attached(link)
+		if err != nil {
+			return false, err
+		}
+		if f != nil && f.Id == int(c.id) {
+			return false, nil
+		}
 	}
 	return true, c.attach(link)
 }
@@ -227,7 +249,7 @@ func classify(a Attachment) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.put(link, a)
+	_, err = c.put(link, a, true)
 	return err
 }
 
@@ -349,7 +371,7 @@ func syncClassifiers(atts []Attachment) (int, error) {
 			continue
 		}
 		keep[uint32(link.Attrs().Index)] = true
-		now, err := c.put(link, *byIf[name])
+		now, err := c.put(link, *byIf[name], false)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -445,7 +467,7 @@ func classifyFromSets(c *nftables.Conn) error {
 			continue
 		}
 		if err == nil {
-			_, err = cl.put(link, *byIf[name])
+			_, err = cl.put(link, *byIf[name], false)
 		}
 		errs = append(errs, err)
 	}

@@ -224,3 +224,13 @@ func TestAnAttachmentWithMoreSourcesThanTheClassifierHoldsIsRefused(t *testing.T
 		t.Fatal("no error")
 	}
 }
+
+func TestTheProgramsNameCarriesItsCodesHash(t *testing.T) {
+	h, err := hashCode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h != codeHash {
+		t.Fatalf("the classifier's code changed: set codeHash in classifier.go to %q", h)
+	}
+}
