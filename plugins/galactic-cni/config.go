@@ -12,8 +12,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/hostif"
+	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/pkg/routing"
 )
