@@ -404,6 +404,24 @@ func (a Attachment) Validate() error {
 	return err
 }
 
+// sourceFamily is where a map value keeps one family's prefixes: the
+// count's offset, the first entry's, and the address size (an entry is
+// the address, then its mask).
+type sourceFamily struct {
+	name        string
+	count, base int
+	size        int
+}
+
+var sourceFamilies = [2]sourceFamily{{"IPv4", valN4, valV4, 4}, {"IPv6", valN6, valV6, 16}}
+
+func familyOf(a netip.Addr) sourceFamily {
+	if a.Is4() {
+		return sourceFamilies[0]
+	}
+	return sourceFamilies[1]
+}
+
 // value is a's map value.
 func (a Attachment) value() ([]byte, error) {
 	v := make([]byte, valueSize)
@@ -411,27 +429,17 @@ func (a Attachment) value() ([]byte, error) {
 		binary.LittleEndian.PutUint32(v[valFlags:], flagMAC)
 		copy(v[valMAC:], a.MAC)
 	}
-	var n4, n6 int
 	for _, p := range Cover(a.Sources) {
-		if p.Addr().Is4() {
-			if n4 == maxSources {
-				return nil, fmt.Errorf("more than %d IPv4 source prefixes (after merging those another contains)", maxSources)
-			}
-			off := valV4 + 8*n4
-			copy(v[off:], p.Addr().AsSlice())
-			copy(v[off+4:], net.CIDRMask(p.Bits(), 32))
-			n4++
-			continue
+		f := familyOf(p.Addr())
+		n := int(v[f.count])
+		if n == maxSources {
+			return nil, fmt.Errorf("more than %d %s source prefixes (after merging those another contains)", maxSources, f.name)
 		}
-		if n6 == maxSources {
-			return nil, fmt.Errorf("more than %d IPv6 source prefixes (after merging those another contains)", maxSources)
-		}
-		off := valV6 + 32*n6
+		off := f.base + 2*f.size*n
 		copy(v[off:], p.Addr().AsSlice())
-		copy(v[off+16:], net.CIDRMask(p.Bits(), 128))
-		n6++
+		copy(v[off+f.size:], net.CIDRMask(p.Bits(), 8*f.size))
+		v[f.count]++
 	}
-	v[valN4], v[valN6] = byte(n4), byte(n6)
 	return v, nil
 }
 
@@ -441,17 +449,13 @@ func describeValue(v []byte) string {
 		return fmt.Sprintf("%d bytes", len(v))
 	}
 	var out []netip.Prefix
-	for i := range int(v[valN4]) {
-		off := valV4 + 8*i
-		a, _ := netip.AddrFromSlice(v[off : off+4])
-		ones, _ := net.IPMask(v[off+4 : off+8]).Size()
-		out = append(out, netip.PrefixFrom(a, ones))
-	}
-	for i := range int(v[valN6]) {
-		off := valV6 + 32*i
-		a, _ := netip.AddrFromSlice(v[off : off+16])
-		ones, _ := net.IPMask(v[off+16 : off+32]).Size()
-		out = append(out, netip.PrefixFrom(a, ones))
+	for _, f := range sourceFamilies {
+		for i := range int(v[f.count]) {
+			off := f.base + 2*f.size*i
+			a, _ := netip.AddrFromSlice(v[off : off+f.size])
+			ones, _ := net.IPMask(v[off+f.size : off+2*f.size]).Size()
+			out = append(out, netip.PrefixFrom(a, ones))
+		}
 	}
 	s := fmt.Sprint(out)
 	if binary.LittleEndian.Uint32(v[valFlags:])&flagMAC != 0 {
