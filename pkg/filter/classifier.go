@@ -136,6 +136,11 @@ func open(id ebpf.ProgramID, ns uint64) *classifier {
 	return nil
 }
 
+func (c *classifier) close() {
+	c.prog.Close()
+	c.vals.Close()
+}
+
 func load(ns uint64) (*classifier, error) {
 	m, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name: mapName(ns), Type: ebpf.Hash, KeySize: 4, ValueSize: valueSize,
@@ -254,8 +259,9 @@ func classify(a Attachment) error {
 }
 
 // unclassify deletes the interface's entry from the map of the program
-// attached to it; a missing interface or filter leaves nothing to delete
-// (the filter goes with the interface; the GC prunes the entry).
+// attached to it, this build's or another's; a missing interface or
+// filter leaves nothing to delete (the filter goes with the interface;
+// the GC prunes the entry). It never loads a program.
 func unclassify(iface string) error {
 	link, err := linkByName(iface)
 	if errors.Is(err, ErrNoInterface) {
@@ -269,9 +275,6 @@ func unclassify(iface string) error {
 		return err
 	}
 	key := ifKeyIndex(link.Attrs().Index)
-	if c, err := current(); err == nil && f.Id == int(c.id) {
-		return ignoreMissing(c.vals.Delete(key))
-	}
 	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
 	if err != nil {
 		return nil
@@ -314,13 +317,17 @@ func checkClassifier(a Attachment) []string {
 	if f == nil {
 		return []string{a.Interface + " has no workload classifier on its ingress"}
 	}
-	c, err := current()
+	ns, err := currentNetns()
 	if err != nil {
 		return []string{err.Error()}
 	}
-	if f.Id != int(c.id) {
+	// The attached program itself: CHECK changes nothing, so it does not
+	// load this build's when the node has none.
+	c := open(ebpf.ProgramID(f.Id), ns)
+	if c == nil {
 		return []string{fmt.Sprintf("the classifier on %s is not galactic's current one (%s)", a.Interface, progName())}
 	}
+	defer c.close()
 	want, err := a.value()
 	if err != nil {
 		return []string{err.Error()}
@@ -335,11 +342,11 @@ func checkClassifier(a Attachment) []string {
 	return nil
 }
 
-// syncClassifiers makes the namespace's map hold exactly atts' entries
-// (attachments sharing an interface add up) and attaches the classifier
-// to each of their interfaces that lacks it. Missing interfaces are
-// skipped. It returns how many filters it attached.
-func syncClassifiers(atts []Attachment) (int, error) {
+// attachAll writes the entry of each interface atts name (attachments
+// sharing an interface add up) and attaches c where it is missing.
+// Missing interfaces are skipped. It returns the indexes it wrote and how
+// many filters it attached.
+func (c *classifier) attachAll(atts []Attachment) (map[uint32]bool, int, error) {
 	byIf := map[string]*Attachment{}
 	var order []string
 	for _, a := range atts {
@@ -354,11 +361,7 @@ func syncClassifiers(atts []Attachment) (int, error) {
 			u.MAC = a.MAC
 		}
 	}
-	c, err := current()
-	if err != nil {
-		return 0, err
-	}
-	keep := map[uint32]bool{}
+	written := map[uint32]bool{}
 	n := 0
 	var errs []error
 	for _, name := range order {
@@ -370,7 +373,7 @@ func syncClassifiers(atts []Attachment) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		keep[uint32(link.Attrs().Index)] = true
+		written[uint32(link.Attrs().Index)] = true
 		now, err := c.put(link, *byIf[name], false)
 		if err != nil {
 			errs = append(errs, err)
@@ -379,6 +382,19 @@ func syncClassifiers(atts []Attachment) (int, error) {
 			n++
 		}
 	}
+	return written, n, errors.Join(errs...)
+}
+
+// syncClassifiers makes the namespace's map hold exactly atts' entries
+// and attaches the classifier to each of their interfaces that lacks it
+// (attachAll). It returns how many filters it attached.
+func syncClassifiers(atts []Attachment) (int, error) {
+	c, err := current()
+	if err != nil {
+		return 0, err
+	}
+	keep, n, err := c.attachAll(atts)
+	errs := []error{err}
 	var k uint32
 	var stale []uint32
 	it := c.vals.Iterate()
@@ -431,19 +447,14 @@ func classifyFromSets(c *nftables.Conn) error {
 	if err != nil {
 		return err
 	}
-	byIf := map[string]*Attachment{}
-	var order []string
+	// One fragment per element; attachAll adds up an interface's.
+	var atts []Attachment
 	for _, e := range have {
-		name := e.iface()
-		a := byIf[name]
-		if a == nil {
-			a = &Attachment{Interface: name}
-			byIf[name] = a
-			order = append(order, name)
-		}
+		a := Attachment{Interface: e.iface()}
 		rest := e.key[unix.IFNAMSIZ:]
 		if e.set == setMAC {
 			a.MAC = net.HardwareAddr(slices.Clone(rest[:6]))
+			atts = append(atts, a)
 			continue
 		}
 		start, _ := netip.AddrFromSlice(rest)
@@ -454,22 +465,13 @@ func classifyFromSets(c *nftables.Conn) error {
 				bits--
 			}
 		}
-		a.Sources = append(a.Sources, netip.PrefixFrom(start, bits))
+		a.Sources = []netip.Prefix{netip.PrefixFrom(start, bits)}
+		atts = append(atts, a)
 	}
 	cl, err := current()
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, name := range order {
-		link, err := linkByName(name)
-		if errors.Is(err, ErrNoInterface) {
-			continue
-		}
-		if err == nil {
-			_, err = cl.put(link, *byIf[name], false)
-		}
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	_, _, err = cl.attachAll(atts)
+	return err
 }

@@ -315,16 +315,10 @@ func ensure(c *nftables.Conn) (bool, error) {
 // hasPrerouting says the inet table has a prerouting chain: an earlier
 // build's ruleset, which filtered what workloads send there.
 func hasPrerouting(c *nftables.Conn) bool {
-	chs, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return false
-	}
-	for _, ch := range chs {
-		if ch.Table.Name == TableName && ch.Name == "prerouting" {
-			return true
-		}
-	}
-	return false
+	stale, err := foreignChains(c, chains())
+	return err == nil && slices.ContainsFunc(stale, func(ch *nftables.Chain) bool {
+		return ch.Table.Family == nftables.TableFamilyINet && ch.Name == "prerouting"
+	})
 }
 
 // build writes the table, sets, chains and rules in one batch; the table's
