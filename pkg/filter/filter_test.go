@@ -274,3 +274,36 @@ func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
 		}
 	})
 }
+
+func TestARebuildFromAPreroutingRulesetAttachesTheClassifierFromTheSourceSets(t *testing.T) {
+	inNetns(t, func() {
+		hostIf(t, "gv0123456789abc")
+		if err := Add(blue()); err != nil {
+			t.Fatal(err)
+		}
+		link, err := netlink.LinkByName(blue().Interface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An earlier build's node: its elements, a prerouting chain, and
+		// no classifier.
+		q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+		if err := netlink.QdiscDel(q); err != nil {
+			t.Fatal(err)
+		}
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AddChain(baseChain("prerouting", nftables.ChainHookPrerouting, nftables.ChainPriority(-300)))
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if rebuilt, err := Ensure(); err != nil || !rebuilt {
+			t.Fatalf("Ensure = %v, %v", rebuilt, err)
+		}
+		if err := Check(blue()); err != nil {
+			t.Fatalf("CHECK after the rebuild: %v", err)
+		}
+	})
+}
