@@ -8,19 +8,22 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/galactic-cni/galactic/router/config"
 )
 
 var evpnFamily = &api.Family{Afi: api.Family_AFI_L2VPN, Safi: api.Family_SAFI_EVPN}
+
+// evpn is evpnFamily as GoBGP's native API names it.
+var evpn = bgp.RF_EVPN
 
 // Options configure a GoBGP speaker.
 type Options struct {
@@ -57,7 +60,7 @@ type GoBGP struct {
 	// own are the paths announced, by key: a withdrawal names its path,
 	// which GoBGP finds directly, where a UUID makes it walk its whole
 	// RIB formatting every path's key.
-	own map[Key]*api.Path
+	own map[Key]*apiutil.Path
 	// members is the import filter and RTC membership (rtc.go).
 	members membership
 	// onEvent is Options.OnEvent; deliver serialises its calls, from the
@@ -82,9 +85,8 @@ const (
 // Start runs a GoBGP server with the config's global settings and peers.
 func Start(ctx context.Context, o Options) (*GoBGP, error) {
 	c := o.Config
-	s := server.NewBgpServer(server.LoggerOption(&logAdapter{l: o.Log}))
-	go s.Serve()
-	g := &GoBGP{s: s, cfg: c, log: o.Log, own: map[Key]*api.Path{}}
+	s := newServer(o.Log)
+	g := &GoBGP{s: s, cfg: c, log: o.Log, own: map[Key]*apiutil.Path{}}
 	global := &api.Global{
 		Asn: c.ASN, RouterId: c.RouterID.String(), ListenPort: c.ListenPort,
 	}
@@ -101,24 +103,16 @@ func Start(ctx context.Context, o Options) (*GoBGP, error) {
 	}
 	if o.OnEvent != nil {
 		g.onEvent = o.OnEvent
-		// One watcher for paths, End-of-RIB and sessions: GoBGP delivers a
-		// watcher's events in the order it processed them. Paths are read
-		// as each peer sends them (Adj-RIB-In), so a session that goes
-		// down withdraws nothing here: only a peer's own withdrawal does.
-		req := &api.WatchEventRequest{
-			Peer: &api.WatchEventRequest_Peer{},
-			Table: &api.WatchEventRequest_Table{Filters: []*api.WatchEventRequest_Table_Filter{
-				{Type: api.WatchEventRequest_Table_Filter_ADJIN},
-				{Type: api.WatchEventRequest_Table_Filter_EOR},
-			}},
-		}
-		if err := s.WatchEvent(ctx, req, func(r *api.WatchEventResponse) {
+		deliver := func(ev Event) {
 			g.deliver.Lock()
 			defer g.deliver.Unlock()
-			for _, ev := range g.events(r) {
-				o.OnEvent(ev)
-			}
-		}); err != nil {
+			o.OnEvent(ev)
+		}
+		// Paths are read as each peer sends them (Adj-RIB-In, before the
+		// import policy), so a session that goes down withdraws nothing
+		// here: only a peer's own withdrawal does.
+		err := s.WatchEvent(ctx, g.callbacks(deliver), server.WatchUpdate(false, "", ""), server.WatchEor(false), server.WatchPeer())
+		if err != nil {
 			s.Stop()
 			return nil, fmt.Errorf("watching the RIB and peers: %w", err)
 		}
@@ -169,11 +163,11 @@ func (g *GoBGP) peer(p config.Peer, restarting bool) *api.Peer {
 
 // Announce implements Speaker.
 func (g *GoBGP) Announce(ctx context.Context, r Route) error {
-	p, err := toAPI(r)
+	p, err := toPath(r)
 	if err != nil {
 		return err
 	}
-	if _, err := g.s.AddPath(ctx, &api.AddPathRequest{Path: p}); err != nil {
+	if _, err := g.s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
 		return fmt.Errorf("announcing %s: %w", r.Key(), err)
 	}
 	g.mu.Lock()
@@ -190,7 +184,7 @@ func (g *GoBGP) Withdraw(ctx context.Context, k Key) error {
 	if !ok {
 		return nil
 	}
-	if err := g.s.DeletePath(ctx, &api.DeletePathRequest{Family: evpnFamily, Path: p}); err != nil {
+	if err := g.s.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{p}}); err != nil {
 		return fmt.Errorf("withdrawing %s: %w", k, err)
 	}
 	g.mu.Lock()
@@ -203,9 +197,7 @@ func (g *GoBGP) Withdraw(ctx context.Context, k Key) error {
 func (g *GoBGP) Peers(ctx context.Context) ([]PeerState, error) {
 	var out []PeerState
 	err := g.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		st := p.GetState()
-		out = append(out, PeerState{Address: p.GetConf().GetNeighborAddress(), State: st.GetSessionState().String(),
-			Established: st.GetSessionState() == api.PeerState_ESTABLISHED})
+		out = append(out, apiPeerState(p.GetConf().GetNeighborAddress(), p.GetState().GetSessionState()))
 	})
 	return out, err
 }
@@ -237,9 +229,7 @@ func (g *GoBGP) Rejected(ctx context.Context) ([]Received, error) {
 	}
 	var out []Received
 	for _, addr := range peers {
-		var paths []*api.Path
-		err := g.s.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_IN, Name: addr, Family: evpnFamily},
-			func(d *api.Destination) { paths = append(paths, d.GetPaths()...) })
+		paths, err := g.adjIn(addr)
 		if err != nil {
 			return out, fmt.Errorf("listing what %s sent: %w", addr, err)
 		}
@@ -283,16 +273,26 @@ func (g *GoBGP) Stop(ctx context.Context) error {
 	return g.s.StopBgp(ctx, &api.StopBgpRequest{})
 }
 
-func toAPI(r Route) (*api.Path, error) {
+func toPath(r Route) (*apiutil.Path, error) {
 	if !r.Prefix.IsValid() || !r.NextHop.IsValid() || !r.RD.Admin.Is4() {
 		return nil, fmt.Errorf("route %s: prefix, next hop and RD are required", r.Key())
 	}
-	rd := bgp.NewRouteDistinguisherIPAddressAS(r.RD.Admin.String(), r.RD.Assigned)
-	gw := "0.0.0.0"
-	if r.Prefix.Addr().Is6() {
-		gw = "::"
+	rd, err := bgp.NewRouteDistinguisherIPAddressAS(r.RD.Admin, r.RD.Assigned)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: %w", r.Key(), err)
 	}
-	nlri := bgp.NewEVPNIPPrefixRoute(rd, bgp.EthernetSegmentIdentifier{}, 0, uint8(r.Prefix.Bits()), r.Prefix.Addr().String(), gw, r.VNI)
+	gw := netip.IPv4Unspecified()
+	if r.Prefix.Addr().Is6() {
+		gw = netip.IPv6Unspecified()
+	}
+	nlri, err := bgp.NewEVPNIPPrefixRoute(rd, bgp.EthernetSegmentIdentifier{}, 0, uint8(r.Prefix.Bits()), r.Prefix.Addr(), gw, r.VNI)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: %w", r.Key(), err)
+	}
+	reach, err := bgp.NewPathAttributeMpReachNLRI(evpn, []bgp.PathNLRI{{NLRI: nlri}}, r.NextHop)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: %w", r.Key(), err)
+	}
 	ecs := []bgp.ExtendedCommunityInterface{
 		bgp.NewTwoOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, r.RTASN, r.VNI, true),
 		bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN),
@@ -304,45 +304,76 @@ func toAPI(r Route) (*api.Path, error) {
 	}
 	attrs := []bgp.PathAttributeInterface{
 		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
-		bgp.NewPathAttributeMpReachNLRI(r.NextHop.String(), []bgp.AddrPrefixInterface{nlri}),
+		reach,
 		bgp.NewPathAttributeExtendedCommunities(ecs),
 		bgp.NewPathAttributeLargeCommunities(large),
 	}
-	return apiutil.NewPath(nlri, false, attrs, time.Now())
+	return &apiutil.Path{Family: evpn, Nlri: nlri, Attrs: attrs, Age: time.Now().Unix()}, nil
 }
 
-// events turns one watch response into stream events.
-func (g *GoBGP) events(r *api.WatchEventResponse) []Event {
-	if p := r.GetPeer(); p != nil {
-		if p.Type != api.WatchEventResponse_PeerEvent_STATE {
-			return nil
-		}
-		st := p.Peer.GetState()
-		return []Event{{Kind: EventPeer, Peer: st.GetNeighborAddress(), State: PeerState{Address: st.GetNeighborAddress(),
-			State: st.GetSessionState().String(), Established: st.GetSessionState() == api.PeerState_ESTABLISHED}}}
+// adjIn is what peer sent of l2vpn-evpn (its Adj-RIB-In, before the
+// import filter).
+func (g *GoBGP) adjIn(peer string) ([]*apiutil.Path, error) {
+	var paths []*apiutil.Path
+	err := g.s.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: peer, Family: evpn},
+		func(_ bgp.NLRI, ps []*apiutil.Path) { paths = append(paths, ps...) })
+	return paths, err
+}
+
+// sessionStates name GoBGP's FSM states as its API and logs long did,
+// which tests and operators read ("ESTABLISHED").
+var sessionStates = map[bgp.FSMState]string{
+	bgp.BGP_FSM_IDLE: "IDLE", bgp.BGP_FSM_CONNECT: "CONNECT", bgp.BGP_FSM_ACTIVE: "ACTIVE",
+	bgp.BGP_FSM_OPENSENT: "OPENSENT", bgp.BGP_FSM_OPENCONFIRM: "OPENCONFIRM", bgp.BGP_FSM_ESTABLISHED: "ESTABLISHED",
+}
+
+func peerState(addr netip.Addr, st bgp.FSMState) PeerState {
+	name, ok := sessionStates[st]
+	if !ok {
+		name = "UNKNOWN"
 	}
-	var out []Event
-	var paths []*api.Path
-	flush := func() {
-		if rs := g.received(paths); len(rs) > 0 {
-			// One UPDATE comes from one peer.
-			out = append(out, Event{Kind: EventPaths, Peer: rs[0].Peer, Paths: rs})
-		}
-		paths = nil
-	}
-	for _, p := range r.GetTable().GetPaths() {
-		if p.GetNlri() == nil {
-			// An End-of-RIB marker.
-			if p.GetFamily().GetAfi() == api.Family_AFI_L2VPN && p.GetFamily().GetSafi() == api.Family_SAFI_EVPN {
-				flush()
-				out = append(out, Event{Kind: EventEndOfRIB, Peer: p.GetNeighborIp()})
+	return PeerState{Address: addr.String(), State: name, Established: st == bgp.BGP_FSM_ESTABLISHED}
+}
+
+// apiPeerState is peerState from the protobuf API's listing.
+func apiPeerState(addr string, st api.PeerState_SessionState) PeerState {
+	return PeerState{Address: addr, State: strings.TrimPrefix(st.String(), "SESSION_STATE_"),
+		Established: st == api.PeerState_SESSION_STATE_ESTABLISHED}
+}
+
+// callbacks turn one watcher's paths, End-of-RIB and sessions into
+// events: GoBGP calls a watcher's callbacks one at a time, in the order it
+// processed what they report.
+func (g *GoBGP) callbacks(deliver func(Event)) server.WatchEventMessageCallbacks {
+	return server.WatchEventMessageCallbacks{
+		OnPathUpdate: func(paths []*apiutil.Path, _ time.Time) {
+			if ev, ok := g.pathEvent(paths); ok {
+				deliver(ev)
 			}
-			continue
-		}
-		paths = append(paths, p)
+		},
+		OnPathEor: func(p *apiutil.Path, _ time.Time) {
+			if p.Family == evpn {
+				deliver(Event{Kind: EventEndOfRIB, Peer: p.PeerAddress.String()})
+			}
+		},
+		OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+			if ev.Type == apiutil.PEER_EVENT_STATE {
+				st := peerState(ev.Peer.State.NeighborAddress, ev.Peer.State.SessionState)
+				deliver(Event{Kind: EventPeer, Peer: st.Address, State: st})
+			}
+		},
 	}
-	flush()
-	return out
+}
+
+// pathEvent turns the paths of one UPDATE into an event, if any is
+// galactic's to read.
+func (g *GoBGP) pathEvent(paths []*apiutil.Path) (Event, bool) {
+	rs := g.received(paths)
+	if len(rs) == 0 {
+		return Event{}, false
+	}
+	// One UPDATE comes from one peer.
+	return Event{Kind: EventPaths, Peer: rs[0].Peer, Paths: rs}, true
 }
 
 // received converts paths, leaving out this node's own (its next hop)
@@ -350,16 +381,16 @@ func (g *GoBGP) events(r *api.WatchEventResponse) []Event {
 // filter, before any RIB copy): a path of this node's RD from another
 // next hop is another node's, and is kept so the daemon can report the
 // duplicate router ID.
-func (g *GoBGP) received(paths []*api.Path) []Received { return g.convert(paths, true) }
+func (g *GoBGP) received(paths []*apiutil.Path) []Received { return g.convert(paths, true) }
 
-func (g *GoBGP) convert(paths []*api.Path, filter bool) []Received {
+func (g *GoBGP) convert(paths []*apiutil.Path, filter bool) []Received {
 	var out []Received
 	members := g.members.set.Load()
 	for _, p := range paths {
-		if p.GetFamily().GetAfi() != api.Family_AFI_L2VPN {
+		if p.Family != evpn {
 			continue
 		}
-		r, err := fromAPI(p, g.cfg.RouteTargetASN)
+		r, err := fromPath(p, g.cfg.RouteTargetASN)
 		if err != nil || r.NextHop == g.cfg.Underlay {
 			continue
 		}
@@ -374,19 +405,15 @@ func (g *GoBGP) convert(paths []*api.Path, filter bool) []Received {
 	return out
 }
 
-// fromAPI reads a type-5 path; rtASN is the route-target AS whose large
+// fromPath reads a type-5 path; rtASN is the route-target AS whose large
 // communities are galactic's.
-func fromAPI(p *api.Path, rtASN uint16) (Received, error) {
+func fromPath(p *apiutil.Path, rtASN uint16) (Received, error) {
 	var r Received
-	nlri, err := apiutil.GetNativeNlri(p)
-	if err != nil {
-		return r, err
-	}
-	evpn, ok := nlri.(*bgp.EVPNNLRI)
+	evpnNLRI, ok := p.Nlri.(*bgp.EVPNNLRI)
 	if !ok {
 		return r, errors.New("not EVPN")
 	}
-	pr, ok := evpn.RouteTypeData.(*bgp.EVPNIPPrefixRoute)
+	pr, ok := evpnNLRI.RouteTypeData.(*bgp.EVPNIPPrefixRoute)
 	if !ok {
 		return r, errors.New("not an IP prefix route")
 	}
@@ -394,27 +421,21 @@ func fromAPI(p *api.Path, rtASN uint16) (Received, error) {
 	if !ok {
 		return r, errors.New("not a type-1 RD")
 	}
-	admin, _ := netip.AddrFromSlice(rdIP.Admin.To4())
-	addr, ok := netip.AddrFromSlice(pr.IPPrefix)
-	if !ok {
+	if !pr.IPPrefix.IsValid() {
 		return r, errors.New("bad prefix")
 	}
-	r.RD = RD{Admin: admin, Assigned: rdIP.Assigned}
-	r.Prefix = netip.PrefixFrom(addr.Unmap(), int(pr.IPPrefixLength))
+	r.RD = RD{Admin: rdIP.Admin.Unmap(), Assigned: rdIP.Assigned}
+	r.Prefix = netip.PrefixFrom(pr.IPPrefix.Unmap(), int(pr.IPPrefixLength))
 	r.VNI = pr.Label
-	r.Withdrawn = p.IsWithdraw
+	r.Withdrawn = p.Withdrawal
 	r.Stale = p.Stale
-	r.Peer = p.NeighborIp
-	attrs, err := apiutil.GetNativePathAttributes(p)
-	if err != nil {
-		return r, err
-	}
+	r.Peer = p.PeerAddress.String()
 	var large []*bgp.LargeCommunity
-	for _, a := range attrs {
+	for _, a := range p.Attrs {
 		switch a := a.(type) {
 		case *bgp.PathAttributeMpReachNLRI:
-			if nh, ok := netip.AddrFromSlice(a.Nexthop); ok {
-				r.NextHop = nh.Unmap()
+			if a.Nexthop.IsValid() {
+				r.NextHop = a.Nexthop.Unmap()
 			}
 		case *bgp.PathAttributeExtendedCommunities:
 			for _, ec := range a.Value {
@@ -461,25 +482,32 @@ func fromAPI(p *api.Path, rtASN uint16) (Received, error) {
 	return r, nil
 }
 
-// logAdapter passes GoBGP's warnings and errors to slog.
-type logAdapter struct{ l *slog.Logger }
-
-func (a *logAdapter) log(level slog.Level, msg string, f gobgplog.Fields) {
-	if a.l == nil {
-		return
+// newServer is a GoBGP server that logs its warnings and errors to l.
+func newServer(l *slog.Logger) *server.BgpServer {
+	h := slog.DiscardHandler
+	if l != nil {
+		h = l.Handler()
 	}
-	attrs := make([]any, 0, 2*len(f))
-	for k, v := range f {
-		attrs = append(attrs, k, fmt.Sprint(v))
-	}
-	a.l.Log(context.Background(), level, "gobgp: "+msg, attrs...)
+	s := server.NewBgpServer(server.LoggerOption(slog.New(warnings{h}), nil))
+	go s.Serve()
+	return s
 }
 
-func (a *logAdapter) Panic(msg string, f gobgplog.Fields) { a.log(slog.LevelError, msg, f); panic(msg) }
-func (a *logAdapter) Fatal(msg string, f gobgplog.Fields) { a.log(slog.LevelError, msg, f) }
-func (a *logAdapter) Error(msg string, f gobgplog.Fields) { a.log(slog.LevelError, msg, f) }
-func (a *logAdapter) Warn(msg string, f gobgplog.Fields)  { a.log(slog.LevelWarn, msg, f) }
-func (a *logAdapter) Info(msg string, f gobgplog.Fields)  {}
-func (a *logAdapter) Debug(msg string, f gobgplog.Fields) {}
-func (a *logAdapter) SetLevel(gobgplog.LogLevel)          {}
-func (a *logAdapter) GetLevel() gobgplog.LogLevel         { return gobgplog.WarnLevel }
+// warnings passes GoBGP's warnings and errors on, marked as GoBGP's; its
+// informational messages (every session event, every policy change) are
+// too many for a node's log.
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnings) Handle(ctx context.Context, r slog.Record) error {
+	r.Message = "gobgp: " + r.Message
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w warnings) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnings{w.Handler.WithAttrs(attrs)}
+}
+func (w warnings) WithGroup(name string) slog.Handler { return warnings{w.Handler.WithGroup(name)} }

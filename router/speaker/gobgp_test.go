@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
 	"github.com/galactic-cni/galactic/router/config"
 )
@@ -74,42 +76,44 @@ func TestReceivedLeavesOutThisNodesOwnPathsButKeepsItsRDFromAnotherNode(t *testi
 	ownRD.RD.Admin, ownRD.Prefix = netip.MustParseAddr("192.0.2.11"), netip.MustParsePrefix("10.20.0.6/32")
 	ownHop := other
 	ownHop.NextHop, ownHop.Prefix = netip.MustParseAddr("192.0.2.11"), netip.MustParsePrefix("10.20.0.7/32")
-	var paths []*api.Path
+	var paths []*apiutil.Path
 	for _, r := range []Route{other, ownRD, ownHop} {
-		p, err := toAPI(r)
+		p, err := toPath(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)
 	}
 	// Another family is not ours to read.
-	paths = append(paths, &api.Path{Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}})
+	paths = append(paths, &apiutil.Path{Family: bgp.RF_IPv4_UC})
 	got := g.received(paths)
 	if len(got) != 2 || !got[0].Route.Equal(other) || !got[1].Route.Equal(ownRD) {
 		t.Fatalf("received %+v, want the other node's paths, the one with this node's RD included", got)
 	}
 }
 
-func TestOneWatchResponseBecomesOrderedEvents(t *testing.T) {
+func TestTheWatchersPathsEndOfRIBAndSessionsBecomeOrderedEvents(t *testing.T) {
 	g := &GoBGP{cfg: testConfig(true)}
 	other := route("10.20.0.5/32")
 	other.RD.Admin, other.NextHop = netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("192.0.2.12")
-	p, err := toAPI(other)
+	p, err := toPath(other)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.NeighborIp = "192.0.2.1"
-	eor := &api.Path{Family: &api.Family{Afi: api.Family_AFI_L2VPN, Safi: api.Family_SAFI_EVPN}, NeighborIp: "192.0.2.1"}
-	evs := g.events(&api.WatchEventResponse{Event: &api.WatchEventResponse_Table{Table: &api.WatchEventResponse_TableEvent{
-		Paths: []*api.Path{p, eor}}}})
-	if len(evs) != 2 || evs[0].Kind != EventPaths || len(evs[0].Paths) != 1 || evs[0].Peer != "192.0.2.1" ||
+	peer := netip.MustParseAddr("192.0.2.1")
+	p.PeerAddress = peer
+	var evs []Event
+	cb := g.callbacks(func(ev Event) { evs = append(evs, ev) })
+	cb.OnPathUpdate([]*apiutil.Path{p}, time.Now())
+	cb.OnPathEor(&apiutil.Path{Family: bgp.RF_RTC_UC, PeerAddress: peer}, time.Now())
+	cb.OnPathEor(&apiutil.Path{Family: bgp.RF_EVPN, PeerAddress: peer}, time.Now())
+	cb.OnPeerUpdate(&apiutil.WatchEventMessage_PeerEvent{Type: apiutil.PEER_EVENT_STATE, Peer: apiutil.Peer{
+		State: apiutil.PeerState{NeighborAddress: peer, SessionState: bgp.BGP_FSM_ESTABLISHED}}}, time.Now())
+	if len(evs) != 3 || evs[0].Kind != EventPaths || len(evs[0].Paths) != 1 || evs[0].Peer != "192.0.2.1" ||
 		evs[1].Kind != EventEndOfRIB || evs[1].Peer != "192.0.2.1" {
-		t.Fatalf("events %+v, want the path, then End-of-RIB, from 192.0.2.1", evs)
+		t.Fatalf("events %+v, want the path, then l2vpn-evpn's End-of-RIB, from 192.0.2.1", evs)
 	}
-	peer := g.events(&api.WatchEventResponse{Event: &api.WatchEventResponse_Peer{Peer: &api.WatchEventResponse_PeerEvent{
-		Type: api.WatchEventResponse_PeerEvent_STATE,
-		Peer: &api.Peer{State: &api.PeerState{NeighborAddress: "192.0.2.1", SessionState: api.PeerState_ESTABLISHED}}}}})
-	if len(peer) != 1 || peer[0].Kind != EventPeer || !peer[0].State.Established || peer[0].Peer != "192.0.2.1" {
-		t.Fatalf("peer events %+v", peer)
+	if st := evs[2].State; evs[2].Kind != EventPeer || !st.Established || st.State != "ESTABLISHED" || evs[2].Peer != "192.0.2.1" {
+		t.Fatalf("peer event %+v", evs[2])
 	}
 }

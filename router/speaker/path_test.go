@@ -6,11 +6,9 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
-	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
 func mac(s string) net.HardwareAddr {
@@ -29,7 +27,29 @@ func route(prefix string) Route {
 	}
 }
 
-func TestARouteSurvivesTheTripThroughGoBGPsAPI(t *testing.T) {
+// overTheWire is p as a peer reads it: serialised into an UPDATE and
+// parsed back.
+func overTheWire(t *testing.T, p *apiutil.Path) *apiutil.Path {
+	t.Helper()
+	b, err := bgp.NewBGPUpdateMessage(nil, p.Attrs, nil).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := bgp.ParseBGPMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := m.Body.(*bgp.BGPUpdate)
+	out := &apiutil.Path{Family: p.Family, Attrs: u.PathAttributes}
+	for _, a := range u.PathAttributes {
+		if mp, ok := a.(*bgp.PathAttributeMpReachNLRI); ok && len(mp.Value) == 1 {
+			out.Nlri = mp.Value[0].NLRI
+		}
+	}
+	return out
+}
+
+func TestARouteSurvivesTheTripOverTheWire(t *testing.T) {
 	four, six := route("10.20.0.5/32"), route("fd20::5/128")
 	drained := route("10.20.0.0/24")
 	drained.Drained, drained.Generation = true, 4
@@ -46,11 +66,11 @@ func TestARouteSurvivesTheTripThroughGoBGPsAPI(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := toAPI(tc.r)
+			p, err := toPath(tc.r)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := fromAPI(p, tc.r.RTASN)
+			got, err := fromPath(overTheWire(t, p), tc.r.RTASN)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,27 +85,19 @@ func TestARouteSurvivesTheTripThroughGoBGPsAPI(t *testing.T) {
 }
 
 func TestTheAnnouncedPathIsAnEVPNType5RouteAsRFC9136Describes(t *testing.T) {
-	p, err := toAPI(route("fd20::5/128"))
+	p, err := toPath(route("fd20::5/128"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := p.GetFamily(); f.GetAfi() != api.Family_AFI_L2VPN || f.GetSafi() != api.Family_SAFI_EVPN {
-		t.Fatalf("family %v, want l2vpn-evpn", f)
+	if p.Family != bgp.RF_EVPN {
+		t.Fatalf("family %v, want l2vpn-evpn", p.Family)
 	}
-	nlri, err := apiutil.GetNativeNlri(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr := nlri.(*bgp.EVPNNLRI).RouteTypeData.(*bgp.EVPNIPPrefixRoute)
+	pr := p.Nlri.(*bgp.EVPNNLRI).RouteTypeData.(*bgp.EVPNIPPrefixRoute)
 	if pr.ETag != 0 || pr.ESI.Type != 0 || !pr.GWIPAddress.IsUnspecified() || pr.Label != 10100 {
 		t.Errorf("tag %d, ESI %v, gateway %v, label %d: want 0, 0, ::, the VNI", pr.ETag, pr.ESI, pr.GWIPAddress, pr.Label)
 	}
-	attrs, err := apiutil.GetNativePathAttributes(p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rt, encap bool
-	for _, a := range attrs {
+	for _, a := range p.Attrs {
 		if ecs, ok := a.(*bgp.PathAttributeExtendedCommunities); ok {
 			for _, ec := range ecs.Value {
 				switch ec := ec.(type) {
@@ -109,28 +121,24 @@ func TestTheVNIComesFromTheRouteTargetWhenTheLabelDiffers(t *testing.T) {
 	// The route target is what import matches on; the label of another
 	// implementation may be encoded differently.
 	r := route("10.20.0.5/32")
-	p, err := toAPI(r)
+	p, err := toPath(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nlri, _ := apiutil.GetNativeNlri(p)
-	nlri.(*bgp.EVPNNLRI).RouteTypeData.(*bgp.EVPNIPPrefixRoute).Label = 1
-	if p.Nlri, err = apiutil.MarshalNLRI(nlri); err != nil {
-		t.Fatal(err)
-	}
-	got, err := fromAPI(p, 65000)
+	p.Nlri.(*bgp.EVPNNLRI).RouteTypeData.(*bgp.EVPNIPPrefixRoute).Label = 1
+	got, err := fromPath(p, 65000)
 	if err != nil || got.VNI != 10100 {
 		t.Fatalf("VNI %d (%v), want the route target's 10100", got.VNI, err)
 	}
 }
 
 func TestAWithdrawalFromAPeerComesBackWithdrawnFromThatPeer(t *testing.T) {
-	p, err := toAPI(route("10.20.0.5/32"))
+	p, err := toPath(route("10.20.0.5/32"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.IsWithdraw, p.Stale, p.NeighborIp = true, true, "192.0.2.1"
-	got, err := fromAPI(p, 65000)
+	p.Withdrawal, p.Stale, p.PeerAddress = true, true, netip.MustParseAddr("192.0.2.1")
+	got, err := fromPath(p, 65000)
 	if err != nil || !got.Withdrawn || !got.Stale || got.Peer != "192.0.2.1" {
 		t.Fatalf("got %+v (%v)", got, err)
 	}
@@ -140,8 +148,8 @@ func TestARouteWithoutPrefixNextHopOrIPv4RDIsRefused(t *testing.T) {
 	noPrefix, noHop, noRD := route("10.20.0.5/32"), route("10.20.0.5/32"), route("10.20.0.5/32")
 	noPrefix.Prefix, noHop.NextHop, noRD.RD.Admin = netip.Prefix{}, netip.Addr{}, netip.MustParseAddr("2001:db8::1")
 	for _, r := range []Route{noPrefix, noHop, noRD} {
-		if _, err := toAPI(r); err == nil {
-			t.Errorf("toAPI(%+v) accepted", r)
+		if _, err := toPath(r); err == nil {
+			t.Errorf("toPath(%+v) accepted", r)
 		}
 	}
 }
@@ -220,15 +228,14 @@ func TestRoutesAreEqualOnlyWhenEveryAttributeIs(t *testing.T) {
 func TestEveryRouteTargetIsReadAndTheFencingOnlyUnderTheConfiguredAS(t *testing.T) {
 	r := route("10.20.0.5/32")
 	r.Generation = 8
-	p, err := toAPI(r)
+	p, err := toPath(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Put a foreign route target first and a second one of ours last, and
 	// a foreign AS's large community that looks like a drain.
-	attrs, _ := apiutil.GetNativePathAttributes(p)
 	var out []bgp.PathAttributeInterface
-	for _, a := range attrs {
+	for _, a := range p.Attrs {
 		switch a := a.(type) {
 		case *bgp.PathAttributeExtendedCommunities:
 			ecs := []bgp.ExtendedCommunityInterface{bgp.NewTwoOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, 65001, 7, true)}
@@ -241,12 +248,8 @@ func TestEveryRouteTargetIsReadAndTheFencingOnlyUnderTheConfiguredAS(t *testing.
 			out = append(out, a)
 		}
 	}
-	nlri, _ := apiutil.GetNativeNlri(p)
-	p, err = apiutil.NewPath(nlri, false, out, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := fromAPI(p, 65000)
+	p.Attrs = out
+	got, err := fromPath(p, 65000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/galactic-cni/galactic/router/config"
 )
@@ -35,8 +37,7 @@ type ReflectorOptions struct {
 // only the default membership, so every client sends it all its routes.
 func StartReflector(ctx context.Context, o ReflectorOptions) (*Reflector, error) {
 	c := o.Config
-	s := server.NewBgpServer(server.LoggerOption(&logAdapter{l: o.Log}))
-	go s.Serve()
+	s := newServer(o.Log)
 	r := &Reflector{s: s, cfg: c}
 	global := &api.Global{Asn: c.ASN, RouterId: c.RouterID.String(), ListenPort: c.ListenPort,
 		ListenAddresses: []string{"0.0.0.0", "::"}}
@@ -49,13 +50,13 @@ func StartReflector(ctx context.Context, o ReflectorOptions) (*Reflector, error)
 	}
 	fail := func(err error) (*Reflector, error) { s.Stop(); return nil, err }
 	if o.OnPeer != nil {
-		if err := s.WatchEvent(ctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(ev *api.WatchEventResponse) {
-			if p := ev.GetPeer(); p != nil && p.Type == api.WatchEventResponse_PeerEvent_STATE {
-				st := p.Peer.GetState()
-				o.OnPeer(PeerState{Address: st.GetNeighborAddress(), State: st.GetSessionState().String(),
-					Established: st.GetSessionState() == api.PeerState_ESTABLISHED})
-			}
-		}); err != nil {
+		if err := s.WatchEvent(ctx, server.WatchEventMessageCallbacks{
+			OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+				if ev.Type == apiutil.PEER_EVENT_STATE {
+					o.OnPeer(peerState(ev.Peer.State.NeighborAddress, ev.Peer.State.SessionState))
+				}
+			},
+		}, server.WatchPeer()); err != nil {
 			return fail(fmt.Errorf("watching peers: %w", err))
 		}
 	}
@@ -78,7 +79,7 @@ func StartReflector(ctx context.Context, o ReflectorOptions) (*Reflector, error)
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := s.AddPath(ctx, &api.AddPathRequest{Path: def}); err != nil {
+	if _, err := s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{def}}); err != nil {
 		return fail(fmt.Errorf("announcing the default membership: %w", err))
 	}
 	return r, nil
@@ -140,17 +141,16 @@ type ReflectorStats struct {
 // Stats reads the counts from GoBGP; they cost no walk of the tables.
 func (r *Reflector) Stats(ctx context.Context) (ReflectorStats, error) {
 	var st ReflectorStats
-	if res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_GLOBAL, Family: evpnFamily}); err == nil {
+	if res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: evpnFamily}); err == nil {
 		st.Paths = int(res.NumPath)
 	}
-	if res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_GLOBAL, Family: rtcFamily}); err == nil {
+	if res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: rtcFamily}); err == nil {
 		// Less the reflector's own default membership.
 		st.Memberships = max(0, int(res.NumPath)-1)
 	}
 	err := r.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 		ps := p.GetState()
-		st.Clients = append(st.Clients, PeerState{Address: ps.GetNeighborAddress(), State: ps.GetSessionState().String(),
-			Established: ps.GetSessionState() == api.PeerState_ESTABLISHED})
+		st.Clients = append(st.Clients, apiPeerState(ps.GetNeighborAddress(), ps.GetSessionState()))
 	})
 	return st, err
 }
@@ -158,7 +158,7 @@ func (r *Reflector) Stats(ctx context.Context) (ReflectorStats, error) {
 // SentTo counts the l2vpn-evpn paths the reflector sends client (its
 // adj-RIB-out); GoBGP computes it by walking the table.
 func (r *Reflector) SentTo(ctx context.Context, client string) (int, error) {
-	res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_ADJ_OUT, Family: evpnFamily, Name: client})
+	res, err := r.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_TABLE_TYPE_ADJ_OUT, Family: evpnFamily, Name: client})
 	if err != nil {
 		return 0, err
 	}

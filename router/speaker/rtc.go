@@ -11,13 +11,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
 // rtcFamily is RFC 4684 route-target membership (ipv4 / SAFI 132).
 var rtcFamily = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_ROUTE_TARGET_CONSTRAINTS}
+
+// rtc is rtcFamily as GoBGP's native API names it.
+var rtc = bgp.RF_RTC_UC
 
 // Names of the import filter's GoBGP objects.
 const (
@@ -52,7 +55,7 @@ func (m *memberSet) any(r Received) bool {
 // and the RTC paths announced for them.
 type membership struct {
 	mu   sync.Mutex
-	rts  map[RouteTarget]*api.Path // RTC path by route target (see GoBGP.own)
+	rts  map[RouteTarget]*apiutil.Path // RTC path by route target (see GoBGP.own)
 	init bool
 	// pattern is the filter's one entry.
 	pattern string
@@ -110,30 +113,30 @@ func (g *GoBGP) installFilter(ctx context.Context, o Options) error {
 	}
 	g.members.pattern = "rt:" + filterRegexp(nil)
 	if err := g.s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{
-		DefinedType: api.DefinedType_EXT_COMMUNITY, Name: filterSet, List: []string{g.members.pattern},
+		DefinedType: api.DefinedType_DEFINED_TYPE_EXT_COMMUNITY, Name: filterSet, List: []string{g.members.pattern},
 	}}); err != nil {
 		return fmt.Errorf("import filter: %w", err)
 	}
-	accept := &api.Actions{RouteAction: api.RouteAction_ACCEPT}
+	accept := &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}
 	policy := &api.Policy{Name: filterPolicy, Statements: []*api.Statement{
 		{Name: "own-paths", Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL}, Actions: accept},
 		{Name: "member-route-targets", Conditions: &api.Conditions{
 			AfiSafiIn:       []*api.Family{evpnFamily},
-			ExtCommunitySet: &api.MatchSet{Type: api.MatchSet_ANY, Name: filterSet},
+			ExtCommunitySet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: filterSet},
 		}, Actions: accept},
 		{Name: "other-route-targets", Conditions: &api.Conditions{AfiSafiIn: []*api.Family{evpnFamily}},
-			Actions: &api.Actions{RouteAction: api.RouteAction_REJECT}},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}},
 	}}
 	if err := g.s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
 		return fmt.Errorf("import filter: %w", err)
 	}
 	if err := g.s.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-		Name: "global", Direction: api.PolicyDirection_IMPORT,
-		Policies: []*api.Policy{{Name: filterPolicy}}, DefaultAction: api.RouteAction_ACCEPT,
+		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
+		Policies: []*api.Policy{{Name: filterPolicy}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
 	}}); err != nil {
 		return fmt.Errorf("import filter: %w", err)
 	}
-	g.members.rts = map[RouteTarget]*api.Path{}
+	g.members.rts = map[RouteTarget]*apiutil.Path{}
 	g.members.set.Store(&memberSet{})
 	g.members.init = true
 	return g.SetMembership(ctx, o.Membership)
@@ -160,13 +163,12 @@ func (g *GoBGP) RTCPeers(ctx context.Context) ([]netip.Addr, error) {
 	err := g.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 		st := p.GetState()
 		addr, err := netip.ParseAddr(st.GetNeighborAddress())
-		if err != nil || st.GetSessionState() != api.PeerState_ESTABLISHED {
+		if err != nil || st.GetSessionState() != api.PeerState_SESSION_STATE_ESTABLISHED {
 			return
 		}
 		up[addr] = false
 		for _, c := range st.GetRemoteCap() {
-			var mp api.MultiProtocolCapability
-			if c.UnmarshalTo(&mp) == nil && mp.GetFamily().GetAfi() == rtcFamily.Afi && mp.GetFamily().GetSafi() == rtcFamily.Safi {
+			if f := c.GetMultiProtocol().GetFamily(); f.GetAfi() == rtcFamily.Afi && f.GetSafi() == rtcFamily.Safi {
 				up[addr] = true
 			}
 		}
@@ -226,7 +228,7 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 	// Stop asking for what goes before the filter drops it, and open the
 	// filter before asking for what comes.
 	for _, rt := range removed {
-		if err := g.s.DeletePath(ctx, &api.DeletePathRequest{Family: rtcFamily, Path: m.rts[rt]}); err != nil {
+		if err := g.s.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{m.rts[rt]}}); err != nil {
 			return fmt.Errorf("withdrawing membership %s: %w", rt, err)
 		}
 		delete(m.rts, rt)
@@ -240,19 +242,19 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 	// and the old one removed.
 	next := "rt:" + filterRegexp(list)
 	if err := g.s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{
-		DefinedType: api.DefinedType_EXT_COMMUNITY, Name: filterSet, List: []string{next},
+		DefinedType: api.DefinedType_DEFINED_TYPE_EXT_COMMUNITY, Name: filterSet, List: []string{next},
 	}}); err != nil {
 		return fmt.Errorf("import filter: %w", err)
 	}
 	if err := g.s.DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{DefinedSet: &api.DefinedSet{
-		DefinedType: api.DefinedType_EXT_COMMUNITY, Name: filterSet, List: []string{m.pattern},
+		DefinedType: api.DefinedType_DEFINED_TYPE_EXT_COMMUNITY, Name: filterSet, List: []string{m.pattern},
 	}}); err != nil {
 		return fmt.Errorf("import filter: %w", err)
 	}
 	m.pattern = next
 	set := memberSet(want)
 	m.set.Store(&set)
-	if err := g.s.ResetPeer(ctx, &api.ResetPeerRequest{Address: "all", Soft: true, Direction: api.ResetPeerRequest_IN}); err != nil {
+	if err := g.s.ResetPeer(ctx, &api.ResetPeerRequest{Address: "all", Soft: true, Direction: api.ResetPeerRequest_DIRECTION_IN}); err != nil {
 		return fmt.Errorf("re-reading the peers' paths: %w", err)
 	}
 	for _, rt := range added {
@@ -260,7 +262,7 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 		if err != nil {
 			return err
 		}
-		if _, err := g.s.AddPath(ctx, &api.AddPathRequest{Path: p}); err != nil {
+		if _, err := g.s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
 			return fmt.Errorf("announcing membership %s: %w", rt, err)
 		}
 		m.rts[rt] = p
@@ -288,9 +290,7 @@ func (g *GoBGP) catchUp(ctx context.Context, added, removed []RouteTarget, membe
 	g.deliver.Lock()
 	defer g.deliver.Unlock()
 	for _, p := range g.cfg.Peers {
-		var paths []*api.Path
-		err := g.s.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_IN, Name: p.Address.String(), Family: evpnFamily},
-			func(d *api.Destination) { paths = append(paths, d.GetPaths()...) })
+		paths, err := g.adjIn(p.Address.String())
 		if err != nil {
 			// A peer that never came up has no table.
 			continue
@@ -335,22 +335,23 @@ func (g *GoBGP) Membership() []RouteTarget {
 
 // rtcPath is the membership NLRI <asn>:<rt>; a nil rt is the default
 // membership (every route target) a reflector offers its clients.
-func rtcPath(asn uint32, rt *RouteTarget, nextHop netip.Addr) (*api.Path, error) {
+func rtcPath(asn uint32, rt *RouteTarget, nextHop netip.Addr) (*apiutil.Path, error) {
 	var nlri *bgp.RouteTargetMembershipNLRI
 	if rt == nil {
 		nlri = bgp.NewRouteTargetMembershipNLRI(0, nil)
 	} else {
 		nlri = bgp.NewRouteTargetMembershipNLRI(asn, bgp.NewTwoOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, rt.ASN, rt.Value, true))
 	}
-	nh := "0.0.0.0"
+	nh := netip.IPv4Unspecified()
 	if nextHop.Is4() {
-		nh = nextHop.String()
+		nh = nextHop
 	}
-	attrs := []bgp.PathAttributeInterface{
-		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
-		bgp.NewPathAttributeMpReachNLRI(nh, []bgp.AddrPrefixInterface{nlri}),
+	reach, err := bgp.NewPathAttributeMpReachNLRI(rtc, []bgp.PathNLRI{{NLRI: nlri}}, nh)
+	if err != nil {
+		return nil, fmt.Errorf("membership %v: %w", rt, err)
 	}
-	return apiutil.NewPath(nlri, false, attrs, time.Now())
+	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), reach}
+	return &apiutil.Path{Family: rtc, Nlri: nlri, Attrs: attrs, Age: time.Now().Unix()}, nil
 }
 
 // AdjIn counts, over the configured peers, the l2vpn-evpn paths received
@@ -358,14 +359,14 @@ func rtcPath(asn uint32, rt *RouteTarget, nextHop netip.Addr) (*api.Path, error)
 // of the RIB.
 func (g *GoBGP) AdjIn(ctx context.Context) (received, filtered int, err error) {
 	for _, p := range g.cfg.Peers {
-		res, err := g.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_ADJ_IN, Family: evpnFamily, Name: p.Address.String()})
+		res, err := g.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Family: evpnFamily, Name: p.Address.String()})
 		if err != nil {
 			// A peer that never came up has no table.
 			continue
 		}
 		received += int(res.NumAccepted)
 	}
-	res, err := g.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_GLOBAL, Family: evpnFamily})
+	res, err := g.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: evpnFamily})
 	if err != nil {
 		return received, 0, err
 	}

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/galactic-cni/galactic/router/config"
 )
@@ -70,11 +70,11 @@ func upstream(t *testing.T, port int, withRTC bool) *server.BgpServer {
 	for vni := uint32(1); vni <= 3; vni++ {
 		r := Route{RD: RD{Admin: netip.MustParseAddr("127.0.0.2"), Assigned: uint16(vni)}, Prefix: netip.MustParsePrefix("10.0.0.1/32"),
 			VNI: vni, RTASN: 65000, NextHop: netip.MustParseAddr("127.0.0.2"), RouterMAC: net.HardwareAddr{2, 0, 0, 0, 0, byte(vni)}}
-		p, err := toAPI(r)
+		p, err := toPath(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AddPath(ctx, &api.AddPathRequest{Path: p}); err != nil {
+		if _, err := s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,10 +161,9 @@ func testMembership(t *testing.T, withRTC bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var members []string
-		if err := up.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_IN, Name: "127.0.0.1", Family: rtcFamily}, func(d *api.Destination) {
-			for _, p := range d.Paths {
-				n, _ := apiutil.GetNativeNlri(p)
-				if m, ok := n.(*bgp.RouteTargetMembershipNLRI); ok && m.RouteTarget != nil {
+		if err := up.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: "127.0.0.1", Family: rtc}, func(_ bgp.NLRI, ps []*apiutil.Path) {
+			for _, p := range ps {
+				if m, ok := p.Nlri.(*bgp.RouteTargetMembershipNLRI); ok && m.RouteTarget != nil {
 					members = append(members, m.RouteTarget.String())
 				}
 			}
