@@ -73,9 +73,10 @@ type GoBGP struct {
 }
 
 // connectRetry and idleHold bring a session back within a couple of
-// seconds after a restart, where GoBGP's defaults wait up to two minutes.
+// seconds after a restart, where GoBGP's defaults wait up to two minutes;
+// 2 s is the shortest connect retry GoBGP takes.
 const (
-	connectRetry = 1
+	connectRetry = 2
 	idleHold     = 1
 	// deferral bounds how long a restarting speaker waits for its peers'
 	// End-of-RIB before it sends its own routes (RFC 4724 4.1).
