@@ -459,16 +459,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 // seedKernel hands the routes a previous run installed to the hold, so
 // they stay until the RIB confirms or replaces them.
 func (d *Daemon) seedKernel() error {
-	k, err := d.plane.Read()
+	k, err := d.plane.ReadDevices()
 	if err != nil {
 		return err
 	}
+	// One table at a time: a node of many routes holds one VPC's while it
+	// reads, not every VPC's.
 	for vpc := range k.Devices() {
 		dom, err := k.Domain(vpc)
 		if err != nil || dom == nil {
 			continue
 		}
+		if err := k.ReadTables([]int{dom.Table}); err != nil {
+			return err
+		}
 		d.holder.Seed(vpc, k.Installed(vpc, dom))
+		k.Forget([]int{dom.Table})
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -125,19 +126,18 @@ type kernelPass struct {
 	// lockErr is set when the node lock could not be taken: nothing was
 	// written and the pass ends there, to be retried.
 	lockErr error
+	// routesOnly is set when the pass read no devices: its VPCs'
+	// neighbours are those it last wrote.
+	routesOnly bool
 }
 
-// read reads the kernel: all of it on a full pass, else all but the
-// routes, which routesStage reads for the tables it plans.
+// read reads the kernel but for the routes, which routesStage reads a
+// few tables at a time for the VPCs it plans.
 func (kp *kernelPass) read() {
 	if kp.k != nil || kp.readErr != nil {
 		return
 	}
-	if kp.full {
-		kp.k, kp.readErr = kp.d.plane.Read()
-	} else {
-		kp.k, kp.readErr = kp.d.plane.ReadDevices()
-	}
+	kp.k, kp.readErr = kp.d.plane.ReadDevices()
 	if kp.readErr != nil {
 		kp.d.log.Error("reading the kernel", "error", kp.readErr)
 		return
@@ -268,7 +268,6 @@ func (m remoteMap) VTEPs() []netip.Addr                  { return vtepsOf(m) }
 // and devices.
 func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted) {
 	d := kp.d
-	var tables []int
 	remotes := map[string][]dataplane.Remote{}
 	for vpc := range devices {
 		if !kp.dirty[vpc] && !kp.marked[vpc] && !w.Changed(vpc) {
@@ -281,53 +280,70 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 		kp.routes[vpc] = true
 		if !kp.dirty[vpc] {
 			kp.next[vpc] = d.synced[vpc]
-			tables = append(tables, d.synced[vpc].dom.Table)
 		}
 	}
-	if kp.k != nil && kp.readErr == nil && len(kp.routes) > 0 {
-		// A read for devices has the routes of no table yet.
-		var need []int
-		for vpc := range kp.routes {
+	// The tables are read a few at a time and let go once planned, so a
+	// pass over every VPC (a resync) holds a few tables' routes, not the
+	// node's.
+	vpcs := slices.Sorted(maps.Keys(kp.routes))
+	for len(vpcs) > 0 && kp.readErr == nil {
+		chunk := vpcs[:min(tablesPerRead, len(vpcs))]
+		vpcs = vpcs[len(chunk):]
+		tables := make([]int, 0, len(chunk))
+		for _, vpc := range chunk {
 			if s, ok := kp.next[vpc]; ok && s.dom != nil {
-				need = append(need, s.dom.Table)
+				tables = append(tables, s.dom.Table)
 			}
 		}
-		if kp.readErr = kp.k.ReadTables(need); kp.readErr != nil {
-			d.log.Error("reading the kernel", "error", kp.readErr)
-		} else {
-			kp.cost.read = kp.k.Objects
-		}
-	}
-	if kp.k == nil && kp.readErr == nil && len(kp.routes) > 0 {
-		kp.k, kp.readErr = d.plane.ReadRoutes(tables)
+		kp.readTables(tables, chunk)
 		if kp.readErr != nil {
 			d.log.Error("reading the kernel", "error", kp.readErr)
-		} else {
-			kp.cost.read = kp.k.Objects
-			for vpc := range kp.routes {
-				s := d.synced[vpc]
-				kp.k.Neighs[s.dev.Index], kp.k.FDB[s.dev.Index] = s.neighs, s.fdb
+			break
+		}
+		for _, vpc := range chunk {
+			pl := kp.plans[vpc]
+			if pl == nil {
+				pl = &dataplane.Plan{}
+				kp.plans[vpc] = pl
 			}
+			s := kp.next[vpc]
+			d.plane.PlanRoutes(devices[vpc], s.dom, remotes[vpc], kp.k, pl)
+			s.neighs, s.fdb = pl.Neighs, pl.FDB
+			s.remotes = sumOf(remotes[vpc])
+			kp.next[vpc] = s
 		}
+		kp.k.Forget(tables)
 	}
-	for vpc, dev := range devices {
-		if !kp.routes[vpc] {
-			continue
-		}
-		if kp.readErr != nil {
+	if kp.readErr != nil {
+		for vpc := range kp.routes {
 			delete(kp.next, vpc)
-			continue
 		}
-		pl := kp.plans[vpc]
-		if pl == nil {
-			pl = &dataplane.Plan{}
-			kp.plans[vpc] = pl
+	}
+}
+
+// tablesPerRead is how many VPC tables a pass holds at once.
+const tablesPerRead = 32
+
+// readTables reads the routes of tables, for the VPCs of chunk. A pass
+// that read devices adds them to that read; one that did not reads only
+// them, and takes the chunk's neighbours and FDB entries from what it
+// last wrote.
+func (kp *kernelPass) readTables(tables []int, chunk []string) {
+	if kp.k != nil {
+		kp.readErr = kp.k.ReadTables(tables)
+	} else {
+		kp.k, kp.readErr = kp.d.plane.ReadRoutes(tables)
+		kp.routesOnly = true
+	}
+	if kp.readErr != nil {
+		return
+	}
+	kp.cost.read = kp.k.Objects
+	if kp.routesOnly {
+		for _, vpc := range chunk {
+			s := kp.d.synced[vpc]
+			kp.k.Neighs[s.dev.Index], kp.k.FDB[s.dev.Index] = s.neighs, s.fdb
 		}
-		s := kp.next[vpc]
-		d.plane.PlanRoutes(dev, s.dom, remotes[vpc], kp.k, pl)
-		s.neighs, s.fdb = pl.Neighs, pl.FDB
-		s.remotes = sumOf(remotes[vpc])
-		kp.next[vpc] = s
 	}
 }
 

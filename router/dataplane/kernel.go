@@ -209,16 +209,25 @@ func (p Plane) ReadRoutes(tables []int) (*Kernel, error) {
 		return nil, err
 	}
 	defer h.Close()
-	k := &Kernel{Routes: map[int][]netlink.Route{}, Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}}
+	k := &Kernel{Routes: map[int][]netlink.Route{}, Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}, tables: map[int]bool{}}
 	for _, t := range tables {
 		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: t}, netlink.RT_FILTER_TABLE)
 		if err != nil {
 			return nil, fmt.Errorf("listing table %d: %w", t, err)
 		}
 		k.Routes[t] = rs
+		k.tables[t] = true
 		k.Objects += len(rs)
 	}
 	return k, nil
+}
+
+// Forget lets go of the routes of tables already planned; they are not
+// read again.
+func (k *Kernel) Forget(tables []int) {
+	for _, t := range tables {
+		delete(k.Routes, t)
+	}
 }
 
 // readNeighbours keeps every device's permanent neighbours and FDB entries.
