@@ -272,6 +272,18 @@ func (a *Adj) Sessions(peers []string) (anyUp, anySynced, allSynced bool) {
 	return anyUp, anySynced, allSynced
 }
 
+// Current counts the paths live sessions sent that the RIB view holds:
+// what the speaker's Adj-RIB-In holds of the member route targets.
+func (a *Adj) Current() int {
+	n := 0
+	for _, p := range a.peers {
+		if p.established {
+			n += len(p.paths) - len(p.stale)
+		}
+	}
+	return n
+}
+
 // Established reports each known peer's session.
 func (a *Adj) Established() map[string]bool {
 	out := map[string]bool{}

@@ -209,3 +209,26 @@ func TestAnotherNodesPathWithThisNodesRouterIDIsADuplicate(t *testing.T) {
 		t.Fatalf("duplicates %v without one", got)
 	}
 }
+
+func TestCurrentCountsTheLiveSessionsPathsNotTheStaleOnes(t *testing.T) {
+	r1, r2 := "192.0.2.1", "192.0.2.2"
+	p5 := received("192.0.2.12", "10.20.0.5/32", 10100, 0, false)
+	p6 := received("192.0.2.12", "10.20.0.6/32", 10100, 0, false)
+	a := &Adj{Stale: time.Hour, Sync: time.Minute}
+	for _, e := range []speaker.Event{up(r1), up(r2), paths(r1, p5, p6), paths(r2, p5)} {
+		a.Apply(epochAdj, e)
+	}
+	if got := a.Current(); got != 3 {
+		t.Fatalf("current %d, want the 3 paths both sessions sent", got)
+	}
+	// r1's paths turn stale: its Adj-RIB-In is gone with the session.
+	a.Apply(epochAdj, down(r1, "IDLE"))
+	if got := a.Current(); got != 1 {
+		t.Fatalf("current %d after r1 went down, want r2's 1", got)
+	}
+	a.Apply(epochAdj, up(r1))
+	a.Apply(epochAdj, paths(r1, p5))
+	if got := a.Current(); got != 2 {
+		t.Fatalf("current %d after r1 sent one path again, want 2", got)
+	}
+}

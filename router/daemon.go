@@ -111,16 +111,22 @@ type Daemon struct {
 	announced map[speaker.Key]speaker.Route
 	imp       Importer
 	holder    Holder
-	// ribSize is the RIB view's paths at the last pass, for the metrics.
-	ribSize  atomic.Int64
-	start    time.Time
-	ribReady bool
-	rdsDirty bool
+	// ribSize is the RIB view's paths at the last pass, adjCurrent the
+	// live sessions' paths the RIB view holds, for the metrics.
+	ribSize    atomic.Int64
+	adjCurrent atomic.Int64
+	start      time.Time
+	ribReady   bool
+	rdsDirty   bool
 	// deviceErrs are the VPCs whose VXLAN device could not be ensured on
 	// the last pass, failures how many passes in a row had one.
 	deviceErrs map[string]error
 	failures   int
 	dups       []netip.Addr
+	// rejected is what the speaker last said it refused, read at
+	// rejectedAt.
+	rejected   []speaker.Received
+	rejectedAt time.Time
 	// synced is what each VPC's kernel state was made at its last sync,
 	// marks what the kernel watches saw change since, vteps the packet
 	// filter's last VTEP set: a pass reads and writes only what moved.
@@ -514,6 +520,7 @@ func (d *Daemon) snapshot(now time.Time) (changes []ribChange, anyPeer, synced b
 	defer d.mu.Unlock()
 	next = d.adj.Expire(now)
 	changes = d.adj.TakeChanges()
+	d.adjCurrent.Store(int64(d.adj.Current()))
 	peers := make([]string, 0, len(d.cfg.Peers))
 	for _, p := range d.cfg.Peers {
 		peers = append(peers, p.Address.String())
@@ -603,15 +610,24 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	return next
 }
 
+// rejectedEvery is how often checkDuplicates asks the speaker what it
+// refused: a misconfigured router ID is reported within it.
+const rejectedEvery = 5 * time.Second
+
 // checkDuplicates reports other nodes whose paths carry this node's
 // router ID: their RDs and this node's collide at the reflectors.
 func (d *Daemon) checkDuplicates(ctx context.Context) {
 	// Over a reflector the other node's paths carry this router ID as
-	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too.
-	rejected, err := d.spk.Rejected(ctx)
-	if err != nil {
-		d.log.Warn("reading refused paths", "error", err)
+	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too,
+	// every rejectedEvery (asking costs a count of every received path).
+	if now := time.Now(); now.Sub(d.rejectedAt) >= rejectedEvery {
+		rejected, err := d.spk.Rejected(ctx)
+		if err != nil {
+			d.log.Warn("reading refused paths", "error", err)
+		}
+		d.rejected, d.rejectedAt = rejected, now
 	}
+	rejected := d.rejected
 	dups := d.imp.Duplicates()
 	if len(rejected) > 0 {
 		seen := RIB{}

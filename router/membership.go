@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,6 +102,28 @@ type scaleCollector struct {
 	spk atomic.Pointer[speaker.GoBGP]
 	// rtcPeers is what was saved last; only the loop touches it.
 	rtcPeers []netip.Addr
+	// in is the last count of the Adj-RIB-In, read at inAt: counting
+	// walks GoBGP's tables, so scrapes within a second share one.
+	inMu sync.Mutex
+	in   int
+	inAt time.Time
+}
+
+// adjInFor is how long a count of the Adj-RIB-In serves scrapes.
+const adjInFor = time.Second
+
+func (c *scaleCollector) adjIn(ctx context.Context, spk *speaker.GoBGP) (int, error) {
+	c.inMu.Lock()
+	defer c.inMu.Unlock()
+	if time.Since(c.inAt) < adjInFor {
+		return c.in, nil
+	}
+	in, err := spk.AdjIn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	c.in, c.inAt = in, time.Now()
+	return in, nil
 }
 
 func (c *scaleCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -117,8 +140,10 @@ func (c *scaleCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if in, filtered, err := spk.AdjIn(ctx); err == nil {
+	if in, err := c.adjIn(ctx, spk); err == nil {
 		ch <- prometheus.MustNewConstMetric(adjInDesc, prometheus.GaugeValue, float64(in))
+		// The RIB view holds every member path of the live sessions.
+		filtered := max(0, in-int(c.d.adjCurrent.Load()))
 		ch <- prometheus.MustNewConstMetric(filteredDesc, prometheus.GaugeValue, float64(filtered))
 	}
 	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(len(spk.Membership())))

@@ -360,6 +360,9 @@ func (g *GoBGP) callbacks(deliver func(Event)) server.WatchEventMessageCallbacks
 		OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 			if ev.Type == apiutil.PEER_EVENT_STATE {
 				st := peerState(ev.Peer.State.NeighborAddress, ev.Peer.State.SessionState)
+				if st.Established {
+					g.sawSession(ev.Peer.State.NeighborAddress.Unmap(), negotiatedRTC(ev.Peer.State.RemoteCap))
+				}
 				deliver(Event{Kind: EventPeer, Peer: st.Address, State: st})
 			}
 		},

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,11 +20,8 @@ var rtcFamily = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_ROUTE_
 // rtc is rtcFamily as GoBGP's native API names it.
 var rtc = bgp.RF_RTC_UC
 
-// Names of the import filter's GoBGP objects.
-const (
-	filterSet    = "galactic-vpcs"
-	filterPolicy = "galactic-import"
-)
+// filterPolicy is the import policy's name in GoBGP.
+const filterPolicy = "galactic-import"
 
 // rtcDeferral bounds how long a speaker that negotiated rtc waits for its
 // peer's memberships (their End-of-RIB) before it sends l2vpn-evpn.
@@ -51,14 +46,12 @@ func (m *memberSet) any(r Received) bool {
 	return false
 }
 
-// membership is the route targets the node imports: the import filter
-// and the RTC paths announced for them.
+// membership is the route targets the node imports: the watcher's
+// filter and the RTC paths announced for them.
 type membership struct {
 	mu   sync.Mutex
 	rts  map[RouteTarget]*apiutil.Path // RTC path by route target (see GoBGP.own)
 	init bool
-	// pattern is the filter's one entry.
-	pattern string
 	// known are the peers a previous run saw negotiate rtc; seen is what
 	// this run saw each peer negotiate.
 	known map[netip.Addr]bool
@@ -83,48 +76,21 @@ func rtcAfiSafi(gr bool) *api.AfiSafi {
 	return af
 }
 
-// filterRegexp matches the route targets of rts, as GoBGP prints a
-// two-octet-AS route target; none matches nothing.
-func filterRegexp(rts []RouteTarget) string {
-	if len(rts) == 0 {
-		return "^$"
-	}
-	byASN := map[uint16][]string{}
-	for _, rt := range rts {
-		byASN[rt.ASN] = append(byASN[rt.ASN], strconv.FormatUint(uint64(rt.Value), 10))
-	}
-	var alts []string
-	for asn, vnis := range byASN {
-		slices.Sort(vnis)
-		alts = append(alts, fmt.Sprintf("%d:(?:%s)", asn, strings.Join(vnis, "|")))
-	}
-	slices.Sort(alts)
-	return "^(?:" + strings.Join(alts, "|") + ")$"
-}
-
 // installFilter sets up the import policy, with the initial membership,
-// before any peer is added: paths of l2vpn-evpn from peers are accepted
-// only with a route target of the membership; this node's own paths and
-// other families pass.
+// before any peer is added. The router reads what peers send from the
+// watcher (Adj-RIB-In, keeping only member route targets) and selects
+// itself, so no received l2vpn-evpn path enters GoBGP's loc-RIB: none
+// costs a best-path run, a second copy or a re-evaluation when the
+// membership changes. This node's own paths and other families pass.
 func (g *GoBGP) installFilter(ctx context.Context, o Options) error {
 	g.members.known, g.members.seen = map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	for _, a := range o.RTCPeers {
 		g.members.known[a] = true
 	}
-	g.members.pattern = "rt:" + filterRegexp(nil)
-	if err := g.s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{
-		DefinedType: api.DefinedType_DEFINED_TYPE_EXT_COMMUNITY, Name: filterSet, List: []string{g.members.pattern},
-	}}); err != nil {
-		return fmt.Errorf("import filter: %w", err)
-	}
 	accept := &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}
 	policy := &api.Policy{Name: filterPolicy, Statements: []*api.Statement{
 		{Name: "own-paths", Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL}, Actions: accept},
-		{Name: "member-route-targets", Conditions: &api.Conditions{
-			AfiSafiIn:       []*api.Family{evpnFamily},
-			ExtCommunitySet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: filterSet},
-		}, Actions: accept},
-		{Name: "other-route-targets", Conditions: &api.Conditions{AfiSafiIn: []*api.Family{evpnFamily}},
+		{Name: "peers-paths", Conditions: &api.Conditions{AfiSafiIn: []*api.Family{evpnFamily}},
 			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}},
 	}}
 	if err := g.s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
@@ -156,31 +122,35 @@ func (g *GoBGP) offerRTC(peer netip.Addr, restarting bool) bool {
 	return g.members.known[peer]
 }
 
-// RTCPeers are the peers known to negotiate rtc: what the sessions up
-// now negotiated, and for the others what was known before.
+// RTCPeers are the peers known to negotiate rtc: what the sessions that
+// came up negotiated, and for the others what was known before. With the
+// watcher running the sessions' capabilities come from its events; GoBGP's
+// peer listing counts every received path, a walk of its tables.
 func (g *GoBGP) RTCPeers(ctx context.Context) ([]netip.Addr, error) {
-	up := map[netip.Addr]bool{}
-	err := g.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		st := p.GetState()
-		addr, err := netip.ParseAddr(st.GetNeighborAddress())
-		if err != nil || st.GetSessionState() != api.PeerState_SESSION_STATE_ESTABLISHED {
-			return
-		}
-		up[addr] = false
-		for _, c := range st.GetRemoteCap() {
-			if f := c.GetMultiProtocol().GetFamily(); f.GetAfi() == rtcFamily.Afi && f.GetSafi() == rtcFamily.Safi {
-				up[addr] = true
+	if g.onEvent == nil {
+		up := map[netip.Addr]bool{}
+		err := g.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+			st := p.GetState()
+			addr, err := netip.ParseAddr(st.GetNeighborAddress())
+			if err != nil || st.GetSessionState() != api.PeerState_SESSION_STATE_ESTABLISHED {
+				return
 			}
+			up[addr] = false
+			for _, c := range st.GetRemoteCap() {
+				if f := c.GetMultiProtocol().GetFamily(); f.GetAfi() == rtcFamily.Afi && f.GetSafi() == rtcFamily.Safi {
+					up[addr] = true
+				}
+			}
+		})
+		if err != nil {
+			return nil, err
 		}
-	})
-	if err != nil {
-		return nil, err
+		for a, rtc := range up {
+			g.sawSession(a, rtc)
+		}
 	}
 	g.members.mu.Lock()
 	defer g.members.mu.Unlock()
-	for a, rtc := range up {
-		g.members.seen[a] = rtc
-	}
 	var out []netip.Addr
 	for _, p := range g.cfg.Peers {
 		rtc, seen := g.members.seen[p.Address]
@@ -191,12 +161,31 @@ func (g *GoBGP) RTCPeers(ctx context.Context) ([]netip.Addr, error) {
 	return out, nil
 }
 
+// sawSession records whether an established session negotiated rtc.
+func (g *GoBGP) sawSession(peer netip.Addr, rtc bool) {
+	g.members.mu.Lock()
+	defer g.members.mu.Unlock()
+	if g.members.seen != nil {
+		g.members.seen[peer] = rtc
+	}
+}
+
+// negotiatedRTC says whether the capabilities a peer sent include rtc.
+func negotiatedRTC(caps []bgp.ParameterCapabilityInterface) bool {
+	for _, c := range caps {
+		if mp, ok := c.(*bgp.CapMultiProtocol); ok && mp.CapValue == rtc {
+			return true
+		}
+	}
+	return false
+}
+
 // SetMembership makes rts the route targets this node imports. Paths of
 // other route targets are dropped as they arrive, before the RIB; a peer
 // that negotiated rtc is told the membership (RFC 4684) and sends only
 // those. An added route target gets the paths the peers already sent at
-// once (a soft reset in), a removed one loses them. Unchanged, it does
-// nothing.
+// once (read from their Adj-RIB-In), a removed one loses them.
+// Unchanged, it does nothing.
 func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 	m := &g.members
 	m.mu.Lock()
@@ -227,45 +216,35 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 	}
 	// Stop asking for what goes before the filter drops it, and open the
 	// filter before asking for what comes.
-	for _, rt := range removed {
-		if err := g.s.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{m.rts[rt]}}); err != nil {
-			return fmt.Errorf("withdrawing membership %s: %w", rt, err)
+	if len(removed) > 0 {
+		gone := make([]*apiutil.Path, 0, len(removed))
+		for _, rt := range removed {
+			gone = append(gone, m.rts[rt])
 		}
-		delete(m.rts, rt)
+		if err := g.s.DeletePath(apiutil.DeletePathRequest{Paths: gone}); err != nil {
+			return fmt.Errorf("withdrawing %d memberships: %w", len(removed), err)
+		}
+		for _, rt := range removed {
+			delete(m.rts, rt)
+		}
 	}
-	list := make([]RouteTarget, 0, len(want))
-	for rt := range want {
-		list = append(list, rt)
-	}
-	// GoBGP's replace swaps the set object under the policy's feet (the
-	// policy keeps matching the old one), so the new pattern is appended
-	// and the old one removed.
-	next := "rt:" + filterRegexp(list)
-	if err := g.s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{
-		DefinedType: api.DefinedType_DEFINED_TYPE_EXT_COMMUNITY, Name: filterSet, List: []string{next},
-	}}); err != nil {
-		return fmt.Errorf("import filter: %w", err)
-	}
-	if err := g.s.DeleteDefinedSet(ctx, &api.DeleteDefinedSetRequest{DefinedSet: &api.DefinedSet{
-		DefinedType: api.DefinedType_DEFINED_TYPE_EXT_COMMUNITY, Name: filterSet, List: []string{m.pattern},
-	}}); err != nil {
-		return fmt.Errorf("import filter: %w", err)
-	}
-	m.pattern = next
 	set := memberSet(want)
 	m.set.Store(&set)
-	if err := g.s.ResetPeer(ctx, &api.ResetPeerRequest{Address: "all", Soft: true, Direction: api.ResetPeerRequest_DIRECTION_IN}); err != nil {
-		return fmt.Errorf("re-reading the peers' paths: %w", err)
-	}
-	for _, rt := range added {
-		p, err := rtcPath(g.cfg.ASN, &rt, g.cfg.Underlay)
-		if err != nil {
-			return err
+	if len(added) > 0 {
+		paths := make([]*apiutil.Path, 0, len(added))
+		for _, rt := range added {
+			p, err := rtcPath(g.cfg.ASN, &rt, g.cfg.Underlay)
+			if err != nil {
+				return err
+			}
+			paths = append(paths, p)
 		}
-		if _, err := g.s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
-			return fmt.Errorf("announcing membership %s: %w", rt, err)
+		if _, err := g.s.AddPath(apiutil.AddPathRequest{Paths: paths}); err != nil {
+			return fmt.Errorf("announcing %d memberships: %w", len(added), err)
 		}
-		m.rts[rt] = p
+		for i, rt := range added {
+			m.rts[rt] = paths[i]
+		}
 	}
 	return g.catchUp(ctx, added, removed, set)
 }
@@ -354,10 +333,10 @@ func rtcPath(asn uint32, rt *RouteTarget, nextHop netip.Addr) (*apiutil.Path, er
 	return &apiutil.Path{Family: rtc, Nlri: nlri, Attrs: attrs, Age: time.Now().Unix()}, nil
 }
 
-// AdjIn counts, over the configured peers, the l2vpn-evpn paths received
-// (adj-RIB-in, before the import filter) and those the filter keeps out
-// of the RIB.
-func (g *GoBGP) AdjIn(ctx context.Context) (received, filtered int, err error) {
+// AdjIn counts the l2vpn-evpn paths the configured peers sent (their
+// Adj-RIB-In, before the watcher's filter); GoBGP counts them by walking
+// the tables.
+func (g *GoBGP) AdjIn(ctx context.Context) (received int, err error) {
 	for _, p := range g.cfg.Peers {
 		res, err := g.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Family: evpnFamily, Name: p.Address.String()})
 		if err != nil {
@@ -366,12 +345,5 @@ func (g *GoBGP) AdjIn(ctx context.Context) (received, filtered int, err error) {
 		}
 		received += int(res.NumAccepted)
 	}
-	res, err := g.s.GetTable(ctx, &api.GetTableRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: evpnFamily})
-	if err != nil {
-		return received, 0, err
-	}
-	g.mu.Lock()
-	own := len(g.own)
-	g.mu.Unlock()
-	return received, max(0, received-(int(res.NumPath)-own)), nil
+	return received, nil
 }
