@@ -123,10 +123,10 @@ type Daemon struct {
 	deviceErrs map[string]error
 	failures   int
 	dups       []netip.Addr
-	// rejected is what the speaker last said it refused, read at
-	// rejectedAt.
-	rejected   []speaker.Received
-	rejectedAt time.Time
+	// rejected is what the speaker last said it refused; it is asked
+	// again from rejectedNext.
+	rejected     []speaker.Received
+	rejectedNext time.Time
 	// synced is what each VPC's kernel state was made at its last sync,
 	// marks what the kernel watches saw change since, vteps the packet
 	// filter's last VTEP set: a pass reads and writes only what moved.
@@ -611,7 +611,8 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 }
 
 // rejectedEvery is how often checkDuplicates asks the speaker what it
-// refused: a misconfigured router ID is reported within it.
+// refused, unless asking takes long: a misconfigured router ID is
+// reported within it.
 const rejectedEvery = 5 * time.Second
 
 // checkDuplicates reports other nodes whose paths carry this node's
@@ -620,12 +621,14 @@ func (d *Daemon) checkDuplicates(ctx context.Context) {
 	// Over a reflector the other node's paths carry this router ID as
 	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too,
 	// every rejectedEvery (asking costs a count of every received path).
-	if now := time.Now(); now.Sub(d.rejectedAt) >= rejectedEvery {
+	if now := time.Now(); !now.Before(d.rejectedNext) {
 		rejected, err := d.spk.Rejected(ctx)
 		if err != nil {
 			d.log.Warn("reading refused paths", "error", err)
 		}
-		d.rejected, d.rejectedAt = rejected, now
+		// At most a fiftieth of the time asking: the count grows with the
+		// paths received.
+		d.rejected, d.rejectedNext = rejected, now.Add(max(rejectedEvery, 50*time.Since(now)))
 	}
 	rejected := d.rejected
 	dups := d.imp.Duplicates()

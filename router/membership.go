@@ -102,27 +102,29 @@ type scaleCollector struct {
 	spk atomic.Pointer[speaker.GoBGP]
 	// rtcPeers is what was saved last; only the loop touches it.
 	rtcPeers []netip.Addr
-	// in is the last count of the Adj-RIB-In, read at inAt: counting
-	// walks GoBGP's tables, so scrapes within a second share one.
-	inMu sync.Mutex
-	in   int
-	inAt time.Time
+	// in is the last count of the Adj-RIB-In, served until inNext:
+	// counting walks GoBGP's tables, so scrapes close together share one.
+	inMu   sync.Mutex
+	in     int
+	inNext time.Time
 }
 
-// adjInFor is how long a count of the Adj-RIB-In serves scrapes.
+// adjInFor is how long a count of the Adj-RIB-In serves scrapes at least;
+// a count that took long serves fifty times as long.
 const adjInFor = time.Second
 
 func (c *scaleCollector) adjIn(ctx context.Context, spk *speaker.GoBGP) (int, error) {
 	c.inMu.Lock()
 	defer c.inMu.Unlock()
-	if time.Since(c.inAt) < adjInFor {
+	now := time.Now()
+	if now.Before(c.inNext) {
 		return c.in, nil
 	}
 	in, err := spk.AdjIn(ctx)
 	if err != nil {
 		return 0, err
 	}
-	c.in, c.inAt = in, time.Now()
+	c.in, c.inNext = in, now.Add(max(adjInFor, 50*time.Since(now)))
 	return in, nil
 }
 

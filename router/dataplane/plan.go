@@ -37,6 +37,20 @@ type Plan struct {
 	replaces []netip.Prefix
 	table    int
 	foreign  map[netip.Prefix]bool
+	// h carries the writes while Apply runs: one netlink socket for the
+	// plan, not one opened and closed per route.
+	h *netlink.Handle
+}
+
+// oneShot is a handle that opens a socket per request, for writes
+// outside Apply.
+var oneShot = &netlink.Handle{}
+
+func (pl *Plan) writer() *netlink.Handle {
+	if pl.h != nil {
+		return pl.h
+	}
+	return oneShot
 }
 
 // Writes is how many netlink writes the plan holds.
@@ -45,6 +59,10 @@ func (pl *Plan) Writes() int { return len(pl.device) + len(pl.ops) }
 // Apply runs the writes; call it with the node lock held. A failed
 // device write (device) stops the plan; the others are joined in err.
 func (pl *Plan) Apply() (device, err error) {
+	if h, err := netlink.NewHandle(unix.NETLINK_ROUTE); err == nil {
+		pl.h = h
+		defer func() { h.Close(); pl.h = nil }()
+	}
 	if len(pl.replaces) > 0 {
 		k, err := Plane{}.ReadRoutes([]int{pl.table})
 		if err != nil {
@@ -314,7 +332,7 @@ func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *K
 		// sent back through the library.
 		del := netlink.Route{Dst: r.Dst, Table: r.Table, Protocol: r.Protocol, LinkIndex: r.LinkIndex}
 		pl.ops = append(pl.ops, func() error {
-			if err := netlink.RouteDel(&del); err != nil && !errors.Is(err, unix.ESRCH) {
+			if err := pl.writer().RouteDel(&del); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("removing %s from table %d: %w", pfx, d.Table, err)
 			}
 			pl.Changes.Removed++
@@ -350,10 +368,10 @@ func (p Plane) writeRoute(dev *Device, d *routing.Domain, pfx netip.Prefix, gw n
 	case gw.Is4In6():
 		err = replaceMappedRoute(pfx, gw, dev.Index, d.Table, have)
 	case have:
-		err = netlink.RouteReplace(&netlink.Route{Dst: routing.IPNet(pfx), Gw: gw.AsSlice(), LinkIndex: dev.Index, Table: d.Table,
+		err = pl.writer().RouteReplace(&netlink.Route{Dst: routing.IPNet(pfx), Gw: gw.AsSlice(), LinkIndex: dev.Index, Table: d.Table,
 			Protocol: Protocol, Flags: int(netlink.FLAG_ONLINK)})
 	default:
-		err = netlink.RouteAdd(&netlink.Route{Dst: routing.IPNet(pfx), Gw: gw.AsSlice(), LinkIndex: dev.Index, Table: d.Table,
+		err = pl.writer().RouteAdd(&netlink.Route{Dst: routing.IPNet(pfx), Gw: gw.AsSlice(), LinkIndex: dev.Index, Table: d.Table,
 			Protocol: Protocol, Flags: int(netlink.FLAG_ONLINK)})
 	}
 	switch {
@@ -375,7 +393,7 @@ func ipEqual(a net.IP, b netip.Addr) bool {
 	return ok && x == b
 }
 
-func setNeigh(dev *Device, ip netip.Addr, mac net.HardwareAddr) error {
+func setNeigh(h *netlink.Handle, dev *Device, ip netip.Addr, mac net.HardwareAddr) error {
 	if ip.Is4In6() {
 		return setMappedNeigh(dev, ip, mac)
 	}
@@ -384,7 +402,7 @@ func setNeigh(dev *Device, ip netip.Addr, mac net.HardwareAddr) error {
 		fam = netlink.FAMILY_V6
 	}
 	n := &netlink.Neigh{LinkIndex: dev.Index, Family: fam, State: netlink.NUD_PERMANENT, IP: ip.AsSlice(), HardwareAddr: mac}
-	if err := netlink.NeighSet(n); err != nil {
+	if err := h.NeighSet(n); err != nil {
 		return fmt.Errorf("neighbour %s lladdr %s dev %s: %w", ip, mac, dev.Name, err)
 	}
 	return nil
@@ -415,7 +433,7 @@ func (p Plane) planNeighbours(dev *Device, have []netlink.Neigh, want map[netip.
 			if ip.Is4In6() {
 				return setMappedNeigh(dev, ip, nil)
 			}
-			return delNeigh(&n, "neighbour "+ip.String(), dev)
+			return delNeigh(pl.writer(), &n, "neighbour "+ip.String(), dev)
 		})
 	}
 	for ip, mac := range want {
@@ -423,7 +441,7 @@ func (p Plane) planNeighbours(dev *Device, have []netlink.Neigh, want map[netip.
 			continue
 		}
 		pl.ops = append(pl.ops, func() error {
-			err := setNeigh(dev, ip, mac)
+			err := setNeigh(pl.writer(), dev, ip, mac)
 			failed[ip] = err != nil
 			return err
 		})
@@ -432,8 +450,8 @@ func (p Plane) planNeighbours(dev *Device, have []netlink.Neigh, want map[netip.
 }
 
 // delNeigh removes a neighbour or FDB entry; one already gone is fine.
-func delNeigh(n *netlink.Neigh, what string, dev *Device) error {
-	if err := netlink.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+func delNeigh(h *netlink.Handle, n *netlink.Neigh, what string, dev *Device) error {
+	if err := h.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("removing %s dev %s: %w", what, dev.Name, err)
 	}
 	return nil
@@ -454,7 +472,7 @@ func (p Plane) planFDB(dev *Device, have []netlink.Neigh, want map[string]netip.
 		if mac == "00:00:00:00:00:00" {
 			continue
 		}
-		pl.ops = append(pl.ops, func() error { return delNeigh(&e, "FDB "+mac, dev) })
+		pl.ops = append(pl.ops, func() error { return delNeigh(pl.writer(), &e, "FDB "+mac, dev) })
 	}
 	for mac, dst := range want {
 		if ok[mac] {
@@ -466,7 +484,7 @@ func (p Plane) planFDB(dev *Device, have []netlink.Neigh, want map[string]netip.
 				LinkIndex: dev.Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
 				Flags: netlink.NTF_SELF, IP: dst.AsSlice(), HardwareAddr: hw,
 			}
-			if err := netlink.NeighAppend(n); err != nil && !errors.Is(err, unix.EEXIST) {
+			if err := pl.writer().NeighAppend(n); err != nil && !errors.Is(err, unix.EEXIST) {
 				return fmt.Errorf("FDB %s dst %s dev %s: %w", mac, dst, dev.Name, err)
 			}
 			return nil
