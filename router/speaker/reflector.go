@@ -60,6 +60,9 @@ func StartReflector(ctx context.Context, o ReflectorOptions) (*Reflector, error)
 			return fail(fmt.Errorf("watching peers: %w", err))
 		}
 	}
+	if err := r.keepMemberships(ctx); err != nil {
+		return fail(err)
+	}
 	if err := s.AddPeerGroup(ctx, &api.AddPeerGroupRequest{PeerGroup: r.group()}); err != nil {
 		return fail(fmt.Errorf("adding the client group: %w", err))
 	}
@@ -83,6 +86,32 @@ func StartReflector(ctx context.Context, o ReflectorOptions) (*Reflector, error)
 		return fail(fmt.Errorf("announcing the default membership: %w", err))
 	}
 	return r, nil
+}
+
+// reflectorExport is the reflector's export policy's name in GoBGP.
+const reflectorExport = "galactic-reflector-export"
+
+// keepMemberships makes the reflector send its clients its own default
+// membership and none of theirs. The default already asks each client for
+// everything; a client's membership reflected to the others would make
+// each of them (GoBGP) send again every path of that route target.
+func (r *Reflector) keepMemberships(ctx context.Context) error {
+	policy := &api.Policy{Name: reflectorExport, Statements: []*api.Statement{
+		{Name: "own-membership", Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}},
+		{Name: "clients-memberships", Conditions: &api.Conditions{AfiSafiIn: []*api.Family{rtcFamily}},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}},
+	}}
+	if err := r.s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
+		return fmt.Errorf("export policy: %w", err)
+	}
+	if err := r.s.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT,
+		Policies: []*api.Policy{{Name: reflectorExport}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
+	}}); err != nil {
+		return fmt.Errorf("export policy: %w", err)
+	}
+	return nil
 }
 
 func (r *Reflector) families() []*api.AfiSafi {

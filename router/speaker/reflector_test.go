@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+
 	"github.com/galactic-cni/galactic/router/config"
 )
 
@@ -82,6 +86,20 @@ func TestTheReflectorSendsEachClientOnlyTheRoutesOfItsMembership(t *testing.T) {
 	}
 	ribA.waitFor(t, 3)
 	ribB.waitFor(t)
+	// b hears the reflector's default membership and none of a's: each
+	// would make it send the paths of that route target again.
+	var heard []string
+	if err := b.s.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: rrAddr.String(), Family: rtc},
+		func(_ bgp.NLRI, ps []*apiutil.Path) {
+			for _, p := range ps {
+				heard = append(heard, p.Nlri.String())
+			}
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if len(heard) != 1 || heard[0] != bgp.NewRouteTargetMembershipNLRI(0, nil).String() {
+		t.Errorf("b holds the memberships %v from the reflector, want only its default", heard)
+	}
 	// A withdrawal reaches the members.
 	bAddr := netip.MustParseAddr("127.0.0.2")
 	if err := b.Withdraw(ctx, Key{RD: RD{Admin: bAddr, Assigned: 3}, Prefix: netip.PrefixFrom(bAddr, 32)}); err != nil {
