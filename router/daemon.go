@@ -583,6 +583,10 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		next = holdEnd
 	}
 	kp.routesStage(devices, &d.holder)
+	// The membership goes out before the writes, so the peers send a new
+	// VPC's routes while its device is made (a node of many new VPCs
+	// spends seconds on devices); a device that fails leaves it again below.
+	d.syncMembership(ctx, vnis, devices)
 	kp.apply(devices, &d.holder)
 	if kp.lockErr != nil {
 		d.failures++
