@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -310,6 +312,37 @@ func (l LibCNI) GC(ctx context.Context, valid ...types.GCAttachment) error {
 // are in the node too.
 func (n *Netns) Do(f func() error) error {
 	return ns.WithNetNSPath(n.Path, func(ns.NetNS) error { return f() })
+}
+
+// Get fetches url from inside the namespace: the connection's socket is
+// made there, the rest runs here, so polling a daemon's metrics spawns no
+// process. A status other than 200 is an error.
+func (n *Netns) Get(url string) (string, error) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := n.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(body), fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(body), nil
 }
 
 // nodeExec runs plugins with the node's environment added.

@@ -180,7 +180,7 @@ func (r *Reflector) Log() string {
 
 // Metric is one metric line's value (name with its labels, as printed).
 func (r *Reflector) Metric(name string) (float64, error) {
-	body, err := r.Netns.Run("curl", "-s", "-f", "http://"+r.Config.MetricsAddress+"/metrics")
+	body, err := r.Netns.Get("http://" + r.Config.MetricsAddress + "/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("%v: %s", err, body)
 	}

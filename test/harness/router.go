@@ -170,11 +170,7 @@ func (r *Router) Log() string {
 
 // Get fetches path from the router's metrics address inside the node.
 func (r *Router) Get(path string) (string, error) {
-	out, err := r.Node.Run("curl", "-s", "-f", "http://"+r.Config.MetricsAddress+path)
-	if err != nil {
-		return out, err
-	}
-	return out, nil
+	return r.Node.Get("http://" + r.Config.MetricsAddress + path)
 }
 
 // Metric returns the value of one metric line (name with its labels, as
