@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"maps"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +129,19 @@ type Daemon struct {
 	// again from rejectedNext.
 	rejected     []speaker.Received
 	rejectedNext time.Time
+	// apiEvents counts the informers' events that can change what is
+	// announced; listed is the last listing of the advertisements.
+	apiEvents atomic.Uint64
+	listed    struct {
+		adverts          []*v1alpha1.BGPAdvertisement
+		vnis             map[string]uint32
+		events, savedGen uint64
+	}
+	// exported fingerprints export's other inputs when it last ran, at
+	// exportedAt; savedGen counts the saved states written.
+	exported   uint64
+	exportedAt time.Time
+	savedGen   uint64
 	// synced is what each VPC's kernel state was made at its last sync,
 	// marks what the kernel watches saw change since, vteps the packet
 	// filter's last VTEP set: a pass reads and writes only what moved.
@@ -383,16 +398,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// The router's own status writes come back as updates: only a changed
 	// spec or labels can change what is announced.
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { d.trigger() },
+		AddFunc: func(any) { d.apiChanged() },
 		UpdateFunc: func(o, n any) {
 			a, okA := o.(*v1alpha1.BGPAdvertisement)
 			b, okB := n.(*v1alpha1.BGPAdvertisement)
 			if okA && okB && a.Generation == b.Generation && a.Generation != 0 && maps.Equal(a.Labels, b.Labels) {
 				return
 			}
-			d.trigger()
+			d.apiChanged()
 		},
-		DeleteFunc: func(any) { d.trigger() },
+		DeleteFunc: func(any) { d.apiChanged() },
 	}
 	d.advInf = cache.NewSharedIndexInformer(listWatch(d.o.Adverts.List, d.o.Adverts.Watch, names.NodeSelector(d.o.Node)),
 		&v1alpha1.BGPAdvertisement{}, 0, cache.Indexers{})
@@ -407,7 +422,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
 			&coordinationv1.Lease{}, 0, cache.Indexers{})
-		counted := func() { d.metrics.leaseEvents.Inc(); d.trigger() }
+		counted := func() { d.metrics.leaseEvents.Inc(); d.apiChanged() }
 		// A renewal changes only the renew time, which no judgement reads.
 		leaseHandler := cache.ResourceEventHandlerFuncs{
 			AddFunc: func(any) { counted() },
@@ -552,18 +567,12 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
 	}
 	d.checkDuplicates(ctx)
-	apiSynced := d.apiSynced()
-	var adverts []*v1alpha1.BGPAdvertisement
-	vnis := d.saved.VNIs
-	if apiSynced {
-		adverts = d.adverts()
-		vnis = ResolveVNIs(adverts, d.saved.VNIs)
-	}
-
 	full := d.lastFull.IsZero() || time.Since(d.lastFull) >= d.o.Resync || d.failures > 0
 	if full {
 		d.lastFull = time.Now()
 	}
+	apiSynced := d.apiSynced()
+	adverts, vnis, apiMoved := d.fromAPI(apiSynced, full)
 	kp, devices := d.devicesStage(vnis, full)
 	// The selection follows the RIB's changes exactly, so a resync only
 	// reads the kernel again.
@@ -600,8 +609,17 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	d.metrics.observeCost(kp.cost)
 	d.syncMembership(ctx, vnis, devices)
 
-	if apiSynced {
+	// Export and the saved state follow the API, the devices, the
+	// sessions and the entries' netns: a pass for remote routes alone
+	// changes none of them, so it skips both, but for the liveness of the
+	// entries, looked at again every liveEvery.
+	in := d.exportInputs(devices, anyPeer)
+	if apiSynced && (full || apiMoved || in != d.exported || now.Sub(d.exportedAt) >= liveEvery) {
 		d.export(ctx, adverts, vnis, devices, anyPeer)
+		d.exported, d.exportedAt = in, now
+		d.save(vnis, devices)
+	} else if !apiSynced || d.rdsDirty {
+		d.save(vnis, devices)
 	}
 	if len(d.deviceErrs) > 0 {
 		d.failures++
@@ -610,9 +628,63 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	}
 	d.metrics.set(len(d.announced), installed, established)
 	d.metrics.deviceErrors.Set(float64(len(d.deviceErrs)))
-	d.save(vnis, devices)
 	return next
 }
+
+// liveEvery is how often a pass that changes nothing else looks at the
+// entries' netns again (a workload gone without a DEL).
+const liveEvery = time.Second
+
+// apiChanged notes an informer event that can change what is announced
+// and starts a pass.
+func (d *Daemon) apiChanged() {
+	d.apiEvents.Add(1)
+	d.trigger()
+}
+
+// fromAPI is the node's advertisements and the VPCs' VNIs, listed again
+// only when the informers saw a change, the saved VNIs changed or on a
+// resync; moved says whether they were.
+func (d *Daemon) fromAPI(synced, full bool) (adverts []*v1alpha1.BGPAdvertisement, vnis map[string]uint32, moved bool) {
+	if !synced {
+		return nil, d.saved.VNIs, false
+	}
+	ev := d.apiEvents.Load()
+	if full || d.listed.adverts == nil || ev != d.listed.events || d.listed.savedGen != d.savedGen {
+		d.listed.adverts = d.adverts()
+		d.listed.vnis = ResolveVNIs(d.listed.adverts, d.saved.VNIs)
+		d.listed.events, d.listed.savedGen = ev, d.savedGen
+		moved = true
+	}
+	return d.listed.adverts, d.listed.vnis, moved
+}
+
+// exportInputs fingerprints what export reads besides the API: each
+// device's VPC, index and MAC, the VPCs whose device failed, the other
+// VTEPs with this router ID and whether a session is up.
+func (d *Daemon) exportInputs(devices map[string]*dataplane.Device, anyPeer bool) uint64 {
+	var sum uint64
+	for vpc, dev := range devices {
+		var h maphash.Hash
+		h.SetSeed(exportSeed)
+		h.WriteString(vpc)
+		h.WriteString(strconv.Itoa(dev.Index))
+		h.Write(dev.MAC)
+		sum += h.Sum64()
+	}
+	for vpc := range d.deviceErrs {
+		sum += maphash.String(exportSeed, "error "+vpc)
+	}
+	for _, v := range d.dups {
+		sum += maphash.String(exportSeed, "duplicate "+v.String())
+	}
+	if anyPeer {
+		sum++
+	}
+	return sum
+}
+
+var exportSeed = maphash.MakeSeed()
 
 // rejectedEvery is how often checkDuplicates asks the speaker what it
 // refused, unless asking takes long: a misconfigured router ID is
@@ -745,7 +817,13 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 	d.status.mu.Lock()
 	for _, adv := range adverts {
 		if v, ok := verdicts[adv.Name]; ok {
-			d.status.pending[adv.Name] = statusItem{adv: adv, want: Conditions(v, anyPeer)}
+			// The cached object is the last status written (or one whose
+			// write failed): queue only what it does not say yet.
+			if want := Conditions(v, anyPeer); conditionsDiffer(adv, want) {
+				d.status.pending[adv.Name] = statusItem{adv: adv, want: want}
+			} else {
+				delete(d.status.pending, adv.Name)
+			}
 		}
 	}
 	d.status.mu.Unlock()
@@ -779,4 +857,5 @@ func (d *Daemon) save(vnis map[string]uint32, devices map[string]*dataplane.Devi
 		return
 	}
 	d.saved, d.rdsDirty = next, false
+	d.savedGen++
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -73,6 +74,10 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.peers, m.announced, m.installed, m.received, m.updates, m.kernelChanges, m.statusWrites, m.leaseEvents, m.passDuration,
 		m.deviceErrors, m.duplicates, m.passes, m.objectsRead, m.kernelWrites, m.lockHeld, m.lastCost)
+	// The process's memory and CPU, and the Go heap's (go_gc_heap_live_bytes
+	// is what the last collection kept, the rest is garbage and headroom).
+	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsGC)))
 	return m
 }
 

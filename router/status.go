@@ -37,6 +37,9 @@ func Conditions(v Verdict, peerEstablished bool) []metav1.Condition {
 // whether anything changed. A condition's transition time moves only when
 // its status does; a HolderAvailable condition not wanted is removed.
 func withConditions(adv *v1alpha1.BGPAdvertisement, want []metav1.Condition, now metav1.Time) (*v1alpha1.BGPAdvertisement, bool) {
+	if !conditionsDiffer(adv, want) {
+		return adv, false
+	}
 	next := adv.DeepCopy()
 	changed := false
 	for _, c := range want {
@@ -59,6 +62,20 @@ func withConditions(adv *v1alpha1.BGPAdvertisement, want []metav1.Condition, now
 		changed = true
 	}
 	return next, changed
+}
+
+// conditionsDiffer says whether adv's status lacks a wanted condition as
+// wanted, or holds a HolderAvailable no longer wanted: withConditions
+// without the copy.
+func conditionsDiffer(adv *v1alpha1.BGPAdvertisement, want []metav1.Condition) bool {
+	for _, c := range want {
+		old := meta.FindStatusCondition(adv.Status.Conditions, c.Type)
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message || old.ObservedGeneration != adv.Generation {
+			return true
+		}
+	}
+	return meta.FindStatusCondition(want, v1alpha1.ConditionHolderAvailable) == nil &&
+		meta.FindStatusCondition(adv.Status.Conditions, v1alpha1.ConditionHolderAvailable) != nil
 }
 
 // WriteStatus writes the conditions that changed, each write guarded by
