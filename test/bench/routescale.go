@@ -170,12 +170,12 @@ func renderRouteScale(w *strings.Builder, r *Results) {
 		p("The large fabric (`%s=%s`): %d simulated nodes (GoBGP speakers of galactic's speaker code in one process), %s VPCs, %s routes; one real node.", scale.EnvLarge, rs.LargeSize,
 			l.Nodes, thousands(l.VPCs), thousands(l.Routes))
 		p("")
-		p("| via | node's VPCs | received | installed | router start → all installed | ADDs before the start | router CPU | router RSS (per route) | reflector RSS | announce → kernel p50 / p99 under churn |")
-		p("|---|---|---|---|---|---|---|---|---|---|")
+		p("| via | node's VPCs | received | installed | router start → all installed | ADDs before the start | router CPU | router RSS after the churn, peak (per route) | live heap | reflector RSS | announce → kernel p50 / p99 under churn |")
+		p("|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, row := range l.Rows {
-			p("| %s | %s | %s | %s | %s | %s | %s | %.0f MiB (%.1f KiB) | %.0f MiB | %s / %s (%d announces, %d updates/s) |", row.Via, thousands(row.VPCs), thousands(row.Received),
-				thousands(row.Installed), ms(row.Took), ms(row.ADDs), ms(row.CPU), row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)), row.ReflectorRSS,
-				ms(row.AnnounceP50), ms(row.AnnounceP99), row.Announces, row.ChurnPerSecond)
+			p("| %s | %s | %s | %s | %s | %s | %s | %.0f MiB, %.0f MiB (%.1f KiB) | %.0f MiB | %.0f MiB | %s / %s (%d announces, %d updates/s) |", row.Via, thousands(row.VPCs), thousands(row.Received),
+				thousands(row.Installed), ms(row.Took), ms(row.ADDs), ms(row.CPU), row.RSS, row.PeakRSS, 1024*max(row.RSS, row.PeakRSS)/float64(max(row.Installed, 1)),
+				row.LiveHeap, row.ReflectorRSS, ms(row.AnnounceP50), ms(row.AnnounceP99), row.Announces, row.ChurnPerSecond)
 		}
 		p("")
 		p("The galactic reflector in the same runs (%s sessions from the simulated nodes, plus the real node's):", thousands(l.Nodes))

@@ -75,6 +75,8 @@ func (g *GCDaemon) Terminate() { g.signal(syscall.SIGTERM) }
 // and open file descriptors.
 type ProcStats struct {
 	RSSKiB, Threads, FDs int
+	// PeakRSSKiB is the resident set's high-water mark.
+	PeakRSSKiB int
 }
 
 // ReadProcStats reads pid's ProcStats; ok is false when it is gone.
@@ -90,6 +92,9 @@ func ReadProcStats(pid int) (s ProcStats, ok bool) {
 		var v int
 		if n, _ := fmt.Sscanf(line, "VmRSS: %d kB", &v); n == 1 {
 			s.RSSKiB = v
+		}
+		if n, _ := fmt.Sscanf(line, "VmHWM: %d kB", &v); n == 1 {
+			s.PeakRSSKiB = v
 		}
 		if n, _ := fmt.Sscanf(line, "Threads: %d", &v); n == 1 {
 			s.Threads = v

@@ -42,6 +42,9 @@ type LargeRow struct {
 	// CPU time by then; RSS its resident set in MiB.
 	Took, ADDs, CPU time.Duration
 	RSS             float64
+	// LiveHeap is what the router's last garbage collection kept, in
+	// MiB, after the churn; PeakRSS its resident set's high-water mark.
+	LiveHeap, PeakRSS float64
 	// ReflectorRSS is the galactic reflector's, in MiB (0 for FRR);
 	// Load how long the simulated nodes took to get every route to it
 	// from their start, LoadCPU the reflector's CPU time by then, and

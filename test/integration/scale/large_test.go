@@ -171,6 +171,10 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 		// Each churn step is an announce and a withdrawal.
 		row.CPUPerUpdate = (cpu - churnCPU) / time.Duration(max(1, 2*len(top.sims.Announces())))
 	}
+	row.LiveHeap = metric(n, "go_gc_heap_live_bytes") / (1 << 20)
+	if st, ok := harness.ReadProcStats(n.Router.Pid()); ok {
+		row.RSS, row.PeakRSS = float64(st.RSSKiB)/1024, float64(st.PeakRSSKiB)/1024
+	}
 	if p := top.sims.Propagation(); len(p) > 0 {
 		row.PropagationP50, row.PropagationP99, row.Propagated = p[len(p)/2], p[min(len(p)-1, len(p)*99/100)], len(p)
 	}
@@ -179,9 +183,9 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	}
 	t.Logf("%s: the same announces from simulated node to simulated node through the reflector: p50 %s p99 %s over %d; reflector CPU %s an update; %d sessions came up again; the node's router ran %d passes meanwhile, %s each on average",
 		via, row.PropagationP50, row.PropagationP99, row.Propagated, row.CPUPerUpdate, row.Reestablished, row.ChurnPasses, row.ChurnPassMean)
-	t.Logf("%s: node in %d VPCs received %d, installed %d, %s after its router started (its ADDs before: %s); router CPU %s, RSS %.0f MiB (%.1f KiB a route); reflector RSS %.0f MiB; announce to kernel under %d updates/s: p50 %s p99 %s over %d",
+	t.Logf("%s: node in %d VPCs received %d, installed %d, %s after its router started (its ADDs before: %s); router CPU %s, RSS %.0f MiB (%.1f KiB a route; peak %.0f MiB; live heap %.0f MiB); reflector RSS %.0f MiB; announce to kernel under %d updates/s: p50 %s p99 %s over %d",
 		via, row.VPCs, row.Received, row.Installed, row.Took.Round(time.Millisecond), row.ADDs.Round(time.Millisecond), row.CPU, row.RSS, 1024*row.RSS/float64(max(row.Installed, 1)),
-		row.ReflectorRSS, largeChurn, row.AnnounceP50, row.AnnounceP99, row.Announces)
+		row.PeakRSS, row.LiveHeap, row.ReflectorRSS, largeChurn, row.AnnounceP50, row.AnnounceP99, row.Announces)
 	return row
 }
 
