@@ -144,7 +144,7 @@ func (p Plane) PlanDevice(vpc string, vni uint32, d *routing.Domain, k *Kernel, 
 		if uint32(v.VxlanId) != vni || src.Unmap() != p.Underlay || v.Port != VXLANPort || v.Learning {
 			old := l
 			pl.device = append(pl.device, func() error {
-				if err := netlink.LinkDel(old); err != nil {
+				if err := pl.writer().LinkDel(old); err != nil {
 					return fmt.Errorf("replacing %s: %w", name, err)
 				}
 				return nil
@@ -159,16 +159,16 @@ func (p Plane) PlanDevice(vpc string, vni uint32, d *routing.Domain, k *Kernel, 
 				LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu, HardwareAddr: dev.MAC},
 				VxlanId:   int(vni), SrcAddr: p.Underlay.AsSlice(), Port: VXLANPort, Learning: false,
 			}
-			if err := netlink.LinkAdd(v); err != nil {
+			if err := pl.writer().LinkAdd(v); err != nil {
 				return fmt.Errorf("creating VXLAN device %s (VNI %d): %w", name, vni, err)
 			}
-			made, err := netlink.LinkByName(name)
+			made, err := pl.writer().LinkByName(name)
 			if err != nil {
 				return err
 			}
 			dev.Index = made.Attrs().Index
-			if err := netlink.LinkSetAlias(made, routing.VXLANDeviceAlias(vpc)); err != nil {
-				_ = netlink.LinkDel(made)
+			if err := pl.writer().LinkSetAlias(made, routing.VXLANDeviceAlias(vpc)); err != nil {
+				_ = pl.writer().LinkDel(made)
 				return fmt.Errorf("setting the alias of %s: %w", name, err)
 			}
 			return nil
@@ -178,7 +178,7 @@ func (p Plane) PlanDevice(vpc string, vni uint32, d *routing.Domain, k *Kernel, 
 		up = l.Attrs().Flags&net.FlagUp != 0
 		if l.Attrs().MTU != mtu {
 			pl.device = append(pl.device, func() error {
-				if err := netlink.LinkSetMTU(linkAt(dev), mtu); err != nil {
+				if err := pl.writer().LinkSetMTU(linkAt(dev), mtu); err != nil {
 					return fmt.Errorf("setting MTU of %s: %w", name, err)
 				}
 				return nil
@@ -186,7 +186,7 @@ func (p Plane) PlanDevice(vpc string, vni uint32, d *routing.Domain, k *Kernel, 
 		}
 		if !bytes.Equal(l.Attrs().HardwareAddr, dev.MAC) {
 			pl.device = append(pl.device, func() error {
-				if err := netlink.LinkSetHardwareAddr(linkAt(dev), dev.MAC); err != nil {
+				if err := pl.writer().LinkSetHardwareAddr(linkAt(dev), dev.MAC); err != nil {
 					return fmt.Errorf("setting the MAC of %s: %w", name, err)
 				}
 				return nil
@@ -198,7 +198,7 @@ func (p Plane) PlanDevice(vpc string, vni uint32, d *routing.Domain, k *Kernel, 
 	}
 	if !up {
 		pl.device = append(pl.device, func() error {
-			if err := netlink.LinkSetUp(linkAt(dev)); err != nil {
+			if err := pl.writer().LinkSetUp(linkAt(dev)); err != nil {
 				return fmt.Errorf("bringing %s up: %w", name, err)
 			}
 			return nil
@@ -219,7 +219,7 @@ func (p Plane) planDomain(l netlink.Link, dev *Device, d *routing.Domain, k *Ker
 		}
 		if l == nil || l.Attrs().MasterIndex != vrf.Attrs().Index {
 			pl.device = append(pl.device, func() error {
-				if err := netlink.LinkSetMasterByIndex(linkAt(dev), vrf.Attrs().Index); err != nil {
+				if err := pl.writer().LinkSetMasterByIndex(linkAt(dev), vrf.Attrs().Index); err != nil {
 					return fmt.Errorf("enslaving %s to %s: %w", dev.Name, d.Device, err)
 				}
 				return nil
@@ -236,7 +236,7 @@ func (p Plane) planDomain(l netlink.Link, dev *Device, d *routing.Domain, k *Ker
 		pl.device = append(pl.device, func() error {
 			r := netlink.NewRule()
 			r.Family, r.Priority, r.Table, r.IifName, r.Protocol = f, routing.IifPriority, d.Table, dev.Name, Protocol
-			if err := netlink.RuleAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
+			if err := pl.writer().RuleAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
 				return fmt.Errorf("adding rule iif %s lookup %d: %w", dev.Name, d.Table, err)
 			}
 			return nil

@@ -92,8 +92,11 @@ type Node struct {
 	// CNIPath is where cnitool finds the plugins: the freshly built
 	// binaries unless an installer staged them elsewhere.
 	CNIPath string
-	env     *Env
-	fwd     *Forwarder
+	// RouterMemoryLimit, when set, is the memory limit of the routers the
+	// node starts (Router.MemoryLimit).
+	RouterMemoryLimit int64
+	env               *Env
+	fwd               *Forwarder
 }
 
 // NewNode creates a node called name with the API server reachable.

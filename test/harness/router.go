@@ -59,9 +59,12 @@ type Router struct {
 	ConfigPath string
 	LogPath    string
 	Args       []string
-	mu         sync.Mutex
-	cmd        *exec.Cmd
-	done       chan struct{}
+	// MemoryLimit, when set, starts the router in a memory cgroup of that
+	// many bytes, as a container's limit would.
+	MemoryLimit int64
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	done        chan struct{}
 }
 
 // RouterConfigPath is where a node's router.json goes.
@@ -97,7 +100,7 @@ func (n *Node) LaunchRouter(cfg RouterConfig, args ...string) (*Router, error) {
 // caller, for example by galactic-installer); Start starts it. Config is
 // left empty, so Get and Metric need MetricsAddress set.
 func (n *Node) NewRouter(configPath string, args ...string) *Router {
-	return &Router{Node: n, ConfigPath: configPath, LogPath: filepath.Join(n.Dir, "router.log"), Args: args}
+	return &Router{Node: n, ConfigPath: configPath, LogPath: filepath.Join(n.Dir, "router.log"), Args: args, MemoryLimit: n.RouterMemoryLimit}
 }
 
 // Start starts the process (again).
@@ -109,10 +112,23 @@ func (r *Router) Start() error {
 	}
 	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.ConfigPath}, r.Args...)
 	cmd := exec.Command("ip", args...)
+	cgroup := ""
+	if r.MemoryLimit > 0 {
+		var err error
+		if cgroup, err = memoryCgroup("galactic-router-"+r.Node.Name, r.MemoryLimit); err != nil {
+			return err
+		}
+		// The shell joins the cgroup and execs ip, which execs the router:
+		// one process, limited from its first allocation.
+		cmd = exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cgroup, "ip"}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
 	done, err := startLogged(cmd, r.LogPath)
 	if err != nil {
 		return err
+	}
+	if cgroup != "" {
+		go func() { <-done; os.Remove(cgroup) }()
 	}
 	r.cmd, r.done = cmd, done
 	return nil

@@ -100,6 +100,7 @@ func serve(cfg *config.Config, node settings.Node, resync time.Duration, bootIDF
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "galactic-router", "node", node.NodeName)
+	logMemoryLimit(log)
 	kc, err := client.LoadConfig(node.Kubeconfig)
 	if err != nil {
 		return err
@@ -187,6 +188,7 @@ func drain(node settings.Node, stdout io.Writer) error {
 
 func serveReflector(cfg *config.Config) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "galactic-router", "role", config.RoleReflector)
+	logMemoryLimit(log)
 	r := router.NewReflector(cfg, log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -106,6 +106,10 @@ type topology struct {
 	nodes []*node
 	// ribWait bounds waitRIBs (90 s when 0).
 	ribWait time.Duration
+	// routerArgs are the routers' flags when set (a 5 s resync when not);
+	// memoryLimit their container's memory limit, none when 0.
+	routerArgs  []string
+	memoryLimit int64
 }
 
 var topologies int
@@ -176,9 +180,14 @@ func (sh shape) withAddedNodes(t *testing.T, top *topology, rr netip.Addr) time.
 		}
 		n.vpcs = append(n.vpcs, sh.hosted[n.k]...)
 	}
+	args := top.routerArgs
+	if args == nil {
+		args = []string{"--resync", "5s"}
+	}
 	started := time.Now()
 	for _, n := range top.nodes {
-		n.Router = n.StartRouter(t, n.cfg, "--resync", "5s")
+		n.RouterMemoryLimit = top.memoryLimit
+		n.Router = n.StartRouter(t, n.cfg, args...)
 	}
 	return started
 }

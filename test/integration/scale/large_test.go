@@ -77,6 +77,11 @@ func TestAtTheIssuesScale(t *testing.T) {
 // largeChurn is the fabric's churn while announces are timed.
 const largeChurn = 100
 
+// largeMemoryLimit is the real node's router's memory limit, the issue's
+// 300 MiB: the router keeps its heap within it (it reads the limit), and
+// the kernel would kill it past it.
+const largeMemoryLimit = 300 << 20
+
 func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
@@ -107,7 +112,10 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	topologies++
 	// A node fed the whole fabric (FRR, or in every VPC) takes minutes
 	// at the full size on this machine.
-	top := &topology{id: topologies, env: env, f: f, spec: spec, ribWait: 15 * time.Minute}
+	// The routers run as the DaemonSet runs them: the default resync, and
+	// a memory limit of the issue's 300 MiB.
+	top := &topology{id: topologies, env: env, f: f, spec: spec, ribWait: 15 * time.Minute,
+		routerArgs: []string{}, memoryLimit: largeMemoryLimit}
 	start := time.Now()
 	top.sims = scale.Start(t, f, spec)
 	if rr != nil {

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bufio"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// memoryShare is the part of the container's memory limit the Go heap may
+// grow to before the collector works harder: the rest is the binary's
+// text, stacks and the kernel's share.
+const memoryShare = 0.85
+
+// cgroupMemoryLimit is the memory limit of the cgroup the process is in
+// (v2 memory.max or v1 memory.limit_in_bytes, found through
+// /proc/self/cgroup under root, normally "/"), 0 when there is none.
+func cgroupMemoryLimit(root string) int64 {
+	f, err := os.Open(filepath.Join(root, "proc/self/cgroup"))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var file string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			file = filepath.Join(root, "sys/fs/cgroup", parts[2], "memory.max")
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			file = filepath.Join(root, "sys/fs/cgroup/memory", parts[2], "memory.limit_in_bytes")
+		default:
+			continue
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		// "max", or v1's page-rounded maximum for no limit.
+		if err != nil || v <= 0 || v >= 1<<60 {
+			continue
+		}
+		return v
+	}
+	return 0
+}
+
+// limitMemory keeps the Go heap within the container's memory limit
+// unless GOMEMLIMIT says otherwise: without it the heap grows to twice
+// what it keeps before a collection, which a node of many routes would
+// take past the limit. It returns the limit set, 0 for none.
+func limitMemory(getenv func(string) string, root string) int64 {
+	if getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	limit := cgroupMemoryLimit(root)
+	if limit == 0 {
+		return 0
+	}
+	soft := int64(float64(limit) * memoryShare)
+	debug.SetMemoryLimit(soft)
+	return soft
+}
+
+// logMemoryLimit applies limitMemory to this process and says so.
+func logMemoryLimit(log *slog.Logger) {
+	if soft := limitMemory(os.Getenv, "/"); soft > 0 {
+		log.Info("Go memory limit from the container's memory limit", "bytes", soft, "share", memoryShare)
+	}
+}
