@@ -148,12 +148,8 @@ func (k *Kernel) Installed(vpc string, d *routing.Domain) []Remote {
 	}
 	var out []Remote
 	for _, r := range k.Routes[d.Table] {
-		pfx, ok := routing.PrefixOf(r.Dst)
-		if !ok || int(r.Protocol) != Protocol || r.LinkIndex != l.Attrs().Index {
-			continue
-		}
-		gw, ok := netip.AddrFromSlice(r.Gw)
-		if !ok {
+		pfx, gw := r.Prefix, r.Gw
+		if !pfx.IsValid() || r.Protocol != Protocol || r.LinkIndex != l.Attrs().Index || !gw.IsValid() {
 			continue
 		}
 		mac := macs[gw]

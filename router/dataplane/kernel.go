@@ -3,7 +3,6 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -17,7 +16,7 @@ import (
 // (routes, links, IPv4 addresses, neighbours, FDB, rules), grouped by table
 // and by device, so a pass over any number of VPCs reads each object once.
 type Kernel struct {
-	Routes  map[int][]netlink.Route
+	Routes  map[int][]Route
 	Markers map[netip.Prefix]int
 	Links   map[string]netlink.Link
 	// Neighs and FDB are the permanent entries, by device index.
@@ -44,27 +43,23 @@ func (p Plane) ReadDevices() (*Kernel, error) { return p.read(false) }
 
 func (p Plane) read(routes bool) (*Kernel, error) {
 	k := &Kernel{
-		Routes: map[int][]netlink.Route{}, Links: map[string]netlink.Link{},
+		Routes: map[int][]Route{}, Links: map[string]netlink.Link{},
 		Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}, Rules: map[int][]netlink.Rule{},
 	}
-	k.Markers = map[netip.Prefix]int{}
+	ms, err := dumpStrict(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: netlink.RouteProtocol(routing.Protocol)},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return nil, fmt.Errorf("listing the domains' markers: %w", err)
+	}
+	k.Markers = routing.Markers(ms)
+	k.Objects += len(ms)
 	if routes {
-		n, err := readAllRoutes(k)
+		n, err := dumpRoutes([]int{0}, func(r Route) { k.Routes[r.Table] = append(k.Routes[r.Table], r) })
 		if err != nil {
 			return nil, fmt.Errorf("listing routes: %w", err)
 		}
-		for _, rs := range k.Routes {
-			maps.Copy(k.Markers, routing.Markers(rs))
-		}
 		k.Objects += n
 	} else {
-		ms, err := dumpStrict(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: netlink.RouteProtocol(routing.Protocol)},
-			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
-		if err != nil {
-			return nil, fmt.Errorf("listing the domains' markers: %w", err)
-		}
-		k.Markers = routing.Markers(ms)
-		k.Objects += len(ms)
 		k.tables = map[int]bool{}
 	}
 	links, err := netlinksafe.LinkList()
@@ -106,26 +101,6 @@ func (p Plane) read(routes bool) (*Kernel, error) {
 // dumpAttempts bounds how often a route dump the kernel interrupted (a
 // table changed meanwhile) is started again; the last one is kept.
 const dumpAttempts = 5
-
-// readAllRoutes dumps every table's routes into k.Routes as they are
-// parsed: no list of the whole dump is built first, so a node of many
-// routes holds them once, not twice, while it reads.
-func readAllRoutes(k *Kernel) (n int, err error) {
-	for attempt := 1; ; attempt++ {
-		k.Routes, n = map[int][]netlink.Route{}, 0
-		err = netlink.RouteListFilteredIter(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE, func(r netlink.Route) bool {
-			k.Routes[r.Table] = append(k.Routes[r.Table], r)
-			n++
-			return true
-		})
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return n, err
-		}
-		if attempt == dumpAttempts {
-			return n, nil
-		}
-	}
-}
 
 // Domain is routing.Find over the read.
 func (k *Kernel) Domain(vpc string) (*routing.Domain, error) {
@@ -204,21 +179,15 @@ func strictHandle() (*netlink.Handle, error) {
 // node's. Their devices' neighbours and FDB entries are the caller's to
 // fill in from what it last wrote (Plan.Neighs and Plan.FDB).
 func (p Plane) ReadRoutes(tables []int) (*Kernel, error) {
-	h, err := strictHandle()
+	k := &Kernel{Routes: map[int][]Route{}, Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}, tables: map[int]bool{}}
+	for _, t := range tables {
+		k.tables[t] = true
+	}
+	n, err := dumpRoutes(tables, func(r Route) { k.Routes[r.Table] = append(k.Routes[r.Table], r) })
 	if err != nil {
 		return nil, err
 	}
-	defer h.Close()
-	k := &Kernel{Routes: map[int][]netlink.Route{}, Neighs: map[int][]netlink.Neigh{}, FDB: map[int][]netlink.Neigh{}, tables: map[int]bool{}}
-	for _, t := range tables {
-		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: t}, netlink.RT_FILTER_TABLE)
-		if err != nil {
-			return nil, fmt.Errorf("listing table %d: %w", t, err)
-		}
-		k.Routes[t] = rs
-		k.tables[t] = true
-		k.Objects += len(rs)
-	}
+	k.Objects = n
 	return k, nil
 }
 

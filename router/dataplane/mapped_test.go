@@ -79,6 +79,21 @@ func TestIPv6RoutesViaAMappedNextHopAreInstalledAndRemovedOverNetlink(t *testing
 		if !hasPermanentNeigh(t, dev, mapped, mac) {
 			t.Fatalf("no permanent neighbour %s lladdr %s", mapped, mac)
 		}
+		// The kernel filters a table's dump: only its three routes come,
+		// each read in full.
+		one, err := p.ReadRoutes([]int{d.Table})
+		if err != nil || one.Objects != 3 || len(one.Routes[d.Table]) != 3 {
+			t.Fatalf("table %d read: %d objects, %v (%v); want its 3 routes", d.Table, one.Objects, one.Routes, err)
+		}
+		for _, r := range one.Routes[d.Table] {
+			want := vtep
+			if r.Prefix.Addr().Is6() {
+				want = mapped
+			}
+			if r.Table != d.Table || r.Gw != want || r.LinkIndex != dev.Index || r.Protocol != Protocol || !r.Onlink() {
+				t.Errorf("read %+v: want table %d via %s dev %d proto %d onlink", r, d.Table, want, dev.Index, Protocol)
+			}
+		}
 		k, err := p.Read()
 		if err != nil {
 			t.Fatal(err)

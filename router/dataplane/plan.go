@@ -70,8 +70,8 @@ func (pl *Plan) Apply() (device, err error) {
 		}
 		pl.foreign = map[netip.Prefix]bool{}
 		for _, r := range k.Routes[pl.table] {
-			if pfx, ok := routing.PrefixOf(r.Dst); ok && int(r.Protocol) != Protocol {
-				pl.foreign[pfx] = true
+			if r.Prefix.IsValid() && r.Protocol != Protocol {
+				pl.foreign[r.Prefix] = true
 			}
 		}
 	}
@@ -269,19 +269,16 @@ type Changes struct {
 // already right are not touched.
 func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *Kernel, pl *Plan) {
 	foreign := map[netip.Prefix]bool{}
-	// Pointers into the read: a route is large, and a table many.
 	table := k.Routes[d.Table]
-	ours := make(map[netip.Prefix]*netlink.Route, len(table))
-	for i := range table {
-		r := &table[i]
-		pfx, ok := routing.PrefixOf(r.Dst)
-		if !ok {
+	ours := make(map[netip.Prefix]Route, len(table))
+	for _, r := range table {
+		if !r.Prefix.IsValid() {
 			continue
 		}
-		if int(r.Protocol) == Protocol {
-			ours[pfx] = r
+		if r.Protocol == Protocol {
+			ours[r.Prefix] = r
 		} else {
-			foreign[pfx] = true
+			foreign[r.Prefix] = true
 		}
 	}
 	var haveNeigh []netlink.Neigh
@@ -308,7 +305,7 @@ func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *K
 		wantNeigh[rm.NextHop] = rm.RouterMAC
 		wantFDB[rm.RouterMAC.String()] = rm.NextHop
 		cur, have := ours[rm.Prefix]
-		if have && cur.LinkIndex == dev.Index && ipEqual(cur.Gw, gw) && cur.Flags&int(netlink.FLAG_ONLINK) != 0 {
+		if have && cur.LinkIndex == dev.Index && cur.Gw == gw && cur.Onlink() {
 			continue
 		}
 		installs = append(installs, install{rm, gw, have})
@@ -330,7 +327,7 @@ func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *K
 		}
 		// By destination, table and protocol: a mapped gateway cannot be
 		// sent back through the library.
-		del := netlink.Route{Dst: r.Dst, Table: r.Table, Protocol: r.Protocol, LinkIndex: r.LinkIndex}
+		del := netlink.Route{Dst: routing.IPNet(pfx), Table: r.Table, Protocol: netlink.RouteProtocol(r.Protocol), LinkIndex: r.LinkIndex}
 		pl.ops = append(pl.ops, func() error {
 			if err := pl.writer().RouteDel(&del); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("removing %s from table %d: %w", pfx, d.Table, err)
@@ -386,11 +383,6 @@ func (p Plane) writeRoute(dev *Device, d *routing.Domain, pfx netip.Prefix, gw n
 		pl.Changes.Added++
 	}
 	return nil
-}
-
-func ipEqual(a net.IP, b netip.Addr) bool {
-	x, ok := netip.AddrFromSlice(a)
-	return ok && x == b
 }
 
 func setNeigh(h *netlink.Handle, dev *Device, ip netip.Addr, mac net.HardwareAddr) error {

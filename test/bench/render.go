@@ -162,7 +162,8 @@ func (r *Results) Targets() []Target {
 		}
 		ts = append(ts, t)
 	}
-	return append(ts, r.isolationTargets()...)
+	ts = append(ts, r.isolationTargets()...)
+	return append(ts, r.routeScaleTargets()...)
 }
 
 // unattributed describes the requests that named no galactic program.

@@ -202,3 +202,60 @@ func renderRouteScale(w *strings.Builder, r *Results) {
 		p("")
 	}
 }
+
+// Issue 23's targets for the large fabric's rows.
+const (
+	routeScaleStart      = 2 * time.Second
+	routeScaleEveryStart = 10 * time.Second
+	routeScaleRSS        = 300 // MiB
+	routeScaleAnnounce   = 20 * time.Millisecond
+	routeScaleChurnRatio = 1.10
+)
+
+// routeScaleTargets judges issue 23's: the rtc node receives only its
+// routes and has them within 2 s of its router's start; the node in every
+// VPC has all within 10 s and within 300 MiB; each announces to its
+// kernel within 20 ms p50 under churn; an ADD under churn keeps its p99.
+func (r *Results) routeScaleTargets() []Target {
+	rs := r.RouteScale
+	if rs == nil {
+		return nil
+	}
+	var ts []Target
+	judge := func(what, measured string, met bool, miss string) {
+		t := Target{What: what, Measured: measured, Met: met}
+		if !met {
+			t.Miss = miss
+		}
+		ts = append(ts, t)
+	}
+	if c := rs.Churn; c != nil {
+		q := float64(c.ChurnP99) / float64(max(c.IdleP99, 1))
+		judge("CNI ADD p99 under 100 route changes a second within 10% of idle", fmt.Sprintf("%.2f (%s vs %s)", q, ms(c.ChurnP99), ms(c.IdleP99)),
+			q <= routeScaleChurnRatio, fmt.Sprintf("%.0f%% over", 100*(q-routeScaleChurnRatio)))
+	}
+	if rs.Large == nil {
+		return ts
+	}
+	for _, row := range rs.Large.Rows {
+		every := strings.Contains(row.Via, "every")
+		switch {
+		case every:
+			judge(fmt.Sprintf("%s: %s routes installed within %s of the router's start", row.Via, thousands(row.Installed), routeScaleEveryStart),
+				ms(row.Took), row.Took <= routeScaleEveryStart, ms(row.Took-routeScaleEveryStart)+" over")
+			peak := max(row.RSS, row.PeakRSS)
+			judge(fmt.Sprintf("%s: router RSS at most %d MiB", row.Via, routeScaleRSS), fmt.Sprintf("peak %.0f MiB (%.1f KiB a route)", peak, 1024*peak/float64(max(row.Installed, 1))),
+				peak <= routeScaleRSS, fmt.Sprintf("%.0f MiB over", peak-routeScaleRSS))
+		case !strings.Contains(row.Via, "FRR"):
+			judge(fmt.Sprintf("%s: the node receives only its %s routes", row.Via, thousands(row.Installed)), fmt.Sprintf("%s received", thousands(row.Received)),
+				row.Received == row.Installed, fmt.Sprintf("%s more", thousands(row.Received-row.Installed)))
+			judge(fmt.Sprintf("%s: all installed within %s of the router's start", row.Via, routeScaleStart), ms(row.Took),
+				row.Took <= routeScaleStart, ms(row.Took-routeScaleStart)+" over")
+		}
+		if !strings.Contains(row.Via, "FRR") {
+			judge(fmt.Sprintf("%s: one announce → kernel p50 at most %s under churn", row.Via, routeScaleAnnounce), ms(row.AnnounceP50),
+				row.AnnounceP50 <= routeScaleAnnounce, ms(row.AnnounceP50-routeScaleAnnounce)+" over")
+		}
+	}
+	return ts
+}
