@@ -123,6 +123,12 @@ func (r *Router) Start() error {
 		cmd = exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cgroup, "ip"}, args...)...)
 	}
 	cmd.Env = append(os.Environ(), r.Node.Environ()...)
+	if cgroup != "" {
+		// ip netns exec mounts a sysfs of the namespace over /sys, which
+		// hides /sys/fs/cgroup from the router: it is told the heap limit
+		// it would take from its container's limit (85% of it).
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%d", r.MemoryLimit*85/100))
+	}
 	done, err := startLogged(cmd, r.LogPath)
 	if err != nil {
 		return err

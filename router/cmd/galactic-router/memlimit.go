@@ -72,9 +72,13 @@ func limitMemory(getenv func(string) string, root string) int64 {
 	return soft
 }
 
-// logMemoryLimit applies limitMemory to this process and says so.
+// logMemoryLimit applies limitMemory to this process and says which
+// limit the heap has, if any.
 func logMemoryLimit(log *slog.Logger) {
-	if soft := limitMemory(os.Getenv, "/"); soft > 0 {
+	switch soft := limitMemory(os.Getenv, "/"); {
+	case soft > 0:
 		log.Info("Go memory limit from the container's memory limit", "bytes", soft, "share", memoryShare)
+	case os.Getenv("GOMEMLIMIT") != "":
+		log.Info("Go memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
 	}
 }
