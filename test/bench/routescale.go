@@ -22,6 +22,9 @@ type RouteScaleResult struct {
 	// from test/integration/scale's churn test.
 	Churn *scale.ChurnResult
 	Large *scale.LargeResult
+	// Large200 is the galactic reflector's row with the issue's 200
+	// simulated nodes.
+	Large200 *scale.LargeResult
 	// LargeSize is the GALACTIC_SCALE_LARGE the large fabric ran with;
 	// LargeLog is what the test logged, failures included.
 	LargeSize string
@@ -72,23 +75,42 @@ func (b *bench) routeScale() error {
 	if err := readJSON(churn, res.Churn); err != nil {
 		return err
 	}
-	b.say("the large fabric (%s=%s)", scale.EnvLarge, large)
 	res.LargeSize = large
-	cmd = exec.CommandContext(b.ctx, "go", "test", "-count=1", "-timeout", "180m", "-run", "TestAtTheIssuesScale", "-v", "./test/integration/scale/")
-	cmd.Env = append(os.Environ(), scale.EnvLarge+"="+large, scale.EnvResult+"="+largePath)
-	out, err = cmd.CombinedOutput()
-	res.Large = &scale.LargeResult{}
-	if jerr := readJSON(largePath, res.Large); jerr != nil {
-		return fmt.Errorf("the large fabric: %v: %s", cmp.Or(err, jerr), out)
+	if res.Large, err = b.largeFabric(res, large, "TestAtTheIssuesScale", largePath); err != nil {
+		return err
+	}
+	if b.opts.Quick {
+		return nil
+	}
+	// The issue's 200 nodes, through the galactic reflector only: through
+	// FRR every simulated node would hold the whole fabric (20 million
+	// paths in one process).
+	res.Large200, err = b.largeFabric(res, large200, `TestAtTheIssuesScale/^galactic_\(rtc\)$`, filepath.Join(dir, "large200.json"))
+	return err
+}
+
+// large200 is the issue's fabric with its 200 simulated nodes.
+const large200 = "200,1000,50"
+
+// largeFabric runs the large fabric test's rows that run selects at size,
+// keeping what it logged in res.LargeLog.
+func (b *bench) largeFabric(res *RouteScaleResult, size, run, path string) (*scale.LargeResult, error) {
+	b.say("the large fabric (%s=%s, %s)", scale.EnvLarge, size, run)
+	cmd := exec.CommandContext(b.ctx, "go", "test", "-count=1", "-timeout", "180m", "-run", run, "-v", "./test/integration/scale/")
+	cmd.Env = append(os.Environ(), scale.EnvLarge+"="+size, scale.EnvResult+"="+path)
+	out, err := cmd.CombinedOutput()
+	l := &scale.LargeResult{}
+	if jerr := readJSON(path, l); jerr != nil {
+		return nil, fmt.Errorf("the large fabric: %v: %s", cmp.Or(err, jerr), out)
 	}
 	// The test's own lines (timelines, counts, failures) say where the
 	// time went; the rows that passed are kept when another failed.
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); strings.HasPrefix(l, "large_test.go:") || strings.HasPrefix(l, "--- FAIL") {
-			res.LargeLog = append(res.LargeLog, l)
+	for _, line := range strings.Split(string(out), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "large_test.go:") || strings.HasPrefix(line, "--- FAIL") {
+			res.LargeLog = append(res.LargeLog, fmt.Sprintf("%s=%s: %s", scale.EnvLarge, size, line))
 		}
 	}
-	return nil
+	return l, nil
 }
 
 func readJSON(path string, v any) error {
@@ -172,17 +194,17 @@ func renderRouteScale(w *strings.Builder, r *Results) {
 		p("")
 		p("| via | node's VPCs | received | installed | router start → all installed | ADDs before the start | router CPU | router RSS after the churn, peak (per route) | live heap | reflector RSS | announce → kernel p50 / p99 under churn |")
 		p("|---|---|---|---|---|---|---|---|---|---|---|")
-		for _, row := range l.Rows {
+		for _, row := range rs.largeRows() {
 			p("| %s | %s | %s | %s | %s | %s | %s | %.0f MiB, %.0f MiB (%.1f KiB) | %.0f MiB | %.0f MiB | %s / %s (%d announces, %d updates/s) |", row.Via, thousands(row.VPCs), thousands(row.Received),
 				thousands(row.Installed), ms(row.Took), ms(row.ADDs), ms(row.CPU), row.RSS, row.PeakRSS, 1024*max(row.RSS, row.PeakRSS)/float64(max(row.Installed, 1)),
 				row.LiveHeap, row.ReflectorRSS, ms(row.AnnounceP50), ms(row.AnnounceP99), row.Announces, row.ChurnPerSecond)
 		}
 		p("")
-		p("The galactic reflector in the same runs (%s sessions from the simulated nodes, plus the real node's):", thousands(l.Nodes))
+		p("The galactic reflector in the same runs (%s sessions from the simulated nodes, plus the real node's, and %s in the run marked so):", thousands(l.Nodes), large200Nodes(rs))
 		p("")
 		p("| with | routes in (from the simulated nodes' start) | its CPU for them | RSS | CPU per churned update | propagation p50 / p99 under churn | sessions that came up again |")
 		p("|---|---|---|---|---|---|---|")
-		for _, row := range l.Rows {
+		for _, row := range rs.largeRows() {
 			if row.ReflectorRSS == 0 {
 				continue
 			}
@@ -237,7 +259,7 @@ func (r *Results) routeScaleTargets() []Target {
 	if rs.Large == nil {
 		return ts
 	}
-	for _, row := range rs.Large.Rows {
+	for _, row := range rs.largeRows() {
 		every := strings.Contains(row.Via, "every")
 		switch {
 		case every:
@@ -258,4 +280,26 @@ func (r *Results) routeScaleTargets() []Target {
 		}
 	}
 	return ts
+}
+
+// largeRows are the large fabric's rows, the 200-node run's marked so.
+func (rs *RouteScaleResult) largeRows() []scale.LargeRow {
+	var rows []scale.LargeRow
+	if rs.Large != nil {
+		rows = append(rows, rs.Large.Rows...)
+	}
+	if rs.Large200 != nil {
+		for _, row := range rs.Large200.Rows {
+			row.Via += fmt.Sprintf(", %d nodes", rs.Large200.Nodes)
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+func large200Nodes(rs *RouteScaleResult) string {
+	if rs.Large200 == nil {
+		return "none"
+	}
+	return thousands(rs.Large200.Nodes)
 }
