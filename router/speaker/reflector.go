@@ -96,19 +96,7 @@ const reflectorExport = "galactic-reflector-export"
 // everything; a client's membership reflected to the others would make
 // each of them (GoBGP) send again every path of that route target.
 func (r *Reflector) keepMemberships(ctx context.Context) error {
-	policy := &api.Policy{Name: reflectorExport, Statements: []*api.Statement{
-		{Name: "own-membership", Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
-			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}},
-		{Name: "clients-memberships", Conditions: &api.Conditions{AfiSafiIn: []*api.Family{rtcFamily}},
-			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}},
-	}}
-	if err := r.s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
-		return fmt.Errorf("export policy: %w", err)
-	}
-	if err := r.s.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT,
-		Policies: []*api.Policy{{Name: reflectorExport}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
-	}}); err != nil {
+	if err := ownOnly(ctx, r.s, reflectorExport, api.PolicyDirection_POLICY_DIRECTION_EXPORT, rtcFamily); err != nil {
 		return fmt.Errorf("export policy: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 )
 
 // rtcFamily is RFC 4684 route-target membership (ipv4 / SAFI 132).
@@ -87,25 +88,31 @@ func (g *GoBGP) installFilter(ctx context.Context, o Options) error {
 	for _, a := range o.RTCPeers {
 		g.members.known[a] = true
 	}
-	accept := &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}
-	policy := &api.Policy{Name: filterPolicy, Statements: []*api.Statement{
-		{Name: "own-paths", Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL}, Actions: accept},
-		{Name: "peers-paths", Conditions: &api.Conditions{AfiSafiIn: []*api.Family{evpnFamily}},
-			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}},
-	}}
-	if err := g.s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
-		return fmt.Errorf("import filter: %w", err)
-	}
-	if err := g.s.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
-		Policies: []*api.Policy{{Name: filterPolicy}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
-	}}); err != nil {
+	if err := ownOnly(ctx, g.s, filterPolicy, api.PolicyDirection_POLICY_DIRECTION_IMPORT, evpnFamily); err != nil {
 		return fmt.Errorf("import filter: %w", err)
 	}
 	g.members.rts = map[RouteTarget]*apiutil.Path{}
 	g.members.set.Store(&memberSet{})
 	g.members.init = true
 	return g.SetMembership(ctx, o.Membership)
+}
+
+// ownOnly assigns GoBGP's global policy of direction dir a policy name
+// that passes this speaker's own paths and refuses the peers' paths of
+// family; other families pass.
+func ownOnly(ctx context.Context, s *server.BgpServer, name string, dir api.PolicyDirection, family *api.Family) error {
+	policy := &api.Policy{Name: name, Statements: []*api.Statement{
+		{Name: "own", Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}},
+		{Name: "peers", Conditions: &api.Conditions{AfiSafiIn: []*api.Family{family}},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}},
+	}}
+	if err := s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
+		return err
+	}
+	return s.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+		Name: "global", Direction: dir, Policies: []*api.Policy{{Name: name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
+	}})
 }
 
 // offerRTC says whether a session to peer offers rtc. GoBGP, as a
