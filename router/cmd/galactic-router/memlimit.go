@@ -72,9 +72,29 @@ func limitMemory(getenv func(string) string, root string) int64 {
 	return soft
 }
 
-// logMemoryLimit applies limitMemory to this process and says which
-// limit the heap has, if any.
+// gcPercent is the heap's growth over what it keeps before the next
+// collection when GOGC is unset. The router's heap is mostly its RIB,
+// which changes little once loaded: Go's default of 100 lets a node in
+// 1,000 VPCs (100,000 routes) hold about twice that RIB; at 50 it holds
+// one and a half, for collections twice as often while routes change.
+const gcPercent = 50
+
+// tuneGC sets gcPercent unless GOGC says otherwise, and returns the
+// percentage set, 0 for none.
+func tuneGC(getenv func(string) string) int {
+	if getenv("GOGC") != "" {
+		return 0
+	}
+	debug.SetGCPercent(gcPercent)
+	return gcPercent
+}
+
+// logMemoryLimit applies tuneGC and limitMemory to this process and says
+// which limit the heap has, if any.
 func logMemoryLimit(log *slog.Logger) {
+	if p := tuneGC(os.Getenv); p > 0 {
+		log.Info("Go heap growth between collections", "percent", p)
+	}
 	switch soft := limitMemory(os.Getenv, "/"); {
 	case soft > 0:
 		log.Info("Go memory limit from the container's memory limit", "bytes", soft, "share", memoryShare)

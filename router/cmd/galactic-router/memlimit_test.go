@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 )
 
@@ -57,5 +58,20 @@ func TestGOMEMLIMITWinsOverTheCgroup(t *testing.T) {
 	}
 	if got := limitMemory(getenv, root); got != 0 {
 		t.Errorf("set %d with GOMEMLIMIT given, want nothing set", got)
+	}
+}
+
+func TestGOGCWinsOverTheRoutersGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	if got := tuneGC(func(k string) string {
+		if k == "GOGC" {
+			return "200"
+		}
+		return ""
+	}); got != 0 || debug.SetGCPercent(100) != 100 {
+		t.Errorf("tuneGC set %d with GOGC given, want nothing set", got)
+	}
+	if got := tuneGC(func(string) string { return "" }); got != gcPercent || debug.SetGCPercent(100) != gcPercent {
+		t.Errorf("tuneGC set %d without GOGC, want %d", got, gcPercent)
 	}
 }
