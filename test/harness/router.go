@@ -126,8 +126,8 @@ func (r *Router) Start() error {
 	if cgroup != "" {
 		// ip netns exec mounts a sysfs of the namespace over /sys, which
 		// hides /sys/fs/cgroup from the router: it is told the heap limit
-		// it would take from its container's limit (85% of it).
-		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%d", r.MemoryLimit*85/100))
+		// it would take from its container's limit (75% of it).
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%d", r.MemoryLimit*75/100))
 	}
 	done, err := startLogged(cmd, r.LogPath)
 	if err != nil {

@@ -78,7 +78,7 @@ func TestAtTheIssuesScale(t *testing.T) {
 const largeChurn = 100
 
 // largeMemoryLimit is the real node's router's memory limit, as a
-// container's: the router keeps its heap within 85% of it, and the kernel
+// container's: the router keeps its heap within 75% of it, and the kernel
 // would kill it past it. 512 MiB holds a node of 100,000 routes; the
 // issue's 300 MiB does not (docs/galactic-router.md, Scale).
 const largeMemoryLimit = 512 << 20
