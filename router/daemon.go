@@ -691,6 +691,14 @@ var exportSeed = maphash.MakeSeed()
 // reported within it.
 const rejectedEvery = 5 * time.Second
 
+// askAgain is when a question to GoBGP that walks its tables, asked at
+// started, is asked again: after every at least, and after fifty times
+// what it took, so that a node of many paths spends at most a fiftieth of
+// its time on it.
+func askAgain(started time.Time, every time.Duration) time.Time {
+	return started.Add(max(every, 50*time.Since(started)))
+}
+
 // checkDuplicates reports other nodes whose paths carry this node's
 // router ID: their RDs and this node's collide at the reflectors.
 func (d *Daemon) checkDuplicates(ctx context.Context) {
@@ -702,9 +710,7 @@ func (d *Daemon) checkDuplicates(ctx context.Context) {
 		if err != nil {
 			d.log.Warn("reading refused paths", "error", err)
 		}
-		// At most a fiftieth of the time asking: the count grows with the
-		// paths received.
-		d.rejected, d.rejectedNext = rejected, now.Add(max(rejectedEvery, 50*time.Since(now)))
+		d.rejected, d.rejectedNext = rejected, askAgain(now, rejectedEvery)
 	}
 	rejected := d.rejected
 	dups := d.imp.Duplicates()

@@ -109,8 +109,8 @@ type scaleCollector struct {
 	inNext time.Time
 }
 
-// adjInFor is how long a count of the Adj-RIB-In serves scrapes at least;
-// a count that took long serves fifty times as long.
+// adjInFor is how long a count of the Adj-RIB-In serves scrapes at least
+// (see askAgain).
 const adjInFor = time.Second
 
 func (c *scaleCollector) adjIn(ctx context.Context, spk *speaker.GoBGP) (int, error) {
@@ -124,7 +124,7 @@ func (c *scaleCollector) adjIn(ctx context.Context, spk *speaker.GoBGP) (int, er
 	if err != nil {
 		return 0, err
 	}
-	c.in, c.inNext = in, now.Add(max(adjInFor, 50*time.Since(now)))
+	c.in, c.inNext = in, askAgain(now, adjInFor)
 	return in, nil
 }
 
