@@ -28,8 +28,8 @@ type Adj struct {
 	// copies.
 	order []string
 	// dirty are the keys whose merged copy may have changed since the
-	// last TakeChanges.
-	dirty map[speaker.Key]struct{}
+	// last TakeChanges, with the copy each had then.
+	dirty map[pathKey]mergedPath
 	// macs and targets are the router MACs and route-target lists the
 	// paths share.
 	macs    map[string][]byte
@@ -38,9 +38,9 @@ type Adj struct {
 
 type adjPeer struct {
 	addr  string
-	paths map[speaker.Key]adjPath
+	paths map[pathKey]adjPath
 	// stale are the paths learnt before the current session.
-	stale       map[speaker.Key]bool
+	stale       map[pathKey]bool
 	staleSince  time.Time
 	established bool
 	upSince     time.Time
@@ -54,7 +54,7 @@ func (a *Adj) peer(addr string) *adjPeer {
 	}
 	p := a.peers[addr]
 	if p == nil {
-		p = &adjPeer{addr: addr, paths: map[speaker.Key]adjPath{}, stale: map[speaker.Key]bool{}}
+		p = &adjPeer{addr: addr, paths: map[pathKey]adjPath{}, stale: map[pathKey]bool{}}
 		a.peers[addr] = p
 		a.order = append(a.order, addr)
 		sort.Strings(a.order)
@@ -62,11 +62,15 @@ func (a *Adj) peer(addr string) *adjPeer {
 	return p
 }
 
-func (a *Adj) touch(k speaker.Key) {
+// touch marks k's merged copy as possibly changing, keeping the copy it
+// had at the last TakeChanges: call it before changing a peer's paths.
+func (a *Adj) touch(k pathKey) {
 	if a.dirty == nil {
-		a.dirty = map[speaker.Key]struct{}{}
+		a.dirty = map[pathKey]mergedPath{}
 	}
-	a.dirty[k] = struct{}{}
+	if _, ok := a.dirty[k]; !ok {
+		a.dirty[k] = a.lookup(k)
+	}
 }
 
 // Apply records one event of the speaker's stream at now; changed is false
@@ -92,7 +96,7 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 		return false
 	case speaker.EventPaths:
 		for _, r := range ev.Paths {
-			k := r.Key()
+			k := packKey(r.Key())
 			a.touch(k)
 			if !r.Withdrawn {
 				p.paths[k] = a.compact(r)
@@ -121,8 +125,8 @@ func (a *Adj) Apply(now time.Time, ev speaker.Event) (changed bool) {
 // it already was.
 func (p *adjPeer) goStale(now time.Time, bound time.Duration) {
 	if bound <= 0 {
-		p.paths = map[speaker.Key]adjPath{}
-		p.stale = map[speaker.Key]bool{}
+		p.paths = map[pathKey]adjPath{}
+		p.stale = map[pathKey]bool{}
 		return
 	}
 	if len(p.stale) == 0 {
@@ -139,7 +143,7 @@ func (a *Adj) sweep(p *adjPeer) {
 		a.touch(k)
 		delete(p.paths, k)
 	}
-	p.stale = map[speaker.Key]bool{}
+	p.stale = map[pathKey]bool{}
 	p.synced = p.established
 }
 
@@ -168,41 +172,46 @@ func (a *Adj) Expire(now time.Time) (next time.Time) {
 					a.touch(k)
 					delete(p.paths, k)
 				}
-				p.stale = map[speaker.Key]bool{}
+				p.stale = map[pathKey]bool{}
 			}
 		}
 	}
 	return next
 }
 
-// ribChange is a key's path in the RIB view after the events since the
-// last TakeChanges; ok is false when no peer has it any more.
+// ribChange is a key of the RIB view whose copy may have changed since
+// the last TakeChanges, with the copy it had then (was.ok false when it
+// had none); the Adj holds the new one.
 type ribChange struct {
-	key  speaker.Key
-	path speaker.Received
-	ok   bool
+	key pathKey
+	was mergedPath
 }
 
-// TakeChanges returns the RIB view of every key an event or bound touched
-// since the last call, so the selection follows only what changed.
+// TakeChanges returns every key an event or bound touched since the last
+// call, so the selection follows only what changed.
 func (a *Adj) TakeChanges() []ribChange {
 	if len(a.dirty) == 0 {
 		return nil
 	}
 	out := make([]ribChange, 0, len(a.dirty))
-	for k := range a.dirty {
-		r, ok := a.merged(k)
-		out = append(out, ribChange{key: k, path: r, ok: ok})
+	for k, was := range a.dirty {
+		out = append(out, ribChange{key: k, was: was})
 	}
 	a.dirty = nil
 	return out
 }
 
-// merged is k's copy in the RIB view: the first current copy in address
+// mergedPath is a key's copy in the RIB view and the peer it is from.
+type mergedPath struct {
+	adjPath
+	peer string
+	ok   bool
+}
+
+// lookup is k's copy in the RIB view: the first current copy in address
 // order, else the first stale one, as RIB chooses.
-func (a *Adj) merged(k speaker.Key) (speaker.Received, bool) {
-	var first speaker.Received
-	found := false
+func (a *Adj) lookup(k pathKey) mergedPath {
+	var first mergedPath
 	for _, addr := range a.order {
 		p := a.peers[addr]
 		r, ok := p.paths[k]
@@ -210,13 +219,22 @@ func (a *Adj) merged(k speaker.Key) (speaker.Received, bool) {
 			continue
 		}
 		if !p.stale[k] {
-			return r.received(k, p.addr), true
+			return mergedPath{r, p.addr, true}
 		}
-		if !found {
-			first, found = r.received(k, p.addr), true
+		if !first.ok {
+			first = mergedPath{r, p.addr, true}
 		}
 	}
-	return first, found
+	return first
+}
+
+// merged is k's copy in the RIB view.
+func (a *Adj) merged(k pathKey) (speaker.Received, bool) {
+	m := a.lookup(k)
+	if !m.ok {
+		return speaker.Received{}, false
+	}
+	return m.received(k.key(), m.peer), true
 }
 
 // RIB is the view selection works on: per key a current copy where a
@@ -237,8 +255,9 @@ func (a *Adj) RIB() RIB {
 	staleCopy := map[speaker.Key]bool{}
 	for i, addr := range addrs {
 		p := a.peers[addr]
-		for k, r := range p.paths {
-			isStale := p.stale[k]
+		for pk, r := range p.paths {
+			k := pk.key()
+			isStale := p.stale[pk]
 			if _, have := out[k]; have && (!staleCopy[k] || isStale) {
 				continue
 			}
@@ -334,7 +353,7 @@ func (a *Adj) compact(r speaker.Received) adjPath {
 	if a.macs == nil {
 		a.macs, a.targets = map[string][]byte{}, map[string][]speaker.RouteTarget{}
 	}
-	out := compactOf(r)
+	out := adjPath{nextHop: r.NextHop, vni: r.VNI, gen: r.Generation, rtASN: r.RTASN, drained: r.Drained, stale: r.Stale}
 	if r.RouterMAC != nil {
 		out.mac = intern(a.macs, string(r.RouterMAC), []byte(r.RouterMAC))
 	}
@@ -348,11 +367,6 @@ func (a *Adj) compact(r speaker.Received) adjPath {
 		out.targets = intern(a.targets, string(b), r.Targets)
 	}
 	return out
-}
-
-// compactOf is r without its key and peer, sharing r's slices.
-func compactOf(r speaker.Received) adjPath {
-	return adjPath{nextHop: r.NextHop, mac: r.RouterMAC, targets: r.Targets, vni: r.VNI, gen: r.Generation, rtASN: r.RTASN, drained: r.Drained, stale: r.Stale}
 }
 
 // intern returns the table's copy of v, adding a copy of v when it has
@@ -373,4 +387,53 @@ func (p adjPath) received(k speaker.Key, peer string) speaker.Received {
 		RD: k.RD, Prefix: k.Prefix, VNI: p.vni, RTASN: p.rtASN, NextHop: p.nextHop, RouterMAC: p.mac,
 		Generation: p.gen, Drained: p.drained,
 	}, Targets: p.targets, Stale: p.stale, Peer: peer}
+}
+
+// pathKey is a speaker.Key packed without pointers: the tables of every
+// received path are keyed by it, at 36 bytes instead of 64.
+type pathKey struct {
+	prefix, admin [16]byte
+	assigned      uint16
+	bits          uint8
+	// kinds are the prefix's and the admin's address kinds (addrKind).
+	kinds uint8
+}
+
+func addrKind(a netip.Addr) uint8 {
+	switch {
+	case a.Is4():
+		return 1
+	case a.Is6():
+		return 2
+	}
+	return 0
+}
+
+func addrOf(b [16]byte, kind uint8) netip.Addr {
+	switch kind {
+	case 1:
+		return netip.AddrFrom16(b).Unmap()
+	case 2:
+		return netip.AddrFrom16(b)
+	}
+	return netip.Addr{}
+}
+
+// packKey packs k; a prefix address or RD admin with a zone loses it
+// (neither has one on the wire).
+func packKey(k speaker.Key) pathKey {
+	pa, aa := k.Prefix.Addr(), k.RD.Admin
+	return pathKey{
+		prefix: pa.As16(), admin: aa.As16(), assigned: k.RD.Assigned,
+		bits: uint8(k.Prefix.Bits()), kinds: addrKind(pa) | addrKind(aa)<<2,
+	}
+}
+
+func (k pathKey) key() speaker.Key {
+	rd := speaker.RD{Admin: addrOf(k.admin, k.kinds>>2), Assigned: k.assigned}
+	pa := addrOf(k.prefix, k.kinds&3)
+	if !pa.IsValid() {
+		return speaker.Key{RD: rd}
+	}
+	return speaker.Key{RD: rd, Prefix: netip.PrefixFrom(pa, int(int8(k.bits)))}
 }

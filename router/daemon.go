@@ -106,10 +106,14 @@ type Daemon struct {
 	drainReq chan chan error
 	status   statusQueue
 
-	mu  sync.Mutex
-	adj Adj
+	// mu guards the events the speaker delivered since the last pass
+	// took them, and the sessions' last state.
+	mu     sync.Mutex
+	events []timedEvent
+	peerUp map[string]bool
 
-	// Only the loop touches these.
+	// Only the loop touches these. The Importer reads the Adj in place.
+	adj       Adj
 	announced map[speaker.Key]speaker.Route
 	imp       Importer
 	holder    Holder
@@ -191,6 +195,7 @@ func New(o Options) (*Daemon, error) {
 		imp:          Importer{RTASN: o.Config.RouteTargetASN, RouterID: o.Config.RouterID, Underlay: o.Config.Underlay},
 		metrics:      NewMetrics(),
 	}
+	d.imp.Adj = &d.adj
 	d.scale = &scaleCollector{d: d}
 	d.metrics.reg.MustRegister(d.scale)
 	return d, nil
@@ -203,11 +208,21 @@ func (d *Daemon) trigger() {
 	}
 }
 
-// onEvent applies one event of the speaker's stream, in order; only
-// events that can change the selection start a pass.
+// onEvent queues one event of the speaker's stream, in order, for the
+// next pass; only events that can change the selection start one.
 func (d *Daemon) onEvent(ev speaker.Event) {
+	at := d.o.Now()
 	d.mu.Lock()
-	changed := d.adj.Apply(d.o.Now(), ev)
+	d.events = append(d.events, timedEvent{at, ev})
+	changed := true
+	if ev.Kind == speaker.EventPeer {
+		// Only a session's coming up or going down is read by a pass.
+		if d.peerUp == nil {
+			d.peerUp = map[string]bool{}
+		}
+		changed = d.peerUp[ev.Peer] != ev.State.Established
+		d.peerUp[ev.Peer] = ev.State.Established
+	}
 	d.mu.Unlock()
 	switch ev.Kind {
 	case speaker.EventPaths:
@@ -222,6 +237,12 @@ func (d *Daemon) onEvent(ev speaker.Event) {
 	if changed {
 		d.trigger()
 	}
+}
+
+// timedEvent is a speaker event and when it arrived.
+type timedEvent struct {
+	at time.Time
+	ev speaker.Event
 }
 
 // watchKernel marks for the next pass the tables whose routes others
@@ -527,12 +548,18 @@ func (d *Daemon) available(adv *v1alpha1.BGPAdvertisement, e v1alpha1.ContainerE
 	return d.o.Judge(lease, names.Holder(d.o.Node, e.ContainerID), e.HolderGeneration)
 }
 
-// snapshot applies the stale bounds and returns the RIB view's changes,
+// snapshot applies the speaker's queued events and the stale bounds and
+// returns the RIB view's changes,
 // whether a session is established, whether the RIB counts as synced for
 // a start, the peers' sessions and when a bound ends next.
 func (d *Daemon) snapshot(now time.Time) (changes []ribChange, anyPeer, synced bool, established map[string]bool, next time.Time) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	evs := d.events
+	d.events = nil
+	d.mu.Unlock()
+	for _, e := range evs {
+		d.adj.Apply(e.at, e.ev)
+	}
 	next = d.adj.Expire(now)
 	changes = d.adj.TakeChanges()
 	d.adjCurrent.Store(int64(d.adj.Current()))

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -164,11 +165,13 @@ type vpcPrefix struct {
 	prefix netip.Prefix
 }
 
-// installed is a route as installed, with the generation it was selected
-// at (0 for one found in the kernel).
+// installed is a route as installed (its prefix is the key it is kept
+// under), with the generation it was selected at (0 for one found in the
+// kernel).
 type installed struct {
-	dataplane.Remote
-	gen uint32
+	nextHop netip.Addr
+	mac     net.HardwareAddr
+	gen     uint32
 }
 
 // Holder keeps remote routes that were withdrawn without a replacement of
@@ -208,14 +211,14 @@ func (h *Holder) init() {
 func (h *Holder) Seed(vpc string, rs []dataplane.Remote) {
 	h.init()
 	for _, r := range rs {
-		h.set(vpc, r.Prefix, installed{Remote: r}, true)
+		h.set(vpc, r.Prefix, installed{nextHop: r.NextHop, mac: r.RouterMAC}, true)
 	}
 }
 
 // set records what is installed for vpc's prefix p (nothing, when !ok).
 func (h *Holder) set(vpc string, p netip.Prefix, v installed, ok bool) {
 	cur, had := h.last[vpc][p]
-	if had == ok && (!ok || cur.NextHop == v.NextHop && bytes.Equal(cur.RouterMAC, v.RouterMAC)) {
+	if had == ok && (!ok || cur.nextHop == v.nextHop && bytes.Equal(cur.mac, v.mac)) {
 		if ok && cur.gen != v.gen {
 			h.last[vpc][p] = v
 		}
@@ -223,12 +226,12 @@ func (h *Holder) set(vpc string, p netip.Prefix, v installed, ok bool) {
 	}
 	h.dirtyVPCs[vpc] = true
 	if had {
-		if h.vtepRefs[cur.NextHop]--; h.vtepRefs[cur.NextHop] <= 0 {
-			delete(h.vtepRefs, cur.NextHop)
+		if h.vtepRefs[cur.nextHop]--; h.vtepRefs[cur.nextHop] <= 0 {
+			delete(h.vtepRefs, cur.nextHop)
 		}
 	}
 	if ok {
-		h.vtepRefs[v.NextHop]++
+		h.vtepRefs[v.nextHop]++
 	}
 	setIn(h.last, vpc, p, v, ok)
 }
@@ -353,7 +356,7 @@ func (h *Holder) judge(now time.Time, k vpcPrefix, selected Selection, fences Fe
 		return
 	}
 	sel, hasSel := selected.Best(k.vpc, k.prefix)
-	selInst := installed{Remote: dataplane.Remote{Prefix: k.prefix, NextHop: sel.NextHop, RouterMAC: sel.RouterMAC}, gen: sel.Generation}
+	selInst := installed{nextHop: sel.NextHop, mac: sel.RouterMAC, gen: sel.Generation}
 	old, hasOld := h.last[k.vpc][k.prefix]
 	if hasOld && fences.Fenced(k.vpc, k.prefix, old.gen) {
 		hasOld = false
@@ -389,8 +392,8 @@ func (h *Holder) Routes(vpc string) []dataplane.Remote {
 		return nil
 	}
 	out := make([]dataplane.Remote, 0, len(ps))
-	for _, r := range ps {
-		out = append(out, r.Remote)
+	for p, r := range ps {
+		out = append(out, dataplane.Remote{Prefix: p, NextHop: r.nextHop, RouterMAC: r.mac})
 	}
 	return out
 }

@@ -18,9 +18,11 @@ type passState struct {
 }
 
 func newPassState(br *benchRIB) *passState {
-	return &passState{br: br, adj: Adj{Stale: time.Hour, Sync: 30 * time.Second}, holder: Holder{Hold: 10 * time.Second},
+	s := &passState{br: br, adj: Adj{Stale: time.Hour, Sync: 30 * time.Second}, holder: Holder{Hold: 10 * time.Second},
 		imp:    Importer{RTASN: 65000, RouterID: netip.MustParseAddr("198.51.100.1"), Underlay: benchUnderlay},
 		synced: map[string]remotesSum{}}
+	s.imp.Adj = &s.adj
+	return s
 }
 
 func (s *passState) apply(ev speaker.Event) { s.adj.Apply(epochAdj, ev) }

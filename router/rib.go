@@ -17,13 +17,16 @@ type Importer struct {
 	// RouterID and Underlay are this node's, to find other nodes' paths
 	// that carry its router ID.
 	RouterID, Underlay netip.Addr
+	// Adj holds the RIB view the Importer selects from, read in place: it
+	// must not change between its TakeChanges and the Importer's reads.
+	Adj *Adj
 
-	// rib is the RIB view.
-	rib map[speaker.Key]ribPath
+	// paths is how many keys the RIB view holds.
+	paths int
 	// index is, per route target's VNI and prefix, the keys of the paths
 	// carrying it: the candidates of one VPC's prefix. The selection is
 	// not kept: Best reads it from there.
-	index  map[uint32]map[netip.Prefix][]speaker.Key
+	index  map[uint32]map[netip.Prefix][]pathKey
 	vnis   map[string]uint32
 	byVNI  map[uint32]string
 	fences Fences
@@ -39,19 +42,7 @@ type Importer struct {
 	moved map[string]bool
 }
 
-// ribPath is a path of the RIB view and the peer it came from.
-type ribPath struct {
-	adjPath
-	peer string
-}
-
-func (im *Importer) path(k speaker.Key) (speaker.Received, bool) {
-	p, ok := im.rib[k]
-	if !ok {
-		return speaker.Received{}, false
-	}
-	return p.received(k, p.peer), true
-}
+func (im *Importer) path(k pathKey) (speaker.Received, bool) { return im.Adj.merged(k) }
 
 type vniPrefix struct {
 	vni    uint32
@@ -59,9 +50,8 @@ type vniPrefix struct {
 }
 
 func (im *Importer) init() {
-	if im.rib == nil {
-		im.rib = map[speaker.Key]ribPath{}
-		im.index = map[uint32]map[netip.Prefix][]speaker.Key{}
+	if im.index == nil {
+		im.index = map[uint32]map[netip.Prefix][]pathKey{}
 		im.fences = Fences{}
 		im.dupRefs = map[netip.Addr]int{}
 		im.touched = map[vniPrefix]struct{}{}
@@ -73,22 +63,23 @@ func (im *Importer) init() {
 func (im *Importer) Apply(changes []ribChange) {
 	im.init()
 	for _, c := range changes {
+		key := c.key.key()
 		// A fence stays only while the drained path it names is absent or
 		// still drained, whatever route targets the path comes back with.
 		for vpc, ps := range im.fences {
-			if f, ok := ps[c.key.Prefix]; ok && f.By == c.key {
+			if f, ok := ps[key.Prefix]; ok && f.By == key {
 				if vni, ok := im.vnis[vpc]; ok {
-					im.touched[vniPrefix{vni, c.key.Prefix}] = struct{}{}
+					im.touched[vniPrefix{vni, key.Prefix}] = struct{}{}
 				}
 			}
 		}
-		if old, ok := im.path(c.key); ok {
-			im.unindex(c.key, old)
-			delete(im.rib, c.key)
+		if c.was.ok {
+			im.unindex(c.key, c.was.received(key, c.was.peer))
+			im.paths--
 		}
-		if c.ok {
-			im.rib[c.key] = ribPath{compactOf(c.path), c.path.Peer}
-			im.indexPath(c.key, c.path)
+		if now, ok := im.path(c.key); ok {
+			im.indexPath(c.key, now)
+			im.paths++
 		}
 	}
 }
@@ -97,38 +88,38 @@ func (im *Importer) isDup(r speaker.Received) bool {
 	return carriesRouterID(r, im.RouterID, im.Underlay)
 }
 
-func (im *Importer) indexPath(k speaker.Key, r speaker.Received) {
+func (im *Importer) indexPath(k pathKey, r speaker.Received) {
 	if im.isDup(r) {
 		im.dupRefs[r.NextHop]++
 	}
 	for _, vni := range r.TargetVNIs(im.RTASN) {
-		im.touched[vniPrefix{vni, k.Prefix}] = struct{}{}
+		im.touched[vniPrefix{vni, r.Prefix}] = struct{}{}
 		ps := im.index[vni]
 		if ps == nil {
-			ps = map[netip.Prefix][]speaker.Key{}
+			ps = map[netip.Prefix][]pathKey{}
 			im.index[vni] = ps
 		}
-		if !slices.Contains(ps[k.Prefix], k) {
-			ps[k.Prefix] = append(ps[k.Prefix], k)
+		if !slices.Contains(ps[r.Prefix], k) {
+			ps[r.Prefix] = append(ps[r.Prefix], k)
 		}
 	}
 }
 
-func (im *Importer) unindex(k speaker.Key, r speaker.Received) {
+func (im *Importer) unindex(k pathKey, r speaker.Received) {
 	if im.isDup(r) {
 		if im.dupRefs[r.NextHop]--; im.dupRefs[r.NextHop] <= 0 {
 			delete(im.dupRefs, r.NextHop)
 		}
 	}
 	for _, vni := range r.TargetVNIs(im.RTASN) {
-		im.touched[vniPrefix{vni, k.Prefix}] = struct{}{}
+		im.touched[vniPrefix{vni, r.Prefix}] = struct{}{}
 		ps := im.index[vni]
-		keys := slices.DeleteFunc(ps[k.Prefix], func(o speaker.Key) bool { return o == k })
+		keys := slices.DeleteFunc(ps[r.Prefix], func(o pathKey) bool { return o == k })
 		switch {
 		case len(keys) > 0:
-			ps[k.Prefix] = keys
+			ps[r.Prefix] = keys
 		case len(ps) > 1:
-			delete(ps, k.Prefix)
+			delete(ps, r.Prefix)
 		default:
 			delete(im.index, vni)
 		}
@@ -136,16 +127,7 @@ func (im *Importer) unindex(k speaker.Key, r speaker.Received) {
 }
 
 // Len is how many paths the RIB view holds.
-func (im *Importer) Len() int { return len(im.rib) }
-
-// RIB is a copy of the RIB view.
-func (im *Importer) RIB() RIB {
-	out := RIB{}
-	for k := range im.rib {
-		out[k], _ = im.path(k)
-	}
-	return out
-}
+func (im *Importer) Len() int { return im.paths }
 
 // Duplicates are the VTEPs of other nodes' paths that carry this node's
 // router ID, sorted.
@@ -251,18 +233,18 @@ func (im *Importer) fence(vpc string, vni uint32, p netip.Prefix, prev Fences) {
 		}
 	}
 	for _, k := range im.index[vni][p] {
-		r := im.rib[k]
+		r := im.Adj.lookup(k)
 		if !r.nextHop.IsValid() || len(r.mac) != 6 {
 			continue
 		}
 		if r.drained {
-			raise(Fence{Gen: r.gen, By: k})
+			raise(Fence{Gen: r.gen, By: k.key()})
 			continue
 		}
 		live = true
 	}
 	if was, had := prev[vpc][p]; had && live {
-		if back, ok := im.rib[was.By]; !ok || back.drained {
+		if back := im.Adj.lookup(packKey(was.By)); !back.ok || back.drained {
 			raise(was)
 		}
 	}
