@@ -398,6 +398,15 @@ func (h *Holder) Routes(vpc string) []dataplane.Remote {
 	return out
 }
 
+// Sum is the sum of Routes(vpc).
+func (h *Holder) Sum(vpc string) remotesSum {
+	var s remotesSum
+	for p, r := range h.last[vpc] {
+		s.add(p, r.nextHop, r.mac)
+	}
+	return s
+}
+
 // Count is how many routes vpc has to install.
 func (h *Holder) Count(vpc string) int { return len(h.last[vpc]) }
 

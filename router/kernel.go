@@ -251,6 +251,8 @@ func (kp *kernelPass) carry(errs map[string]error) {
 // hops of every VPC's routes.
 type wanted interface {
 	Routes(vpc string) []dataplane.Remote
+	// Sum is sumOf(Routes(vpc)), without the copy.
+	Sum(vpc string) remotesSum
 	Changed(vpc string) bool
 	VTEPs() []netip.Addr
 }
@@ -259,6 +261,7 @@ type wanted interface {
 type remoteMap map[string][]dataplane.Remote
 
 func (m remoteMap) Routes(vpc string) []dataplane.Remote { return m[vpc] }
+func (m remoteMap) Sum(vpc string) remotesSum            { return sumOf(m[vpc]) }
 func (m remoteMap) Changed(string) bool                  { return true }
 func (m remoteMap) VTEPs() []netip.Addr                  { return vtepsOf(m) }
 
@@ -268,13 +271,14 @@ func (m remoteMap) VTEPs() []netip.Addr                  { return vtepsOf(m) }
 // and devices.
 func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted) {
 	d := kp.d
-	remotes := map[string][]dataplane.Remote{}
+	// A VPC's routes are copied out of w only while its chunk is planned.
+	sums := map[string]remotesSum{}
 	for vpc := range devices {
 		if !kp.dirty[vpc] && !kp.marked[vpc] && !w.Changed(vpc) {
 			continue
 		}
-		remotes[vpc] = w.Routes(vpc)
-		if !kp.dirty[vpc] && !kp.marked[vpc] && d.synced[vpc].remotes == sumOf(remotes[vpc]) {
+		sums[vpc] = w.Sum(vpc)
+		if !kp.dirty[vpc] && !kp.marked[vpc] && d.synced[vpc].remotes == sums[vpc] {
 			continue
 		}
 		kp.routes[vpc] = true
@@ -307,9 +311,9 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 				kp.plans[vpc] = pl
 			}
 			s := kp.next[vpc]
-			d.plane.PlanRoutes(devices[vpc], s.dom, remotes[vpc], kp.k, pl)
+			d.plane.PlanRoutes(devices[vpc], s.dom, w.Routes(vpc), kp.k, pl)
 			s.neighs, s.fdb = pl.Neighs, pl.FDB
-			s.remotes = sumOf(remotes[vpc])
+			s.remotes = sums[vpc]
 			kp.next[vpc] = s
 		}
 		kp.k.Forget(tables)
@@ -359,16 +363,23 @@ type remotesSum struct {
 var remotesSeed = maphash.MakeSeed()
 
 func sumOf(rs []dataplane.Remote) remotesSum {
-	s := remotesSum{n: len(rs)}
-	var buf [64]byte
+	var s remotesSum
 	for _, r := range rs {
-		b := append(buf[:0], r.Prefix.Addr().AsSlice()...)
-		b = append(b, byte(r.Prefix.Bits()))
-		b = append(b, r.NextHop.AsSlice()...)
-		b = append(b, r.RouterMAC...)
-		s.sum += maphash.Bytes(remotesSeed, b)
+		s.add(r.Prefix, r.NextHop, r.RouterMAC)
 	}
 	return s
+}
+
+// add counts one route in the sum; the order of the routes does not
+// matter.
+func (s *remotesSum) add(p netip.Prefix, nextHop netip.Addr, mac []byte) {
+	var buf [64]byte
+	b := append(buf[:0], p.Addr().AsSlice()...)
+	b = append(b, byte(p.Bits()))
+	b = append(b, nextHop.AsSlice()...)
+	b = append(b, mac...)
+	s.n++
+	s.sum += maphash.Bytes(remotesSeed, b)
 }
 
 // vtepsOf is the next hops of remotes, sorted.

@@ -15,6 +15,8 @@ type passState struct {
 	holder Holder
 	synced map[string]remotesSum
 	vteps  []netip.Addr
+	// planned counts the routes handed to the kernel side.
+	planned int
 }
 
 func newPassState(br *benchRIB) *passState {
@@ -44,10 +46,11 @@ func (s *passState) pass(now time.Time, full, recompute bool) {
 		if !full && !s.holder.Changed(vpc) {
 			continue
 		}
-		rs := s.holder.Routes(vpc)
-		if sum := sumOf(rs); full || sum != s.synced[vpc] {
+		// As routesStage: the sum first, the routes for what is planned.
+		if sum := s.holder.Sum(vpc); full || sum != s.synced[vpc] {
 			changed = true
 			s.synced[vpc] = sum
+			s.planned += len(s.holder.Routes(vpc))
 		}
 	}
 	if changed {

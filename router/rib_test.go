@@ -170,6 +170,9 @@ func runRandomSelection(t *testing.T, seed uint64, steps int) bool {
 			return fail("next %v, from scratch %v", next, refNext)
 		}
 		for _, vpc := range []string{"blue", "red", "green"} {
+			if inc.Sum(vpc) != sumOf(inc.Routes(vpc)) {
+				return fail("%s: the hold's sum is not the sum of its routes", vpc)
+			}
 			got, want := remoteSet(inc.Routes(vpc)), remoteSet(out[vpc])
 			if !reflect.DeepEqual(got, want) {
 				return fail("%s installs %v, from scratch %v", vpc, got, want)
