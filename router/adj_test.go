@@ -232,3 +232,24 @@ func TestCurrentCountsTheLiveSessionsPathsNotTheStaleOnes(t *testing.T) {
 		t.Fatalf("current %d after r1 sent one path again, want 2", got)
 	}
 }
+
+func TestAPackedKeyGivesBackTheKey(t *testing.T) {
+	for _, k := range []speaker.Key{
+		{RD: speaker.RD{Admin: netip.MustParseAddr("192.0.2.1"), Assigned: 7}, Prefix: netip.MustParsePrefix("10.0.0.1/32")},
+		{RD: speaker.RD{Admin: netip.MustParseAddr("192.0.2.1"), Assigned: 65535}, Prefix: netip.MustParsePrefix("fd20::/64")},
+		{RD: speaker.RD{Admin: netip.MustParseAddr("2001:db8::1"), Assigned: 1}, Prefix: netip.MustParsePrefix("0.0.0.0/0")},
+		{RD: speaker.RD{Admin: netip.MustParseAddr("::ffff:192.0.2.1")}, Prefix: netip.MustParsePrefix("::ffff:10.0.0.0/120")},
+		{RD: speaker.RD{Assigned: 3}},
+		{},
+	} {
+		if got := packKey(k).key(); got != k {
+			t.Errorf("packed and back, %v is %v", k, got)
+		}
+	}
+	a := speaker.Key{RD: speaker.RD{Admin: netip.MustParseAddr("192.0.2.1")}, Prefix: netip.MustParsePrefix("10.0.0.0/24")}
+	b := a
+	b.Prefix = netip.MustParsePrefix("10.0.0.0/25")
+	if packKey(a) == packKey(b) {
+		t.Error("two prefix lengths pack to one key")
+	}
+}
