@@ -419,6 +419,10 @@ func addrOf(b [16]byte, kind uint8) netip.Addr {
 	return netip.Addr{}
 }
 
+// noBits is the packed length of a prefix without one (Bits -1); a
+// length is at most 128.
+const noBits = 0xff
+
 // packKey packs k; a prefix address or RD admin with a zone loses it
 // (neither has one on the wire).
 func packKey(k speaker.Key) pathKey {
@@ -435,5 +439,9 @@ func (k pathKey) key() speaker.Key {
 	if !pa.IsValid() {
 		return speaker.Key{RD: rd}
 	}
-	return speaker.Key{RD: rd, Prefix: netip.PrefixFrom(pa, int(int8(k.bits)))}
+	bits := int(k.bits)
+	if k.bits == noBits {
+		bits = -1
+	}
+	return speaker.Key{RD: rd, Prefix: netip.PrefixFrom(pa, bits)}
 }

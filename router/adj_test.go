@@ -237,6 +237,8 @@ func TestAPackedKeyGivesBackTheKey(t *testing.T) {
 	for _, k := range []speaker.Key{
 		{RD: speaker.RD{Admin: netip.MustParseAddr("192.0.2.1"), Assigned: 7}, Prefix: netip.MustParsePrefix("10.0.0.1/32")},
 		{RD: speaker.RD{Admin: netip.MustParseAddr("192.0.2.1"), Assigned: 65535}, Prefix: netip.MustParsePrefix("fd20::/64")},
+		{RD: speaker.RD{Admin: netip.MustParseAddr("192.0.2.1"), Assigned: 2}, Prefix: netip.MustParsePrefix("fd20::5/128")},
+		{RD: speaker.RD{Admin: netip.MustParseAddr("192.0.2.1"), Assigned: 2}, Prefix: netip.PrefixFrom(netip.MustParseAddr("fd20::5"), 129)},
 		{RD: speaker.RD{Admin: netip.MustParseAddr("2001:db8::1"), Assigned: 1}, Prefix: netip.MustParsePrefix("0.0.0.0/0")},
 		{RD: speaker.RD{Admin: netip.MustParseAddr("::ffff:192.0.2.1")}, Prefix: netip.MustParsePrefix("::ffff:10.0.0.0/120")},
 		{RD: speaker.RD{Assigned: 3}},
