@@ -37,7 +37,7 @@ func runRandomSelection(t *testing.T, seed uint64, steps int) bool {
 	peers := []string{"192.0.2.250", "192.0.2.251", "192.0.2.252"}
 	nodes := []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("192.0.2.13")}
 	me := nodes[0]
-	prefixes := []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("10.0.1.0/24")}
+	prefixes := []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("10.0.1.0/24"), netip.MustParsePrefix("fd20::5/128")}
 	vniSets := []map[string]uint32{
 		{"blue": 10100, "red": 10200},
 		{"blue": 10100},
