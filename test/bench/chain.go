@@ -17,6 +17,21 @@ var (
 	benchMTU       = 1450
 )
 
+// benchSubnets numbers the VPCs that share a bench node with another VPC
+// (0 for the rest): in table mode galactic-cni refuses an address that
+// another VPC on the node already routes.
+var benchSubnets = map[string]int{"lath": 1, "latc": 2, "apih": 1}
+
+// addressesOf is the workload's addresses in vpc: benchAddresses in the
+// VPC's own subnets.
+func addressesOf(vpc string) []string {
+	i := benchSubnets[vpc]
+	if i == 0 {
+		return benchAddresses
+	}
+	return []string{fmt.Sprintf("10.20.%d.5/24", i), fmt.Sprintf("fd20:%x::5/64", i)}
+}
+
 const ifName = "net0"
 
 // Chain rows of the latency table.
@@ -53,7 +68,7 @@ func galacticConf(network, vpc, att string, handoff bool, bgp bool) map[string]a
 	}
 	plugins := []any{map[string]any{
 		"type": "galactic-cni", "vpc": vpc, "attachment": att, "mode": "tap", "routing": "table",
-		"addresses": benchAddresses, "mtu": benchMTU, "handoff": h,
+		"addresses": addressesOf(vpc), "mtu": benchMTU, "handoff": h,
 	}}
 	if bgp {
 		plugins = append(plugins, map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": att})
