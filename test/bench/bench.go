@@ -68,11 +68,7 @@ type bench struct {
 // before it returns.
 func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err error) {
 	b := &bench{ctx: ctx, opts: opts, out: out, start: time.Now(), res: &Results{Options: opts, Date: time.Now()}}
-	defer func() {
-		for i := len(b.undo) - 1; i >= 0; i-- {
-			b.undo[i]()
-		}
-	}()
+	defer b.unwind(0)
 	b.res.Machine = readMachine()
 	b.say("machine: %d CPUs (%s), kernel %s, load average %s", b.res.Machine.CPUs, b.res.Machine.Model, b.res.Machine.Kernel, b.res.Machine.LoadStart)
 	b.say("building binaries and starting etcd + kube-apiserver")
@@ -116,9 +112,14 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		}
 		b.say("== %s", s.name)
 		t := time.Now()
+		mark := len(b.undo)
 		if err := s.run(); err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
+		// What a section made (nodes, a cluster, routers, fabrics) goes
+		// with it, so none of it loads the machine or the API under the
+		// sections after it.
+		b.unwind(mark)
 		b.say("%s took %s", s.name, time.Since(t).Round(time.Second))
 	}
 	if b.res.Unattributed = b.proxy.Unattributed(); b.res.Unattributed != nil {
@@ -133,6 +134,15 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		b.say("wrote %s", opts.Out)
 	}
 	return b.res, nil
+}
+
+// unwind undoes, last first, what was registered after the first mark
+// entries.
+func (b *bench) unwind(mark int) {
+	for i := len(b.undo) - 1; i >= mark; i-- {
+		b.undo[i]()
+	}
+	b.undo = b.undo[:mark]
 }
 
 func (b *bench) say(format string, args ...any) {
