@@ -549,9 +549,9 @@ func (d *Daemon) available(adv *v1alpha1.BGPAdvertisement, e v1alpha1.ContainerE
 }
 
 // snapshot applies the speaker's queued events and the stale bounds and
-// returns the RIB view's changes,
-// whether a session is established, whether the RIB counts as synced for
-// a start, the peers' sessions and when a bound ends next.
+// returns the RIB view's changes, whether a session is established,
+// whether the RIB counts as synced for a start, the peers' sessions and
+// when a bound ends next.
 func (d *Daemon) snapshot(now time.Time) (changes []ribChange, anyPeer, synced bool, established map[string]bool, next time.Time) {
 	d.mu.Lock()
 	evs := d.events
