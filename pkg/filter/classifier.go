@@ -81,6 +81,11 @@ func current() (*classifier, error) {
 	if err != nil {
 		return nil, err
 	}
+	return currentIn(ns)
+}
+
+// currentIn is current for namespace ns, from any thread.
+func currentIn(ns uint64) (*classifier, error) {
 	classifiersMu.Lock()
 	defer classifiersMu.Unlock()
 	if c := classifiers[ns]; c != nil {
@@ -122,14 +127,12 @@ func open(id ebpf.ProgramID, ns uint64) *classifier {
 	if err != nil {
 		return nil // gone since it was listed
 	}
-	if info, err := p.Info(); err == nil && info.Name == progName() {
-		if ids, ok := info.MapIDs(); ok && len(ids) == 1 {
-			if m, err := ebpf.NewMapFromID(ids[0]); err == nil {
-				if mi, err := m.Info(); err == nil && mi.Name == mapName(ns) {
-					return &classifier{prog: p, id: id, vals: m}
-				}
-				m.Close()
+	if name, ids, err := progNameAndMaps(p); err == nil && name == progName() && len(ids) == 1 {
+		if m, err := ebpf.NewMapFromID(ids[0]); err == nil {
+			if name, err := mapObjName(m); err == nil && name == mapName(ns) {
+				return &classifier{prog: p, id: id, vals: m}
 			}
+			m.Close()
 		}
 	}
 	p.Close()
@@ -186,21 +189,32 @@ func attached(link netlink.Link) (*netlink.BpfFilter, error) {
 }
 
 // attach puts c on link's ingress, replacing galactic's filter in place.
-// The clsact qdisc is added only when the filter finds none: on an ADD's
-// new interface that is one message more, on every other one none.
-func (c *classifier) attach(link netlink.Link) error {
+// An ADD's interface (fresh) has no clsact qdisc yet, so it gets one
+// first; any other interface gets one only when the filter finds none.
+func (c *classifier) attach(h *netlink.Handle, link netlink.Link, fresh bool) error {
 	idx := link.Attrs().Index
+	addQdisc := func() error {
+		q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+		if err := h.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
+		}
+		return nil
+	}
+	if fresh {
+		if err := addQdisc(); err != nil {
+			return err
+		}
+	}
 	f := &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 1},
 		Fd:          c.prog.FD(), Name: filterName, DirectAction: true,
 	}
-	err := netlink.FilterReplace(f)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
-		if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
+	err := h.FilterReplace(f)
+	if !fresh && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT)) {
+		if err := addQdisc(); err != nil {
+			return err
 		}
-		err = netlink.FilterReplace(f)
+		err = h.FilterReplace(f)
 	}
 	if err != nil {
 		return fmt.Errorf("attaching the workload classifier to %s (the kernel needs cls_bpf): %w", link.Attrs().Name, err)
@@ -211,8 +225,8 @@ func (c *classifier) attach(link netlink.Link) error {
 // put writes a's entry and attaches the classifier to its interface,
 // entry first, so that no packet meets the program without it. Unless
 // always (an ADD, whose interface is new), it attaches only when the
-// interface has no filter of c.
-func (c *classifier) put(link netlink.Link, a Attachment, always bool) (attachedNow bool, err error) {
+// interface has no filter of c. h's sockets say the namespace.
+func (c *classifier) put(h *netlink.Handle, link netlink.Link, a Attachment, always bool) (attachedNow bool, err error) {
 	v, err := a.value()
 	if err != nil {
 		return false, err
@@ -229,11 +243,14 @@ func (c *classifier) put(link netlink.Link, a Attachment, always bool) (attached
 			return false, nil
 		}
 	}
-	return true, c.attach(link)
+	return true, c.attach(h, link, always)
 }
 
-func linkByName(name string) (netlink.Link, error) {
-	l, err := netlink.LinkByName(name)
+func linkByName(name string) (netlink.Link, error) { return linkVia(&netlink.Handle{}, name) }
+
+// linkVia looks name up in the namespace of h's sockets.
+func linkVia(h *netlink.Handle, name string) (netlink.Link, error) {
+	l, err := h.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
@@ -244,17 +261,21 @@ func linkByName(name string) (netlink.Link, error) {
 	return l, nil
 }
 
-// classify writes a's entry and attaches the classifier to a's interface.
-func classify(a Attachment) error {
-	link, err := linkByName(a.Interface)
+// classify writes a's entry and attaches the classifier to a's interface
+// in namespace ns, whose sockets h holds, from any thread.
+func classify(h *netlink.Handle, ns uint64, a Attachment) error {
+	var link netlink.Link = &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: a.Interface, Index: a.Index}}
+	if a.Index == 0 {
+		var err error
+		if link, err = linkVia(h, a.Interface); err != nil {
+			return err
+		}
+	}
+	c, err := currentIn(ns)
 	if err != nil {
 		return err
 	}
-	c, err := current()
-	if err != nil {
-		return err
-	}
-	_, err = c.put(link, a, true)
+	_, err = c.put(h, link, a, true)
 	return err
 }
 
@@ -280,11 +301,10 @@ func unclassify(iface string) error {
 		return nil
 	}
 	defer p.Close()
-	info, err := p.Info()
+	_, ids, err := progNameAndMaps(p)
 	if err != nil {
 		return nil
 	}
-	ids, _ := info.MapIDs()
 	for _, id := range ids {
 		if m, err := ebpf.NewMapFromID(id); err == nil {
 			err = ignoreMissing(m.Delete(key))
@@ -374,7 +394,7 @@ func (c *classifier) attachAll(atts []Attachment) (map[uint32]bool, int, error) 
 			continue
 		}
 		written[uint32(link.Attrs().Index)] = true
-		now, err := c.put(link, *byIf[name], false)
+		now, err := c.put(&netlink.Handle{}, link, *byIf[name], false)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,6 +27,9 @@ type Attachment struct {
 	// MAC is the container end's MAC of a veth; nil for a tap, whose
 	// guest chooses its own.
 	MAC net.HardwareAddr
+	// Index is the interface's index when the caller has just looked the
+	// interface up (ADD); 0 makes Add look it up by name.
+	Index int
 }
 
 // element is one set element: the set's name, its key and, for an interval
@@ -459,11 +463,39 @@ func Add(a Attachment, previous ...Attachment) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureQuick(c); err != nil {
+	// The classifier (BPF and tc) and the sets (nftables) are separate
+	// kernel objects: writing them at once takes an ADD the longer of the
+	// two instead of their sum. The classifier's goroutine may run on
+	// another thread, so it gets the namespace's inode and sockets opened
+	// here, on the caller's, whose namespace is the one meant.
+	ns, err := currentNetns()
+	if err != nil {
 		return err
 	}
-	if err := classify(a); err != nil {
-		return err
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer h.Close()
+	classified := make(chan error, 1)
+	go func() { classified <- classify(h, ns, a) }()
+	rebuilt, err := addElements(c, a, previous)
+	if cerr := <-classified; cerr != nil {
+		return cerr
+	}
+	if err == nil && rebuilt {
+		// A rebuild from an earlier build's ruleset writes the classifier
+		// entries from the sets, which may hold a's previous sources.
+		err = classify(h, ns, a)
+	}
+	return err
+}
+
+// addElements restores the tables if they are gone (reporting whether it
+// rebuilt them) and writes a's elements, removing previous' that a has not.
+func addElements(c *nftables.Conn, a Attachment, previous []Attachment) (rebuilt bool, err error) {
+	if rebuilt, err = ensureQuick(c); err != nil {
+		return rebuilt, err
 	}
 	want := a.elements()
 	var stale []element
@@ -474,13 +506,15 @@ func Add(a Attachment, previous ...Attachment) error {
 	err = remove(want, dedupe(del))
 	if errors.Is(err, unix.ENOENT) {
 		// A table or set of an older galactic, or flushed since the check.
-		if _, err := ensure(c); err != nil {
-			return err
+		again, err := ensure(c)
+		if err != nil {
+			return rebuilt, err
 		}
+		rebuilt = rebuilt || again
 		err = remove(want, dedupe(del))
 	}
 	if err == nil || errors.Is(err, unix.ENOENT) {
-		return err
+		return rebuilt, err
 	}
 	// The kernel refused an interval overlapping one the sets hold (a new
 	// prefix inside a removed one, or records and sets diverged): replace
@@ -488,11 +522,11 @@ func Add(a Attachment, previous ...Attachment) error {
 	// the intervals outright.
 	have, err := listElements(c, attachmentSets...)
 	if err != nil {
-		return err
+		return rebuilt, err
 	}
 	_, del = diff(have, want, func(e element) bool { return e.iface() == a.Interface })
 	expire, intervals := splitIntervals(del)
-	return writeElements(want, expire, intervals)
+	return rebuilt, writeElements(want, expire, intervals)
 }
 
 // splitIntervals separates interval elements from the others.
@@ -520,19 +554,19 @@ func dedupe(es []element) []element {
 }
 
 // ensureQuick restores the table when it or its input rules are gone
-// (a flush): one read instead of Ensure's full comparison, which CHECK,
+// (a flush): it counts the input chain's rules, the cheapest read that
+// tells a flushed table, instead of Ensure's full comparison, which CHECK,
 // the GC and the router make.
-func ensureQuick(c *nftables.Conn) error {
+func ensureQuick(c *nftables.Conn) (bool, error) {
 	for _, cs := range chains() {
 		if cs.chain.Name != "input" {
 			continue
 		}
-		if rules, err := c.GetRules(table, cs.chain); err == nil && len(rules) == len(cs.rules) {
-			return nil
+		if n, err := countRules(cs.chain); err == nil && n == len(cs.rules) {
+			return false, nil
 		}
 	}
-	_, err := ensure(c)
-	return err
+	return ensure(c)
 }
 
 // diff returns what to add and delete so that the elements of have for

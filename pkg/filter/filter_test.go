@@ -250,6 +250,19 @@ func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
 		if err := Check(blue()); err != nil {
 			t.Fatalf("CHECK after Sync: %v", err)
 		}
+		// An ADD given the interface's index, as the plugin's is, puts
+		// the qdisc and the classifier back as well.
+		if err := netlink.QdiscDel(q); err != nil {
+			t.Fatal(err)
+		}
+		withIndex := blue()
+		withIndex.Index = link.Attrs().Index
+		if err := Add(withIndex, blue()); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(blue()); err != nil {
+			t.Fatalf("CHECK after an ADD by index: %v", err)
+		}
 		// An entry that is not the attachment's is named, and a re-ADD
 		// replaces it.
 		narrowed := blue()

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -233,4 +234,39 @@ func TestTheProgramsNameCarriesItsCodesHash(t *testing.T) {
 	if h != codeHash {
 		t.Fatalf("the classifier's code changed: set codeHash in classifier.go to %q", h)
 	}
+}
+
+// The lookup's raw info reads give what ebpf's full Info gives.
+func TestTheRawInfoReadsAgreeWithEbpfs(t *testing.T) {
+	inNetns(t, func() {
+		c, err := current()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.prog.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantIDs, _ := info.MapIDs()
+		name, ids, err := progNameAndMaps(c.prog)
+		if err != nil || name != info.Name || !slices.Equal(ids, wantIDs) || name != progName() {
+			t.Fatalf("program: %q %v %v, ebpf says %q %v", name, ids, err, info.Name, wantIDs)
+		}
+		mi, err := c.vals.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name, err := mapObjName(c.vals); err != nil || name != mi.Name {
+			t.Fatalf("map: %q %v, ebpf says %q", name, err, mi.Name)
+		}
+		ns, _ := currentNetns()
+		if again := open(c.id, ns); again == nil {
+			t.Fatal("open does not find the namespace's program by its ID")
+		} else {
+			again.close()
+		}
+		if open(c.id, ns+1) != nil {
+			t.Fatal("open takes another namespace's program")
+		}
+	})
 }

@@ -315,3 +315,28 @@ func remove(add, del []element) error {
 	}
 	return writeElements(nil, nil, del)
 }
+
+// countRules counts chain's rules in galactic's table of its family
+// without decoding them; 0 when the table or chain is gone.
+func countRules(chain *nftables.Chain) (int, error) {
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return 0, fmt.Errorf("opening nftables netlink: %w", err)
+	}
+	defer c.Close()
+	body, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_RULE_TABLE, Data: []byte(chain.Table.Name + "\x00")},
+		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(chain.Name + "\x00")},
+	})
+	if err != nil {
+		return 0, err
+	}
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE), Flags: netlink.Request | netlink.Dump},
+		Data:   append(nfgen(uint8(chain.Table.Family), 0), body...),
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	return len(msgs), err
+}

@@ -231,7 +231,9 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 	if att.Sandbox != nil {
 		sandboxMAC, _ = net.ParseMAC(att.Sandbox.MAC)
 	}
-	if err := filter.Add(spec.filterAttachment(sandboxMAC), h.recordedFilters(att.Host.Name)...); err != nil {
+	fa := spec.filterAttachment(sandboxMAC)
+	fa.Index = att.Host.Index
+	if err := filter.Add(fa, h.recordedFilters(att.Host.Name)...); err != nil {
 		return nil, fmt.Errorf("adding %s to the packet filter: %w", att.Host.Name, err)
 	}
 	if !att.AdoptedTap {
