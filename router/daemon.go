@@ -153,6 +153,12 @@ type Daemon struct {
 	marks    kernelMarks
 	vteps    []netip.Addr
 	lastFull time.Time
+	// resyncNow asks the next pass to read everything: a kernel watch
+	// was down, so its marks are incomplete.
+	resyncNow atomic.Bool
+	// watchBuffer is the watches' receive buffer (defaultWatchBuffer
+	// unless a test makes it overflow).
+	watchBuffer int
 	// removeKernel is RemoveKernelState but in unit tests, which also
 	// leave the host's routes unwatched.
 	removeKernel func() error
@@ -191,6 +197,7 @@ func New(o Options) (*Daemon, error) {
 		deviceErrs:   map[string]error{},
 		synced:       map[string]synced{},
 		removeKernel: RemoveKernelState,
+		watchBuffer:  defaultWatchBuffer,
 		holder:       Holder{Hold: o.Config.WithdrawHold},
 		imp:          Importer{RTASN: o.Config.RouteTargetASN, RouterID: o.Config.RouterID, Underlay: o.Config.Underlay},
 		metrics:      NewMetrics(),
@@ -250,28 +257,52 @@ type timedEvent struct {
 // kernel only for what moved. A route of another protocol that leaves a
 // VPC table starts a pass at once: a local host route that went may
 // uncover a remote route of the same prefix, which local always beats.
+//
+// A subscription ends when its socket overflows (the router's own route
+// writes come back as notifications, 100,000 of them when a node joins
+// every VPC): the watch then subscribes again and the next pass reads
+// everything, since what changed meanwhile is unknown.
 func (d *Daemon) watchKernel(ctx context.Context) {
-	routes := make(chan netlink.RouteUpdate, 1024)
-	err := netlink.RouteSubscribeWithOptions(routes, ctx.Done(), netlink.RouteSubscribeOptions{
-		ErrorCallback: func(err error) { d.log.Warn("watching routes", "error", err); d.marks.device(); d.trigger() },
-	})
-	if err != nil {
-		d.log.Warn("watching routes: kernel changes wait for the resync", "error", err)
-		return
-	}
-	links := make(chan netlink.LinkUpdate, 256)
-	err = netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{
-		ErrorCallback: func(err error) { d.log.Warn("watching links", "error", err); d.marks.device(); d.trigger() },
-	})
-	if err != nil {
-		d.log.Warn("watching links: device changes wait for the resync", "error", err)
-		links = nil
-	}
+	var routes chan netlink.RouteUpdate
+	var links chan netlink.LinkUpdate
+	var retry <-chan time.Time
+	lost, wait := false, time.Duration(0)
 	for {
+		if (routes == nil || links == nil) && retry == nil {
+			retry = time.After(wait)
+		}
 		select {
+		case <-ctx.Done():
+			return
+		case <-retry:
+			retry = nil
+			if routes == nil {
+				routes = d.subscribeRoutes(ctx)
+			}
+			if links == nil {
+				links = d.subscribeLinks(ctx)
+			}
+			if routes == nil || links == nil {
+				// Retried; meanwhile the periodic resync reads what the
+				// watch would have marked.
+				wait = min(max(2*wait, time.Second), 30*time.Second)
+				continue
+			}
+			wait = 0
+			if lost {
+				// Whatever changed while a watch was down is unknown.
+				lost = false
+				d.resyncNow.Store(true)
+				d.trigger()
+			}
 		case u, ok := <-routes:
 			if !ok {
-				return
+				if ctx.Err() != nil {
+					return
+				}
+				d.log.Warn("watching routes: the kernel ended the subscription; subscribing again")
+				routes, lost = nil, true
+				continue
 			}
 			if u.Table <= unix.RT_TABLE_MAIN || u.Table == unix.RT_TABLE_LOCAL {
 				continue
@@ -292,7 +323,11 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 			}
 		case u, ok := <-links:
 			if !ok {
-				links = nil
+				if ctx.Err() != nil {
+					return
+				}
+				d.log.Warn("watching links: the kernel ended the subscription; subscribing again")
+				links, lost = nil, true
 				continue
 			}
 			if name := u.Attrs().Name; len(name) == 15 && (strings.HasPrefix(name, "gx") || strings.HasPrefix(name, "gr")) {
@@ -301,6 +336,50 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// defaultWatchBuffer is the kernel watches' socket receive buffer: a burst of
+// route writes queues a notification each (about 1 KiB of buffer apiece)
+// faster than a loaded router may read them.
+const defaultWatchBuffer = 8 << 20
+
+// subscribeRoutes subscribes to route changes; nil when the kernel refused.
+func (d *Daemon) subscribeRoutes(ctx context.Context) chan netlink.RouteUpdate {
+	ch := make(chan netlink.RouteUpdate, 1024)
+	opts := netlink.RouteSubscribeOptions{
+		ErrorCallback:     func(err error) { d.log.Warn("watching routes", "error", err); d.marks.device(); d.trigger() },
+		ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: true,
+	}
+	err := netlink.RouteSubscribeWithOptions(ch, ctx.Done(), opts)
+	if err != nil {
+		// Forcing the size past rmem_max takes CAP_NET_ADMIN.
+		opts.ReceiveBufferForceSize = false
+		err = netlink.RouteSubscribeWithOptions(ch, ctx.Done(), opts)
+	}
+	if err != nil {
+		d.log.Warn("watching routes: kernel changes wait for the resync", "error", err)
+		return nil
+	}
+	return ch
+}
+
+// subscribeLinks subscribes to link changes; nil when the kernel refused.
+func (d *Daemon) subscribeLinks(ctx context.Context) chan netlink.LinkUpdate {
+	ch := make(chan netlink.LinkUpdate, 256)
+	opts := netlink.LinkSubscribeOptions{
+		ErrorCallback:     func(err error) { d.log.Warn("watching links", "error", err); d.marks.device(); d.trigger() },
+		ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: true,
+	}
+	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), opts)
+	if err != nil {
+		opts.ReceiveBufferForceSize = false
+		err = netlink.LinkSubscribeWithOptions(ch, ctx.Done(), opts)
+	}
+	if err != nil {
+		d.log.Warn("watching links: device changes wait for the resync", "error", err)
+		return nil
+	}
+	return ch
 }
 
 // markerOf is r's prefix when r is a routing domain's marker route:
@@ -594,7 +673,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
 	}
 	d.checkDuplicates(ctx)
-	full := d.lastFull.IsZero() || time.Since(d.lastFull) >= d.o.Resync || d.failures > 0
+	full := d.lastFull.IsZero() || time.Since(d.lastFull) >= d.o.Resync || d.failures > 0 || d.resyncNow.Swap(false)
 	if full {
 		d.lastFull = time.Now()
 	}
