@@ -265,6 +265,10 @@ type timedEvent struct {
 func (d *Daemon) watchKernel(ctx context.Context) {
 	var routes chan netlink.RouteUpdate
 	var links chan netlink.LinkUpdate
+	// Each subscription's socket is closed when its stopper stops: an
+	// ended subscription's socket would otherwise stay open, and fill.
+	var routesSub, linksSub stopper
+	defer func() { routesSub.stop(); linksSub.stop() }()
 	var retry <-chan time.Time
 	lost, wait := false, time.Duration(0)
 	for {
@@ -277,10 +281,18 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 		case <-retry:
 			retry = nil
 			if routes == nil {
-				routes = d.subscribeRoutes(ctx)
+				done := routesSub.next(ctx)
+				routes = subscribe(d, "routes", 1024, func(ch chan netlink.RouteUpdate, force bool) error {
+					return netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{
+						ErrorCallback: d.watchError("routes"), ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: force})
+				})
 			}
 			if links == nil {
-				links = d.subscribeLinks(ctx)
+				done := linksSub.next(ctx)
+				links = subscribe(d, "links", 256, func(ch chan netlink.LinkUpdate, force bool) error {
+					return netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
+						ErrorCallback: d.watchError("links"), ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: force})
+				})
 			}
 			if routes == nil || links == nil {
 				// Retried; meanwhile the periodic resync reads what the
@@ -301,6 +313,7 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 					return
 				}
 				d.log.Warn("watching routes: the kernel ended the subscription; subscribing again")
+				routesSub.stop()
 				routes, lost = nil, true
 				continue
 			}
@@ -327,6 +340,7 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 					return
 				}
 				d.log.Warn("watching links: the kernel ended the subscription; subscribing again")
+				linksSub.stop()
 				links, lost = nil, true
 				continue
 			}
@@ -343,43 +357,45 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 // faster than a loaded router may read them.
 const defaultWatchBuffer = 8 << 20
 
-// subscribeRoutes subscribes to route changes; nil when the kernel refused.
-func (d *Daemon) subscribeRoutes(ctx context.Context) chan netlink.RouteUpdate {
-	ch := make(chan netlink.RouteUpdate, 1024)
-	opts := netlink.RouteSubscribeOptions{
-		ErrorCallback:     func(err error) { d.log.Warn("watching routes", "error", err); d.marks.device(); d.trigger() },
-		ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: true,
-	}
-	err := netlink.RouteSubscribeWithOptions(ch, ctx.Done(), opts)
+// subscribe makes a channel of capacity n and runs sub on it with the
+// receive buffer forced past rmem_max, which takes CAP_NET_ADMIN, and
+// else as rmem_max allows; nil when the kernel refused both.
+func subscribe[U any](d *Daemon, what string, n int, sub func(ch chan U, force bool) error) chan U {
+	ch := make(chan U, n)
+	err := sub(ch, true)
 	if err != nil {
-		// Forcing the size past rmem_max takes CAP_NET_ADMIN.
-		opts.ReceiveBufferForceSize = false
-		err = netlink.RouteSubscribeWithOptions(ch, ctx.Done(), opts)
+		err = sub(ch, false)
 	}
 	if err != nil {
-		d.log.Warn("watching routes: kernel changes wait for the resync", "error", err)
+		d.log.Warn("watching "+what+": kernel changes wait for the resync", "error", err)
 		return nil
 	}
 	return ch
 }
 
-// subscribeLinks subscribes to link changes; nil when the kernel refused.
-func (d *Daemon) subscribeLinks(ctx context.Context) chan netlink.LinkUpdate {
-	ch := make(chan netlink.LinkUpdate, 256)
-	opts := netlink.LinkSubscribeOptions{
-		ErrorCallback:     func(err error) { d.log.Warn("watching links", "error", err); d.marks.device(); d.trigger() },
-		ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: true,
+// stopper ends one kernel subscription at a time.
+type stopper struct{ cancel context.CancelFunc }
+
+// next stops the previous subscription and returns the done channel of
+// the next, which ends with ctx too.
+func (s *stopper) next(ctx context.Context) <-chan struct{} {
+	s.stop()
+	c, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	return c.Done()
+}
+
+func (s *stopper) stop() {
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
 	}
-	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), opts)
-	if err != nil {
-		opts.ReceiveBufferForceSize = false
-		err = netlink.LinkSubscribeWithOptions(ch, ctx.Done(), opts)
-	}
-	if err != nil {
-		d.log.Warn("watching links: device changes wait for the resync", "error", err)
-		return nil
-	}
-	return ch
+}
+
+// watchError is a watch's callback for errors the subscription survives:
+// every VPC's devices are read again.
+func (d *Daemon) watchError(what string) func(error) {
+	return func(err error) { d.log.Warn("watching "+what, "error", err); d.marks.device(); d.trigger() }
 }
 
 // markerOf is r's prefix when r is a routing domain's marker route:
