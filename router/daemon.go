@@ -392,8 +392,9 @@ func (s *stopper) stop() {
 	}
 }
 
-// watchError is a watch's callback for errors the subscription survives:
-// every VPC's devices are read again.
+// watchError is a watch's error callback: every VPC's devices are read
+// again. An error that ends the subscription also closes its channel,
+// after which the watch subscribes again and asks for a resync.
 func (d *Daemon) watchError(what string) func(error) {
 	return func(err error) { d.log.Warn("watching "+what, "error", err); d.marks.device(); d.trigger() }
 }
@@ -689,7 +690,9 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
 	}
 	d.checkDuplicates(ctx)
-	full := d.lastFull.IsZero() || time.Since(d.lastFull) >= d.o.Resync || d.failures > 0 || d.resyncNow.Swap(false)
+	// Taken whatever else makes the pass full, so one request is one resync.
+	asked := d.resyncNow.Swap(false)
+	full := asked || d.lastFull.IsZero() || time.Since(d.lastFull) >= d.o.Resync || d.failures > 0
 	if full {
 		d.lastFull = time.Now()
 	}
