@@ -191,7 +191,8 @@ func elementMessage(t *nftables.Table, set string, del bool, elems func(func(ele
 	}, nil
 }
 
-// sendBatch sends msgs between batch markers and waits for their acks.
+// sendBatch sends msgs between batch markers and waits for the kernel's
+// answer to them.
 func sendBatch(msgs []netlink.Message) error {
 	marker := func(t int) netlink.Message {
 		return netlink.Message{
@@ -199,30 +200,33 @@ func sendBatch(msgs []netlink.Message) error {
 			Data:   nfgen(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES),
 		}
 	}
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	c, err := openNF()
 	if err != nil {
-		return fmt.Errorf("opening nftables netlink: %w", err)
+		return err
 	}
-	defer c.Close()
+	defer c.close()
 	// Acks without the request echoed: a large batch's would overflow the
 	// receive buffer.
-	if err := c.SetOption(netlink.CapAcknowledge, true); err != nil {
+	if err := c.setOption(unix.NETLINK_CAP_ACK); err != nil {
 		return err
 	}
-	batch := append(append([]netlink.Message{marker(unix.NFNL_MSG_BATCH_BEGIN)}, msgs...), marker(unix.NFNL_MSG_BATCH_END))
-	if _, err := c.SendMessages(batch); err != nil {
-		return err
-	}
-	// One ack per message; the kernel aborts the whole batch on the first
-	// error, so that error is the answer.
-	for acks := 0; acks < len(msgs); {
-		replies, err := c.Receive()
-		if err != nil {
-			return err
+	// Only the last message asks for an ack. The kernel reports a failing
+	// message's error whatever its flags and delivers the batch's replies
+	// together once it has applied or aborted it, so the last message's
+	// reply ends the batch, and an error before it is the answer.
+	batch := []netlink.Message{marker(unix.NFNL_MSG_BATCH_BEGIN)}
+	for i, m := range msgs {
+		if i < len(msgs)-1 {
+			m.Header.Flags &^= netlink.Acknowledge
 		}
-		acks += len(replies)
+		batch = append(batch, m)
 	}
-	return nil
+	end, err := c.send(append(batch, marker(unix.NFNL_MSG_BATCH_END)))
+	if err != nil {
+		return err
+	}
+	last := end - 1
+	return c.receive(func(_ uint16, seq uint32, _ []byte) bool { return seq == last })
 }
 
 // expires reports how long the kernel keeps element e: its remaining
@@ -245,30 +249,32 @@ func expires(e element) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	c, err := openNF()
 	if err != nil {
-		return 0, fmt.Errorf("opening nftables netlink: %w", err)
+		return 0, err
 	}
-	defer c.Close()
-	replies, err := c.Execute(netlink.Message{
+	defer c.close()
+	last, err := c.send([]netlink.Message{{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM), Flags: netlink.Request},
 		Data:   append(nfgen(uint8(t.Family), 0), body...),
+	}})
+	if err != nil {
+		return 0, err
+	}
+	var d time.Duration
+	err = c.receive(func(_ uint16, seq uint32, data []byte) bool {
+		if seq != last {
+			return false
+		}
+		if len(data) >= 4 {
+			d, _ = findExpiration(data[4:])
+		}
+		return true
 	})
 	if errors.Is(err, unix.ENOENT) {
 		return 0, nil
 	}
-	if err != nil {
-		return 0, err
-	}
-	for _, m := range replies {
-		if len(m.Data) < 4 {
-			continue
-		}
-		if d, ok := findExpiration(m.Data[4:]); ok {
-			return d, nil
-		}
-	}
-	return 0, nil
+	return d, err
 }
 
 // findExpiration reads NFTA_SET_ELEM_EXPIRATION from a set element
@@ -319,11 +325,6 @@ func remove(add, del []element) error {
 // countRules counts chain's rules in galactic's table of its family
 // without decoding them; 0 when the table or chain is gone.
 func countRules(chain *nftables.Chain) (int, error) {
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
-	if err != nil {
-		return 0, fmt.Errorf("opening nftables netlink: %w", err)
-	}
-	defer c.Close()
 	body, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_RULE_TABLE, Data: []byte(chain.Table.Name + "\x00")},
 		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(chain.Name + "\x00")},
@@ -331,12 +332,31 @@ func countRules(chain *nftables.Chain) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	msgs, err := c.Execute(netlink.Message{
+	c, err := openNF()
+	if err != nil {
+		return 0, err
+	}
+	defer c.close()
+	last, err := c.send([]netlink.Message{{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE), Flags: netlink.Request | netlink.Dump},
 		Data:   append(nfgen(uint8(chain.Table.Family), 0), body...),
+	}})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = c.receive(func(typ uint16, seq uint32, _ []byte) bool {
+		if seq != last {
+			return false
+		}
+		if typ == unix.NLMSG_DONE {
+			return true
+		}
+		n++
+		return false
 	})
 	if errors.Is(err, unix.ENOENT) {
 		return 0, nil
 	}
-	return len(msgs), err
+	return n, err
 }
