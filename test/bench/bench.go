@@ -111,6 +111,9 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 			continue
 		}
 		b.say("== %s", s.name)
+		st := settle(s.name)
+		b.res.Machine.Sections = append(b.res.Machine.Sections, st)
+		b.say("the CPUs were %.0f%% busy as it began (after waiting %s for them to quieten)", 100*st.Busy, st.Waited.Round(time.Second))
 		t := time.Now()
 		mark := len(b.undo)
 		if err := s.run(); err != nil {

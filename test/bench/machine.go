@@ -2,12 +2,15 @@ package bench
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -22,6 +25,8 @@ type Machine struct {
 	// holder scan reads each one).
 	Processes          int
 	LoadStart, LoadEnd string
+	// Sections are how busy the machine was as each section began.
+	Sections []SectionStart
 }
 
 // Versions are the components measured.
@@ -137,4 +142,80 @@ func binarySize(dir, name string) int64 {
 		return 0
 	}
 	return st.Size()
+}
+
+// cpuTimes is /proc/stat's first line: busy and total jiffies of all CPUs.
+func cpuTimes() (busy, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	for i, s := range f[1:] {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		total += n
+		// idle and iowait are the fourth and fifth fields.
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	return busy, total, nil
+}
+
+// busyOver is the share of all CPUs' time spent busy over d.
+func busyOver(d time.Duration) (float64, error) {
+	b0, t0, err := cpuTimes()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	b1, t1, err := cpuTimes()
+	if err != nil || t1 == t0 {
+		return 0, err
+	}
+	return float64(b1-b0) / float64(t1-t0), nil
+}
+
+// SectionStart is how busy the machine was when a section began.
+type SectionStart struct {
+	Name string
+	// Busy is the CPUs' busy share over the last second before it.
+	Busy float64
+	// Waited is how long the section waited for the machine to quieten.
+	Waited time.Duration
+}
+
+const (
+	// quiet is the busy share a section waits for: what a previous
+	// section left behind (a namespace's teardown in the kernel's
+	// workqueues, processes exiting, its etcd writes compacting) would
+	// otherwise fall on the next one's figures.
+	quiet     = 0.10
+	settleMax = time.Minute
+)
+
+// settle waits, up to settleMax, until the machine's CPUs are quiet.
+func settle(name string) SectionStart {
+	// The bench process's own garbage from the sections before is not
+	// the next one's to collect.
+	debug.FreeOSMemory()
+	s := SectionStart{Name: name}
+	start := time.Now()
+	for {
+		busy, err := busyOver(time.Second)
+		if err != nil {
+			return s
+		}
+		s.Busy, s.Waited = busy, time.Since(start)-time.Second
+		if busy <= quiet || time.Since(start) >= settleMax {
+			return s
+		}
+	}
 }

@@ -246,7 +246,7 @@ func renderRerun(w *strings.Builder, r *Results) {
 	p("")
 	p("`-iterations N` changes the chain latency loop (default %d after %d warm-up rounds).", DefaultOptions(false).Iterations, DefaultOptions(false).Warmup)
 	p("")
-	p("It needs root (network namespaces, taps, policy routing). The first run on a machine also builds etcd and kube-apiserver from the Go module proxy (about 9 minutes on 2 cores, cached afterwards). This run took %s. Other load on the machine shows up in the absolute figures; the load average is recorded below.", r.Took.Round(time.Second))
+	p("It needs root (network namespaces, taps, policy routing). The first run on a machine also builds etcd and kube-apiserver from the Go module proxy (about 9 minutes on 2 cores, cached afterwards). This run took %s. Other load on the machine shows up in the absolute figures; the load average is recorded below. Each section waits, up to %s, until the CPUs are at most %.0f%% busy, so what the section before it left running (namespaces the kernel is still tearing down, processes exiting) does not fall on its figures.", r.Took.Round(time.Second), settleMax, 100*quiet)
 	p("")
 }
 
@@ -264,6 +264,13 @@ func renderMachine(w *strings.Builder, r *Results) {
 	p("| Go | %s |", m.Go)
 	p("| processes at start | %d |", m.Processes)
 	p("| load average (1, 5, 15 min) at start / end | %s / %s |", m.LoadStart, m.LoadEnd)
+	if len(m.Sections) > 0 {
+		var parts []string
+		for _, s := range m.Sections {
+			parts = append(parts, fmt.Sprintf("%s %.0f%% (waited %s)", s.Name, 100*s.Busy, s.Waited.Round(time.Second)))
+		}
+		p("| CPUs busy as each section began (each waits up to %s for at most %.0f%%) | %s |", settleMax, 100*quiet, strings.Join(parts, ", "))
+	}
 	p("| galactic | %s |", v.Galactic)
 	p("| reference plugins (`tap`, `static`, `loopback`) | github.com/containernetworking/plugins %s |", v.Plugins)
 	p("| cnitool, libcni | github.com/containernetworking/cni %s |", v.CNI)
