@@ -604,9 +604,25 @@ func Remove(iface string, known ...Attachment) error {
 	if !enabled {
 		return nil
 	}
-	if err := unclassify(iface); err != nil {
-		return err
+	// The classifier's entry and the elements are removed at once, as Add
+	// writes them; the goroutine gets sockets opened on this thread.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
+	defer h.Close()
+	unclassified := make(chan error, 1)
+	go func() { unclassified <- unclassify(h, iface) }()
+	err = removeElements(iface, known)
+	if uerr := <-unclassified; uerr != nil {
+		return uerr
+	}
+	return err
+}
+
+// removeElements removes the interface's elements: known's when the
+// kernel takes that, otherwise whatever the sets hold for it.
+func removeElements(iface string, known []Attachment) error {
 	var exact []element
 	for _, k := range known {
 		if k.Interface == iface {
