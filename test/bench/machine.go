@@ -155,13 +155,14 @@ func cpuTimes() (busy, total uint64, err error) {
 	if len(f) < 5 || f[0] != "cpu" {
 		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
-	for i, s := range f[1:] {
+	// user nice system idle iowait irq softirq steal; the guest fields
+	// after them are already counted in user and nice.
+	for i, s := range f[1:min(len(f), 9)] {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
 		}
 		total += n
-		// idle and iowait are the fourth and fifth fields.
 		if i != 3 && i != 4 {
 			busy += n
 		}
