@@ -103,3 +103,18 @@ func (s *nfSocket) receive(each func(typ uint16, seq uint32, data []byte) (done 
 		}
 	}
 }
+
+// request sends msg on a socket of its own and hands each reply to it
+// to each until it says the exchange is over.
+func request(msg netlink.Message, each func(typ uint16, data []byte) (done bool)) error {
+	c, err := openNF()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	seq, err := c.send([]netlink.Message{msg})
+	if err != nil {
+		return err
+	}
+	return c.receive(func(typ uint16, got uint32, data []byte) bool { return got == seq && each(typ, data) })
+}

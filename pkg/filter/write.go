@@ -249,23 +249,11 @@ func expires(e element) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	c, err := openNF()
-	if err != nil {
-		return 0, err
-	}
-	defer c.close()
-	last, err := c.send([]netlink.Message{{
+	var d time.Duration
+	err = request(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM), Flags: netlink.Request},
 		Data:   append(nfgen(uint8(t.Family), 0), body...),
-	}})
-	if err != nil {
-		return 0, err
-	}
-	var d time.Duration
-	err = c.receive(func(_ uint16, seq uint32, data []byte) bool {
-		if seq != last {
-			return false
-		}
+	}, func(_ uint16, data []byte) bool {
 		if len(data) >= 4 {
 			d, _ = findExpiration(data[4:])
 		}
@@ -332,23 +320,11 @@ func countRules(chain *nftables.Chain) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	c, err := openNF()
-	if err != nil {
-		return 0, err
-	}
-	defer c.close()
-	last, err := c.send([]netlink.Message{{
+	n := 0
+	err = request(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE), Flags: netlink.Request | netlink.Dump},
 		Data:   append(nfgen(uint8(chain.Table.Family), 0), body...),
-	}})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	err = c.receive(func(typ uint16, seq uint32, _ []byte) bool {
-		if seq != last {
-			return false
-		}
+	}, func(typ uint16, _ []byte) bool {
 		if typ == unix.NLMSG_DONE {
 			return true
 		}
