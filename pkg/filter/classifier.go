@@ -266,9 +266,9 @@ func linkVia(h *netlink.Handle, name string) (netlink.Link, error) {
 	return l, nil
 }
 
-// classify writes a's entry and attaches the classifier to a's interface
-// in namespace ns, whose sockets h holds, from any thread.
-func classify(h *netlink.Handle, ns uint64, a Attachment) error {
+// classify writes a's entry and attaches c to a's interface in the
+// namespace of h's sockets, from any thread.
+func (c *classifier) classify(h *netlink.Handle, a Attachment) error {
 	var link netlink.Link = &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: a.Interface, Index: a.Index}}
 	if a.Index == 0 {
 		var err error
@@ -276,11 +276,7 @@ func classify(h *netlink.Handle, ns uint64, a Attachment) error {
 			return err
 		}
 	}
-	c, err := currentIn(ns)
-	if err != nil {
-		return err
-	}
-	_, err = c.put(h, link, a, true)
+	_, err := c.put(h, link, a, true)
 	return err
 }
 

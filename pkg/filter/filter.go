@@ -456,39 +456,109 @@ func apply(c *nftables.Conn, add, del []element) error {
 // before its record was written) are left to the GC's pass, which removes
 // whatever no record holds.
 func Add(a Attachment, previous ...Attachment) error {
+	return StartAdd(a, previous...).Finish(a.Index)
+}
+
+// Adding is an Add under way. Writing the sets' elements and finding the
+// namespace's classifier need no interface, so StartAdd begins both while
+// the caller creates it; Finish puts the interface's classifier entry and
+// filter in place and waits for the rest. An ADD then takes about as long
+// as it would without the filter, whose nftables commit is most of its
+// cost.
+type Adding struct {
+	a   Attachment
+	ns  uint64
+	err error // StartAdd's own, before anything began
+
+	elements   <-chan error
+	rebuilt    bool
+	elemsErr   error
+	elemsDone  bool
+	found      <-chan foundClassifier
+	classifier foundClassifier
+	foundDone  bool
+}
+
+type foundClassifier struct {
+	c   *classifier
+	err error
+}
+
+// StartAdd begins Add's work that needs no interface, in the namespace of
+// the calling thread. Finish or Wait must follow.
+func StartAdd(a Attachment, previous ...Attachment) *Adding {
+	p := &Adding{a: a}
 	if !enabled {
-		return nil
+		return p
 	}
-	c, err := conn()
-	if err != nil {
+	if p.ns, p.err = currentNetns(); p.err != nil {
+		return p
+	}
+	found := make(chan foundClassifier, 1)
+	go func() {
+		c, err := currentIn(p.ns)
+		found <- foundClassifier{c, err}
+	}()
+	p.found = found
+	p.elements = goHere(func() error {
+		c, err := conn()
+		if err != nil {
+			return err
+		}
+		p.rebuilt, err = addElements(c, a, previous)
 		return err
+	})
+	return p
+}
+
+// Finish attaches the classifier to a's interface, index, in the
+// namespace of the calling thread, and waits for the elements.
+func (p *Adding) Finish(index int) error {
+	if !enabled || p.err != nil {
+		return p.err
 	}
-	// The classifier (BPF and tc) and the sets (nftables) are separate
-	// kernel objects: writing them at once takes an ADD the longer of the
-	// two instead of their sum. The classifier's goroutine may run on
-	// another thread, so it gets the namespace's inode and sockets opened
-	// here, on the caller's, whose namespace is the one meant.
-	ns, err := currentNetns()
-	if err != nil {
-		return err
+	a := p.a
+	a.Index = index
+	err := p.classify(a)
+	if werr := p.Wait(); err == nil {
+		err = werr
 	}
+	return err
+}
+
+func (p *Adding) classify(a Attachment) error {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
 	defer h.Close()
-	classified := make(chan error, 1)
-	go func() { classified <- classify(h, ns, a) }()
-	rebuilt, err := addElements(c, a, previous)
-	if cerr := <-classified; cerr != nil {
-		return cerr
+	if !p.foundDone {
+		p.classifier, p.foundDone = <-p.found, true
 	}
-	if err == nil && rebuilt {
+	if p.classifier.err != nil {
+		return p.classifier.err
+	}
+	if err := p.classifier.c.classify(h, a); err != nil {
+		return err
+	}
+	if p.Wait() == nil && p.rebuilt {
 		// A rebuild from an earlier build's ruleset writes the classifier
 		// entries from the sets, which may hold a's previous sources.
-		err = classify(h, ns, a)
+		return p.classifier.c.classify(h, a)
 	}
-	return err
+	return nil
+}
+
+// Wait waits for the elements' write and returns its error; an ADD that
+// fails before Finish calls it before undoing what StartAdd wrote.
+func (p *Adding) Wait() error {
+	if !enabled || p.err != nil {
+		return p.err
+	}
+	if !p.elemsDone {
+		p.elemsErr, p.elemsDone = <-p.elements, true
+	}
+	return p.elemsErr
 }
 
 // addElements restores the tables if they are gone (reporting whether it
@@ -593,6 +663,18 @@ func diff(have, want []element, mine func(element) bool) (add, del []element) {
 		}
 	}
 	return add, del
+}
+
+// StartRemove begins removing the interface's elements, as Remove does,
+// in the namespace of the calling thread, while the caller deletes the
+// interface, which takes the classifier's filter with it; the GC prunes
+// its map entry. The returned function waits and returns the error.
+func StartRemove(iface string, known ...Attachment) (wait func() error) {
+	if !enabled {
+		return func() error { return nil }
+	}
+	done := goHere(func() error { return removeElements(iface, known) })
+	return func() error { return <-done }
 }
 
 // Remove removes every element of the interface; what is already gone,

@@ -223,6 +223,34 @@ func TestARemovedElementExpiresAtOnce(t *testing.T) {
 	})
 }
 
+// A plugin starts the ADD's filter work and then enters the container's
+// namespace: the elements still land in the namespace StartAdd was called
+// in, and nothing in the one the caller went to.
+func TestStartAddWritesInItsCallersNamespaceWhileTheCallerIsElsewhere(t *testing.T) {
+	inNetns(t, func() {
+		hostIf(t, "gv0123456789abc")
+		l, err := netlink.LinkByName("gv0123456789abc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := StartAdd(blue())
+		inNetns(t, func() {
+			if err := p.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if missing, err := Missing(); err != nil || len(missing) == 0 {
+				t.Fatalf("the namespace the caller entered got galactic's table (missing %v, %v)", missing, err)
+			}
+		})
+		if err := p.Finish(l.Attrs().Index); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(blue()); err != nil {
+			t.Fatalf("CHECK after StartAdd and Finish: %v", err)
+		}
+	})
+}
+
 func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
 	inNetns(t, func() {
 		if err := Add(blue()); !errors.Is(err, ErrNoInterface) {

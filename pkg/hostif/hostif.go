@@ -11,6 +11,7 @@
 package hostif
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -174,12 +175,30 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		return nil, err
 	}
 
+	// The filter's elements need no interface: they are written while it
+	// is made, once it is this ADD's to make.
+	var adding *filter.Adding
+	defer func() {
+		if adding != nil {
+			_ = adding.Wait() // Finish reported it, or the ADD failed first
+		}
+	}()
+	startFilter := func(sandboxMAC net.HardwareAddr, adopted bool) {
+		name := spec.HostInterface()
+		adding = filter.StartAdd(spec.filterAttachment(sandboxMAC), h.recordedFilters(name)...)
+		if !adopted {
+			rollback.push(func() error {
+				_ = adding.Wait()
+				return filter.Remove(name)
+			})
+		}
+	}
 	var link netlink.Link
 	switch spec.Mode {
 	case names.ModeTap:
-		link, att.AdoptedTap, err = h.setupTap(spec, &rollback)
+		link, att.AdoptedTap, err = h.setupTap(spec, &rollback, startFilter)
 	case names.ModeVeth:
-		link, att.Sandbox, err = h.setupVeth(spec, &rollback)
+		link, att.Sandbox, err = h.setupVeth(spec, &rollback, startFilter)
 	default:
 		err = fmt.Errorf("unknown mode %q", spec.Mode)
 	}
@@ -227,17 +246,12 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		}
 	}
 
+	if err := adding.Finish(att.Host.Index); err != nil {
+		return nil, fmt.Errorf("adding %s to the packet filter: %w", att.Host.Name, err)
+	}
 	var sandboxMAC net.HardwareAddr
 	if att.Sandbox != nil {
 		sandboxMAC, _ = net.ParseMAC(att.Sandbox.MAC)
-	}
-	fa := spec.filterAttachment(sandboxMAC)
-	fa.Index = att.Host.Index
-	if err := filter.Add(fa, h.recordedFilters(att.Host.Name)...); err != nil {
-		return nil, fmt.Errorf("adding %s to the packet filter: %w", att.Host.Name, err)
-	}
-	if !att.AdoptedTap {
-		rollback.push(func() error { return filter.Remove(att.Host.Name) })
 	}
 
 	att.Record = state.Record{
@@ -305,7 +319,9 @@ func ours(l netlink.Link, vpc, attachment, kind string) error {
 	return nil
 }
 
-func (h Host) setupTap(spec Spec, rollback *undo) (netlink.Link, bool, error) {
+// setupTap and setupVeth call startFilter once the interface is theirs
+// to create or adopt, before they make it.
+func (h Host) setupTap(spec Spec, rollback *undo, startFilter func(sandboxMAC net.HardwareAddr, adopted bool)) (netlink.Link, bool, error) {
 	name := spec.HostInterface()
 	l, err := linkByName(name)
 	if err != nil {
@@ -322,11 +338,13 @@ func (h Host) setupTap(spec Spec, rollback *undo) (netlink.Link, bool, error) {
 		if st.Held() {
 			return nil, false, &BusyError{Interface: name, Holders: st.Holders}
 		}
+		startFilter(nil, true)
 		if err := configureLink(l, spec); err != nil {
 			return nil, false, err
 		}
 		return l, true, nil
 	}
+	startFilter(nil, false)
 	t := &netlink.Tuntap{
 		LinkAttrs: netlink.LinkAttrs{Name: name},
 		Mode:      netlink.TUNTAP_MODE_TAP,
@@ -374,6 +392,16 @@ func configureLink(l netlink.Link, spec Spec) error {
 		return fmt.Errorf("bringing %s up: %w", name, err)
 	}
 	return nil
+}
+
+// randomMAC is a random unicast, locally administered MAC address.
+func randomMAC() (net.HardwareAddr, error) {
+	mac := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(mac); err != nil {
+		return nil, fmt.Errorf("choosing a MAC address: %w", err)
+	}
+	mac[0] = mac[0]&^0x01 | 0x02
+	return mac, nil
 }
 
 func deleteLink(name string) error {
@@ -430,7 +458,7 @@ func halfMade(l netlink.Link, spec Spec) bool {
 	return peered
 }
 
-func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error) {
+func (h Host) setupVeth(spec Spec, rollback *undo, startFilter func(sandboxMAC net.HardwareAddr, adopted bool)) (netlink.Link, *Iface, error) {
 	name := spec.HostInterface()
 	old, err := linkByName(name)
 	if err != nil {
@@ -468,11 +496,19 @@ func (h Host) setupVeth(spec Spec, rollback *undo) (netlink.Link, *Iface, error)
 		return nil, nil, err
 	}
 
+	// The container end's MAC is chosen here, as the kernel would choose
+	// it, so that the filter can bind it before the pair exists.
+	mac, err := randomMAC()
+	if err != nil {
+		return nil, nil, err
+	}
+	startFilter(mac, false)
 	v := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: name, MTU: spec.MTU},
-		PeerName:      spec.IfName,
-		PeerNamespace: netlink.NsFd(int(netns.Fd())),
-		PeerMTU:       uint32(spec.MTU),
+		LinkAttrs:        netlink.LinkAttrs{Name: name, MTU: spec.MTU},
+		PeerName:         spec.IfName,
+		PeerNamespace:    netlink.NsFd(int(netns.Fd())),
+		PeerMTU:          uint32(spec.MTU),
+		PeerHardwareAddr: mac,
 	}
 	if err := netlink.LinkAdd(v); err != nil {
 		return nil, nil, fmt.Errorf("creating veth %s (peer %s in %s): %w", name, spec.IfName, spec.Netns, err)
@@ -610,11 +646,14 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []f
 	if err != nil {
 		return err
 	}
+	if l != nil && l.Attrs().Alias != names.Alias(vpc, attachment) {
+		return fmt.Errorf("%s belongs to %q, not to %s/%s; not removing it", name, l.Attrs().Alias, vpc, attachment)
+	}
+	// Deleting the interface is most of a DEL; the filter's elements go
+	// meanwhile.
+	filtered := filter.StartRemove(name, known...)
 	var errs []error
 	if l != nil {
-		if l.Attrs().Alias != names.Alias(vpc, attachment) {
-			return fmt.Errorf("%s belongs to %q, not to %s/%s; not removing it", name, l.Attrs().Alias, vpc, attachment)
-		}
 		if d != nil {
 			routed, err := routedAddrs(d.Table, l.Attrs().Index)
 			errs = append(errs, err)
@@ -627,7 +666,7 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []f
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
 		}
 	}
-	errs = append(errs, filter.Remove(name, known...))
+	errs = append(errs, filtered())
 	if d != nil {
 		errs = append(errs, d.RemoveInterface(name))
 		slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
