@@ -461,25 +461,32 @@ func Add(a Attachment, previous ...Attachment) error {
 
 // Adding is an Add under way. Writing the sets' elements and finding the
 // namespace's classifier need no interface, so StartAdd begins both while
-// the caller creates it; Finish puts the interface's classifier entry and
-// filter in place and waits for the rest. An ADD then takes about as long
-// as it would without the filter, whose nftables commit is most of its
-// cost.
+// the caller creates it; Attach puts the interface's classifier entry and
+// filter in place while the caller configures it, and Finish waits for
+// all of it. An ADD then takes about as long as it would without the
+// filter, whose nftables commit is most of its cost.
 type Adding struct {
 	a   Attachment
 	ns  uint64
 	err error // StartAdd's own, before anything began
 
-	elements   <-chan error
-	rebuilt    bool
-	elemsErr   error
-	elemsDone  bool
-	found      <-chan foundClassifier
-	classifier foundClassifier
-	foundDone  bool
+	elements  <-chan error
+	rebuilt   bool
+	elemsErr  error
+	elemsDone bool
+	found     <-chan foundClassifier
+	attached  <-chan attachedClassifier
+	attach    attachedClassifier
+	// attachDone: attach holds what attached delivered.
+	attachDone bool
 }
 
 type foundClassifier struct {
+	c   *classifier
+	err error
+}
+
+type attachedClassifier struct {
 	c   *classifier
 	err error
 }
@@ -511,52 +518,70 @@ func StartAdd(a Attachment, previous ...Attachment) *Adding {
 	return p
 }
 
-// Finish attaches the classifier to a's interface, index, in the
-// namespace of the calling thread, and waits for the elements.
+// Attach begins attaching the classifier to a's interface, index, in the
+// namespace of the calling thread. Finish calls it if the caller has not.
+func (p *Adding) Attach(index int) {
+	if !enabled || p.err != nil || p.attached != nil {
+		return
+	}
+	a := p.a
+	a.Index = index
+	attached := make(chan attachedClassifier, 1)
+	p.attached = attached
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		attached <- attachedClassifier{err: fmt.Errorf("opening rtnetlink: %w", err)}
+		return
+	}
+	go func() {
+		defer h.Close()
+		f := <-p.found
+		if f.err != nil {
+			attached <- attachedClassifier{err: f.err}
+			return
+		}
+		attached <- attachedClassifier{f.c, f.c.classify(h, a)}
+	}()
+}
+
+// Finish attaches the classifier to a's interface, index, unless Attach
+// did, and waits for it and for the elements.
 func (p *Adding) Finish(index int) error {
 	if !enabled || p.err != nil {
 		return p.err
 	}
-	a := p.a
-	a.Index = index
-	err := p.classify(a)
-	if werr := p.Wait(); err == nil {
-		err = werr
+	p.Attach(index)
+	werr := p.Wait()
+	if p.attach.err != nil {
+		return p.attach.err
 	}
-	return err
-}
-
-func (p *Adding) classify(a Attachment) error {
+	if werr != nil || !p.rebuilt {
+		return werr
+	}
+	// A rebuild from an earlier build's ruleset writes the classifier
+	// entries from the sets, which may hold a's previous sources.
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
 	defer h.Close()
-	if !p.foundDone {
-		p.classifier, p.foundDone = <-p.found, true
-	}
-	if p.classifier.err != nil {
-		return p.classifier.err
-	}
-	if err := p.classifier.c.classify(h, a); err != nil {
-		return err
-	}
-	if p.Wait() == nil && p.rebuilt {
-		// A rebuild from an earlier build's ruleset writes the classifier
-		// entries from the sets, which may hold a's previous sources.
-		return p.classifier.c.classify(h, a)
-	}
-	return nil
+	a := p.a
+	a.Index = index
+	return p.attach.c.classify(h, a)
 }
 
-// Wait waits for the elements' write and returns its error; an ADD that
-// fails before Finish calls it before undoing what StartAdd wrote.
+// Wait waits for the elements' write, and for the classifier's if Attach
+// began it, and returns the elements' error; an ADD that fails before
+// Finish calls it before undoing what StartAdd and Attach wrote.
 func (p *Adding) Wait() error {
 	if !enabled || p.err != nil {
 		return p.err
 	}
 	if !p.elemsDone {
 		p.elemsErr, p.elemsDone = <-p.elements, true
+	}
+	if p.attached != nil && !p.attachDone {
+		p.attach, p.attachDone = <-p.attached, true
 	}
 	return p.elemsErr
 }

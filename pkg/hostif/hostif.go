@@ -206,6 +206,7 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		return nil, err
 	}
 	att.Host = Iface{Name: link.Attrs().Name, Index: link.Attrs().Index, MAC: link.Attrs().HardwareAddr.String()}
+	adding.Attach(att.Host.Index)
 
 	if err := d.AddInterface(link); err != nil {
 		return nil, err
