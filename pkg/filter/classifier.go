@@ -173,12 +173,7 @@ func ifKeyIndex(idx int) []byte { return binary.LittleEndian.AppendUint32(nil, u
 
 // attached returns the galactic filter on link's ingress, nil if none.
 func attached(link netlink.Link) (*netlink.BpfFilter, error) {
-	return attachedVia(&netlink.Handle{}, link)
-}
-
-// attachedVia is attached in the namespace of h's sockets.
-func attachedVia(h *netlink.Handle, link netlink.Link) (*netlink.BpfFilter, error) {
-	fs, err := h.FilterList(link, netlink.HANDLE_MIN_INGRESS)
+	fs, err := netlink.FilterList(link, netlink.HANDLE_MIN_INGRESS)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 			return nil, nil // no clsact qdisc
@@ -283,17 +278,16 @@ func (c *classifier) classify(h *netlink.Handle, a Attachment) error {
 // unclassify deletes the interface's entry from the map of the program
 // attached to it, this build's or another's; a missing interface or
 // filter leaves nothing to delete (the filter goes with the interface;
-// the GC prunes the entry). It never loads a program. h's sockets say
-// the namespace.
-func unclassify(h *netlink.Handle, iface string) error {
-	link, err := linkVia(h, iface)
+// the GC prunes the entry). It never loads a program.
+func unclassify(iface string) error {
+	link, err := linkByName(iface)
 	if errors.Is(err, ErrNoInterface) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	f, err := attachedVia(h, link)
+	f, err := attached(link)
 	if err != nil || f == nil {
 		return err
 	}

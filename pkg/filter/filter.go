@@ -711,20 +711,14 @@ func Remove(iface string, known ...Attachment) error {
 	if !enabled {
 		return nil
 	}
-	// The classifier's entry and the elements are removed at once, as Add
-	// writes them; the goroutine gets sockets opened on this thread.
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("opening rtnetlink: %w", err)
+	// The elements go on a thread of their own while the classifier's
+	// entry goes here, as Add writes them.
+	removed := StartRemove(iface, known...)
+	uerr := unclassify(iface)
+	if err := removed(); uerr == nil {
+		return err
 	}
-	defer h.Close()
-	unclassified := make(chan error, 1)
-	go func() { unclassified <- unclassify(h, iface) }()
-	err = removeElements(iface, known)
-	if uerr := <-unclassified; uerr != nil {
-		return uerr
-	}
-	return err
+	return uerr
 }
 
 // removeElements removes the interface's elements: known's when the
