@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -467,26 +468,17 @@ func Add(a Attachment, previous ...Attachment) error {
 // filter, whose nftables commit is most of its cost.
 type Adding struct {
 	a   Attachment
-	ns  uint64
 	err error // StartAdd's own, before anything began
 
-	elements  <-chan error
-	rebuilt   bool
-	elemsErr  error
-	elemsDone bool
-	found     <-chan foundClassifier
-	attached  <-chan attachedClassifier
-	attach    attachedClassifier
-	// attachDone: attach holds what attached delivered.
-	attachDone bool
+	rebuilt  bool
+	elements func() error
+	found    <-chan found
+	// attached is nil until Attach begins.
+	attached func() found
 }
 
-type foundClassifier struct {
-	c   *classifier
-	err error
-}
-
-type attachedClassifier struct {
+// found is the namespace's classifier, or why there is none.
+type found struct {
 	c   *classifier
 	err error
 }
@@ -498,16 +490,18 @@ func StartAdd(a Attachment, previous ...Attachment) *Adding {
 	if !enabled {
 		return p
 	}
-	if p.ns, p.err = currentNetns(); p.err != nil {
+	ns, err := currentNetns()
+	if err != nil {
+		p.err = err
 		return p
 	}
-	found := make(chan foundClassifier, 1)
+	ch := make(chan found, 1)
 	go func() {
-		c, err := currentIn(p.ns)
-		found <- foundClassifier{c, err}
+		c, err := currentIn(ns)
+		ch <- found{c, err}
 	}()
-	p.found = found
-	p.elements = goHere(func() error {
+	p.found = ch
+	done := goHere(func() error {
 		c, err := conn()
 		if err != nil {
 			return err
@@ -515,6 +509,7 @@ func StartAdd(a Attachment, previous ...Attachment) *Adding {
 		p.rebuilt, err = addElements(c, a, previous)
 		return err
 	})
+	p.elements = sync.OnceValue(func() error { return <-done })
 	return p
 }
 
@@ -526,21 +521,20 @@ func (p *Adding) Attach(index int) {
 	}
 	a := p.a
 	a.Index = index
-	attached := make(chan attachedClassifier, 1)
-	p.attached = attached
+	ch := make(chan found, 1)
+	p.attached = sync.OnceValue(func() found { return <-ch })
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		attached <- attachedClassifier{err: fmt.Errorf("opening rtnetlink: %w", err)}
+		ch <- found{err: fmt.Errorf("opening rtnetlink: %w", err)}
 		return
 	}
 	go func() {
 		defer h.Close()
 		f := <-p.found
-		if f.err != nil {
-			attached <- attachedClassifier{err: f.err}
-			return
+		if f.err == nil {
+			f.err = f.c.classify(h, a)
 		}
-		attached <- attachedClassifier{f.c, f.c.classify(h, a)}
+		ch <- f
 	}()
 }
 
@@ -552,8 +546,9 @@ func (p *Adding) Finish(index int) error {
 	}
 	p.Attach(index)
 	werr := p.Wait()
-	if p.attach.err != nil {
-		return p.attach.err
+	at := p.attached()
+	if at.err != nil {
+		return at.err
 	}
 	if werr != nil || !p.rebuilt {
 		return werr
@@ -567,7 +562,7 @@ func (p *Adding) Finish(index int) error {
 	defer h.Close()
 	a := p.a
 	a.Index = index
-	return p.attach.c.classify(h, a)
+	return at.c.classify(h, a)
 }
 
 // Wait waits for the elements' write, and for the classifier's if Attach
@@ -577,13 +572,11 @@ func (p *Adding) Wait() error {
 	if !enabled || p.err != nil {
 		return p.err
 	}
-	if !p.elemsDone {
-		p.elemsErr, p.elemsDone = <-p.elements, true
+	err := p.elements()
+	if p.attached != nil {
+		p.attached()
 	}
-	if p.attached != nil && !p.attachDone {
-		p.attach, p.attachDone = <-p.attached, true
-	}
-	return p.elemsErr
+	return err
 }
 
 // addElements restores the tables if they are gone (reporting whether it
