@@ -142,3 +142,47 @@ func TestEachInterfaceCarriesItsOwnLocalRouteForASharedGateway(t *testing.T) {
 		}
 	})
 }
+
+// TestEnsureOfAWholeDomainWritesNoRouteAndCompletesAPartialOne: an ADD
+// into an existing domain must not rewrite its routes (every route
+// watcher, galactic-router among them, would hear of a marker again),
+// and one whose default went missing gets it back.
+func TestEnsureOfAWholeDomainWritesNoRouteAndCompletesAPartialOne(t *testing.T) {
+	inNetns(t, func() {
+		d, _, err := Ensure("blue", KindTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, done := make(chan netlink.RouteUpdate, 64), make(chan struct{})
+		defer close(done)
+		if err := netlink.RouteSubscribe(ch, done); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Ensure("blue", KindTable); err != nil {
+			t.Fatal(err)
+		}
+		// A route written after Ensure returns marks the end of what it
+		// caused: the first notification must be that one.
+		end := &netlink.Route{Dst: IPNet(netip.MustParsePrefix("198.51.100.0/24")), Type: unix.RTN_UNREACHABLE, Table: d.Table}
+		if err := netlink.RouteAdd(end); err != nil {
+			t.Fatal(err)
+		}
+		if u := <-ch; u.Dst.String() != "198.51.100.0/24" {
+			t.Fatalf("Ensure of a whole domain wrote %v", u.Route)
+		}
+		def := &netlink.Route{Dst: IPNet(netip.MustParsePrefix("0.0.0.0/0")), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol, Priority: unreachableMetric}
+		if err := netlink.RouteDel(def); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Ensure("blue", KindTable); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: d.Table}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(rs, func(r netlink.Route) bool { return r.Dst != nil && r.Dst.String() == "0.0.0.0/0" }) {
+			t.Fatalf("Ensure did not put the missing default back: %v", rs)
+		}
+	})
+}

@@ -330,7 +330,10 @@ func (d *Domain) createDevice() error {
 	return nil
 }
 
-// ensureTable adds the marker and the unreachable defaults.
+// ensureTable adds the marker and the unreachable defaults where they are
+// missing. Those present are left alone: rewriting them on every ADD
+// would notify every route watcher, and galactic-router reads the node's
+// devices again when a marker changes.
 func (d *Domain) ensureTable() error {
 	routes := []netlink.Route{{
 		Dst: IPNet(d.marker()), Type: unix.RTN_UNREACHABLE, Table: d.Table, Protocol: Protocol,
@@ -341,7 +344,7 @@ func (d *Domain) ensureTable() error {
 		})
 	}
 	for i := range routes {
-		if err := netlink.RouteReplace(&routes[i]); err != nil {
+		if err := netlink.RouteAdd(&routes[i]); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("adding %s to table %d: %w", describe(routes[i]), d.Table, err)
 		}
 	}
