@@ -183,8 +183,8 @@ func renderRouteScale(w *strings.Builder, r *Results) {
 	}
 	p("")
 	if c := rs.Churn; c != nil {
-		p("CNI ADD on a node whose router imports %d route changes a second (test/integration/scale's churn test, %d ADDs each, same run): idle p50 %s p99 %s; under churn p50 %s p99 %s; p99 ratio **%.2f** (target ≤ 1.10). The router held the node lock %s of %s of passes while the churned ADDs ran.",
-			c.ChurnPerSecond, c.ADDs, ms(c.IdleP50), ms(c.IdleP99), ms(c.ChurnP50), ms(c.ChurnP99), float64(c.ChurnP99)/float64(max(c.IdleP99, 1)),
+		p("CNI ADD on a node whose router imports %d route changes a second (test/integration/scale's churn test, same run: %d ADDs each, in alternating blocks of %d idle and %d under churn, so a drift of the machine or of the node, which holds more workloads with every ADD, falls on both): idle p50 %s p99 %s; under churn p50 %s p99 %s; p99 ratio **%.2f** (target ≤ 1.10). The router held the node lock %s of %s of passes while the churned ADDs ran.",
+			c.ChurnPerSecond, c.ADDs, c.Block, c.Block, ms(c.IdleP50), ms(c.IdleP99), ms(c.ChurnP50), ms(c.ChurnP99), float64(c.ChurnP99)/float64(max(c.IdleP99, 1)),
 			ms(c.LockHeld), ms(c.PassTime))
 		p("")
 	}

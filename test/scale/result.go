@@ -15,7 +15,8 @@ const (
 // imports ChurnPerSecond route changes a second, in one run, with the
 // router's lock-held and pass time over the churned ADDs.
 type ChurnResult struct {
-	ChurnPerSecond, ADDs                 int
+	// ADDs were timed each way, alternating in blocks of Block.
+	ChurnPerSecond, ADDs, Block          int
 	IdleP50, IdleP99, ChurnP50, ChurnP99 time.Duration
 	LockHeld, PassTime                   time.Duration
 }

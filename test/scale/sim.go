@@ -207,15 +207,30 @@ func serve(path string) error {
 	}
 	fmt.Println("simulated nodes started:", len(s.Nodes))
 	if s.ChurnPerSecond > 0 && len(churn) > 0 {
-		start := make(chan os.Signal, 1)
-		signal.Notify(start, syscall.SIGUSR1)
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
 		go func() {
-			select {
-			case <-start:
-				churning.Store(true)
-				fmt.Println("churn started:", len(churn), "routes")
-				runChurn(ctx, churn, s.ChurnPerSecond, log)
-			case <-ctx.Done():
+			g := &churnGate{}
+			g.paused.Store(true)
+			for {
+				select {
+				case v := <-sig:
+					// The gate's lock is held for an update: once "paused" is
+					// printed, no update is on its way.
+					g.mu.Lock()
+					g.paused.Store(v == syscall.SIGUSR2)
+					g.mu.Unlock()
+					if v == syscall.SIGUSR2 {
+						fmt.Println("churn paused")
+						continue
+					}
+					fmt.Println("churn started:", len(churn), "routes")
+					if !churning.Swap(true) {
+						go runChurn(ctx, churn, s.ChurnPerSecond, g, log)
+					}
+				case <-ctx.Done():
+					return
+				}
 			}
 		}()
 	}
@@ -237,33 +252,48 @@ func Alternate(p netip.Prefix) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4(a), p.Bits())
 }
 
-// runChurn sends perSecond updates a second: walking the routes, it
-// announces each at its alternate prefix and withdraws it where it was,
-// two updates, and logs when each announce went out, so a test can time
-// it to the kernel of a node.
-func runChurn(ctx context.Context, routes []churned, perSecond int, log *slog.Logger) {
+// churnGate pauses the churn between updates.
+type churnGate struct {
+	mu     sync.Mutex
+	paused atomic.Bool
+}
+
+// runChurn sends perSecond updates a second while g is open: walking the
+// routes, it announces each at its alternate prefix and withdraws it
+// where it was, two updates, and logs when each announce went out, so a
+// test can time it to the kernel of a node.
+func runChurn(ctx context.Context, routes []churned, perSecond int, g *churnGate, log *slog.Logger) {
 	tick := time.NewTicker(2 * time.Second / time.Duration(perSecond))
 	defer tick.Stop()
-	for i := 0; ; i = (i + 1) % len(routes) {
+	for i := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		c := &routes[i]
-		next := c.r
-		next.Prefix = Alternate(c.r.Prefix)
-		at := time.Now()
-		if err := c.g.Announce(ctx, next); err != nil {
-			log.Warn("churn", "route", next.Key().String(), "error", err)
-			continue
+		g.mu.Lock()
+		if !g.paused.Load() {
+			churnOne(ctx, &routes[i], log)
+			i = (i + 1) % len(routes)
 		}
-		if err := c.g.Withdraw(ctx, c.r.Key()); err != nil {
-			log.Warn("churn", "route", c.r.Key().String(), "error", err)
-		}
-		fmt.Printf("churn announce %s %d\n", next.Prefix, at.UnixNano())
-		c.r = next
+		g.mu.Unlock()
 	}
+}
+
+// churnOne moves one route to its alternate prefix.
+func churnOne(ctx context.Context, c *churned, log *slog.Logger) {
+	next := c.r
+	next.Prefix = Alternate(c.r.Prefix)
+	at := time.Now()
+	if err := c.g.Announce(ctx, next); err != nil {
+		log.Warn("churn", "route", next.Key().String(), "error", err)
+		return
+	}
+	if err := c.g.Withdraw(ctx, c.r.Key()); err != nil {
+		log.Warn("churn", "route", c.r.Key().String(), "error", err)
+	}
+	fmt.Printf("churn announce %s %d\n", next.Prefix, at.UnixNano())
+	c.r = next
 }
 
 // Announce is one churn announce as the simulated nodes logged it.
@@ -392,16 +422,25 @@ func (s *Sims) Log() string {
 	return string(b)
 }
 
-// StartChurn starts the spec's churn and waits until it runs.
-func (s *Sims) StartChurn(t testing.TB) {
+// StartChurn starts the spec's churn, or resumes it, and waits until it
+// runs.
+func (s *Sims) StartChurn(t testing.TB) { s.signalChurn(t, syscall.SIGUSR1, "churn started") }
+
+// PauseChurn pauses the churn and waits until no update is on its way.
+func (s *Sims) PauseChurn(t testing.TB) { s.signalChurn(t, syscall.SIGUSR2, "churn paused") }
+
+// signalChurn sends sig and waits for one more line beginning with said.
+func (s *Sims) signalChurn(t testing.TB, sig syscall.Signal, said string) {
 	t.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	lines := func() int { return strings.Count(s.Log(), "\n"+said) }
+	before := lines()
+	if err := s.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(s.Log(), "churn started") {
+	for lines() == before {
 		if time.Now().After(deadline) {
-			t.Fatalf("the churn did not start: %s", s.Log())
+			t.Fatalf("the simulated nodes did not say %q: %s", said, s.Log())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
