@@ -146,6 +146,8 @@ type Daemon struct {
 	exported   uint64
 	exportedAt time.Time
 	savedGen   uint64
+	// aliveAt is when each entry's netns was last seen to exist; see live.
+	aliveAt map[string]time.Time
 	// synced is what each VPC's kernel state was made at its last sync,
 	// marks what the kernel watches saw change since, vteps the packet
 	// filter's last VTEP set: a pass reads and writes only what moved.
@@ -760,6 +762,31 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 // entries' netns again (a workload gone without a DEL).
 const liveEvery = time.Second
 
+// live is the liveness check of an export at now: a netns seen to exist
+// less than liveEvery ago is not looked at again, so the exports that
+// each ADD's API events start cost the new entries' checks, not every
+// entry's on the node. One not seen to exist is looked at every time.
+func (d *Daemon) live(now time.Time) func(string) bool {
+	if d.aliveAt == nil {
+		d.aliveAt = map[string]time.Time{}
+	}
+	for p, at := range d.aliveAt {
+		if now.Sub(at) >= liveEvery {
+			delete(d.aliveAt, p)
+		}
+	}
+	return func(netns string) bool {
+		if _, ok := d.aliveAt[netns]; ok {
+			return true
+		}
+		if !d.o.Live(netns) {
+			return false
+		}
+		d.aliveAt[netns] = now
+		return true
+	}
+}
+
 // apiChanged notes an informer event that can change what is announced
 // and starts a pass.
 func (d *Daemon) apiChanged() {
@@ -878,7 +905,7 @@ func (d *Daemon) rd(vpc string) speaker.RD {
 // writes the advertisements' conditions where they moved.
 func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisement, vnis map[string]uint32, devices map[string]*dataplane.Device, anyPeer bool) {
 	want, verdicts := Desired(ExportInput{
-		Adverts: adverts, Live: d.o.Live, Available: d.available, VNIs: vnis, RD: d.rd,
+		Adverts: adverts, Live: d.live(d.o.Now()), Available: d.available, VNIs: vnis, RD: d.rd,
 		RouterMAC: func(vpc string) net.HardwareAddr {
 			if dev := devices[vpc]; dev != nil {
 				return dev.MAC

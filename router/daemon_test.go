@@ -291,3 +291,22 @@ func TestListsAndWatchesAreRetriedUntilTheAPIServerAnswers(t *testing.T) {
 		t.Fatal("an ended context still retried")
 	}
 }
+
+// TestAnExportLooksAtANetnsSeenAliveAtMostOnceASecond: the exports each
+// ADD starts check only the entries not seen alive within liveEvery, and
+// a netns not seen alive is checked every time.
+func TestAnExportLooksAtANetnsSeenAliveAtMostOnceASecond(t *testing.T) {
+	checks := map[string]int{}
+	d := &Daemon{o: Options{Live: func(p string) bool { checks[p]++; return p == "/live" }}}
+	t0 := time.Unix(1000, 0)
+	for _, at := range []time.Duration{0, 300 * time.Millisecond, 900 * time.Millisecond, time.Second, 1500 * time.Millisecond} {
+		live := d.live(t0.Add(at))
+		if !live("/live") || !live("/live") || live("/gone") {
+			t.Fatalf("at %s: the liveness answers changed", at)
+		}
+	}
+	// Seen at 0 and again at 1 s, when the first sighting had aged out.
+	if checks["/live"] != 2 || checks["/gone"] != 5 {
+		t.Fatalf("netns checks: %v, want /live twice and /gone at every export", checks)
+	}
+}
