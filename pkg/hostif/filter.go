@@ -49,6 +49,11 @@ func RecordFilter(r state.Record) filter.Attachment {
 // interface hostIf. Callers hold the node lock.
 func (h Host) recordedFilters(hostIf string) []filter.Attachment {
 	recs, _ := h.Store().List()
+	return filtersOf(recs, hostIf)
+}
+
+// filtersOf is recordedFilters among recs.
+func filtersOf(recs []state.Record, hostIf string) []filter.Attachment {
 	var out []filter.Attachment
 	for _, r := range recs {
 		if recordInterface(r) == hostIf {

@@ -420,12 +420,20 @@ func deleteLink(name string) error {
 // called hostIf: a replacement of the same attachment in the same mode.
 func (h Host) liveHolder(hostIf, containerID, ifName string) (*state.Record, error) {
 	recs, err := h.Store().List()
-	for _, r := range recs {
-		if recordInterface(r) == hostIf && (r.ContainerID != containerID || r.IfName != ifName) && h.live(r.Netns) {
-			return &r, nil
-		}
+	if r := h.liveHolderIn(recs, hostIf, containerID, ifName); r != nil {
+		return r, nil
 	}
 	return nil, err
+}
+
+// liveHolderIn is liveHolder among recs.
+func (h Host) liveHolderIn(recs []state.Record, hostIf, containerID, ifName string) *state.Record {
+	for _, r := range recs {
+		if recordInterface(r) == hostIf && (r.ContainerID != containerID || r.IfName != ifName) && h.live(r.Netns) {
+			return &r
+		}
+	}
+	return nil
 }
 
 // recordInterface is the host interface a record describes.
@@ -587,20 +595,26 @@ func (h Host) Teardown(rec state.Record) error {
 	}
 	defer unlock()
 
+	// The records are read once: under the node lock only this call
+	// changes them, and a node of many workloads takes milliseconds a
+	// read.
+	recs, listErr := h.Store().List()
 	var errs []error
 	name := recordInterface(rec)
-	other, err := h.liveHolder(name, rec.ContainerID, rec.IfName)
-	if err != nil {
-		errs = append(errs, err)
+	other := h.liveHolderIn(recs, name, rec.ContainerID, rec.IfName)
+	if other == nil && listErr != nil {
+		errs = append(errs, listErr)
 	}
-	if other == nil && err == nil {
-		known := append(h.recordedFilters(name), RecordFilter(rec))
+	if other == nil && listErr == nil {
+		known := append(filtersOf(recs, name), RecordFilter(rec))
 		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses), known))
 	}
 	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
 		errs = append(errs, fmt.Errorf("deleting the node record: %w", err))
+	} else {
+		recs = slices.DeleteFunc(recs, func(r state.Record) bool { return r.ContainerID == rec.ContainerID && r.IfName == rec.IfName })
 	}
-	errs = append(errs, h.removeDomainIfUnused(rec.VPC))
+	errs = append(errs, h.removeDomainIfUnusedIn(rec.VPC, recs, listErr))
 	return errors.Join(errs...)
 }
 
@@ -713,6 +727,12 @@ func parseAddrs(ss []string) []netip.Addr {
 // host interface of the VPC is left on the node.
 func (h Host) removeDomainIfUnused(vpc string) error {
 	recs, err := h.Store().List()
+	return h.removeDomainIfUnusedIn(vpc, recs, err)
+}
+
+// removeDomainIfUnusedIn is removeDomainIfUnused with the node's records
+// already read: recs, and err when reading some of them failed.
+func (h Host) removeDomainIfUnusedIn(vpc string, recs []state.Record, err error) error {
 	if err != nil {
 		return fmt.Errorf("keeping VPC %s's routing domain: cannot read every record: %w", vpc, err)
 	}
