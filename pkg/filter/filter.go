@@ -519,8 +519,8 @@ func (p *Adding) Attach(index int) {
 	if !enabled || p.err != nil || p.attached != nil {
 		return
 	}
+	p.a.Index = index
 	a := p.a
-	a.Index = index
 	ch := make(chan found, 1)
 	p.attached = sync.OnceValue(func() found { return <-ch })
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
@@ -539,7 +539,7 @@ func (p *Adding) Attach(index int) {
 }
 
 // Finish attaches the classifier to a's interface, index, unless Attach
-// did, and waits for it and for the elements.
+// did (then with Attach's index), and waits for it and for the elements.
 func (p *Adding) Finish(index int) error {
 	if !enabled || p.err != nil {
 		return p.err
@@ -560,9 +560,7 @@ func (p *Adding) Finish(index int) error {
 		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
 	defer h.Close()
-	a := p.a
-	a.Index = index
-	return at.c.classify(h, a)
+	return at.c.classify(h, p.a)
 }
 
 // Wait waits for the elements' write, and for the classifier's if Attach
