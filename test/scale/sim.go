@@ -210,15 +210,14 @@ func serve(path string) error {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
 		go func() {
-			g := &churnGate{}
-			g.paused.Store(true)
+			g := &churnGate{paused: true}
 			for {
 				select {
 				case v := <-sig:
 					// The gate's lock is held for an update: once "paused" is
 					// printed, no update is on its way.
 					g.mu.Lock()
-					g.paused.Store(v == syscall.SIGUSR2)
+					g.paused = v == syscall.SIGUSR2
 					g.mu.Unlock()
 					if v == syscall.SIGUSR2 {
 						fmt.Println("churn paused")
@@ -252,10 +251,10 @@ func Alternate(p netip.Prefix) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4(a), p.Bits())
 }
 
-// churnGate pauses the churn between updates.
+// churnGate pauses the churn between updates; mu is held for an update.
 type churnGate struct {
 	mu     sync.Mutex
-	paused atomic.Bool
+	paused bool
 }
 
 // runChurn sends perSecond updates a second while g is open: walking the
@@ -272,7 +271,7 @@ func runChurn(ctx context.Context, routes []churned, perSecond int, g *churnGate
 		case <-tick.C:
 		}
 		g.mu.Lock()
-		if !g.paused.Load() {
+		if !g.paused {
 			churnOne(ctx, &routes[i], log)
 			i = (i + 1) % len(routes)
 		}
