@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -222,9 +223,9 @@ func (r *Results) isolationTargets() []Target {
 	for _, f := range s.Forwarding {
 		q := f.ratio()
 		t := Target{What: fmt.Sprintf("forwarding at %s attachments, %d-byte payloads, with the filter at least %.0f%% of without", thousands(f.Residents), f.Payload, 100*forwardGoal),
-			Measured: fmt.Sprintf("%.0f%%", 100*q), Met: q >= forwardGoal}
+			Measured: percent(q), Met: q >= forwardGoal}
 		if !t.Met {
-			t.Miss = fmt.Sprintf("%.0f points under", 100*(forwardGoal-q))
+			t.Miss = fmt.Sprintf("%.1f points under", 100*(forwardGoal-q))
 		}
 		ts = append(ts, t)
 	}
@@ -269,7 +270,16 @@ func renderIsolation(w *strings.Builder, r *Results) {
 	p("| attachments | payload | with the filter | without | ratio | goal |")
 	p("|---|---|---|---|---|---|")
 	for _, f := range s.Forwarding {
-		p("| %s | %d B | %s | %s | %.0f%% | ≥ %.0f%% |", thousands(f.Residents), f.Payload, f.describe(f.With), f.describe(f.Without), 100*f.ratio(), 100*forwardGoal)
+		p("| %s | %d B | %s | %s | %s | ≥ %.0f%% |", thousands(f.Residents), f.Payload, f.describe(f.With), f.describe(f.Without), percent(f.ratio()), 100*forwardGoal)
 	}
 	p("")
+}
+
+// percent shows a ratio in whole percent, or to a tenth when it rounds
+// to the goal, so that which side of the goal it is on shows.
+func percent(q float64) string {
+	if math.Round(100*q) == math.Round(100*forwardGoal) {
+		return fmt.Sprintf("%.1f%%", 100*q)
+	}
+	return fmt.Sprintf("%.0f%%", 100*q)
 }
