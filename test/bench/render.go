@@ -786,6 +786,8 @@ func closeHint(r *Results, t Target) string {
 			ms(in), parts[0].name, ms(parts[0].d), parts[1].name, ms(parts[1].d))
 	case strings.Contains(t.What, "p50 ("):
 		return "The gap is the start-up of Go binaries that link client-go and the API client's handshake and round trips (see where the time goes); a plugin that is a new process each time pays them on every call."
+	case strings.Contains(t.What, "all installed within"):
+		return "Most of it is GoBGP's: it makes a new peer's first connection attempt a random 1.5 to 2 s after the peer is added (three quarters to all of its minimum connect-retry interval of 2 s, which no setting changes), and after the session the reflector finds a new client's routes by walking its whole table. The router's timeline for this row (section 9) shows when the session came up; what follows it is the reflector's walk and the node's install. Whether the row is met depends on that draw: see docs/galactic-router.md."
 	case strings.Contains(t.What, "counted per program"):
 		return "The proxy tells programs apart by the user agent client-go sends, the program's name unless set otherwise; these requests carried none, so the HTTP client they went through was built without it."
 	case strings.Contains(t.What, "API requests"):
