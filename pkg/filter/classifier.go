@@ -31,7 +31,7 @@ const filterName = "galactic"
 // codeHash is the first bytes of the SHA-256 of program's code, kept as
 // a constant (a test recomputes it) because hashing costs a plugin
 // process more than the rest of its ADD's classifier work.
-const codeHash = "731af0"
+const codeHash = "9d512d"
 
 // progName is the program's name: its code's hash, so that a program of
 // another build is told from this one's and replaced.
@@ -153,7 +153,7 @@ func load(ns uint64) (*classifier, error) {
 		return nil, fmt.Errorf("creating the workload classifier's map (the kernel needs BPF hash maps): %w", err)
 	}
 	p, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
-		Name: progName(), Type: ebpf.SchedCLS, License: "Apache-2.0", Instructions: program(m.FD()),
+		Name: progName(), Type: ebpf.SchedCLS, License: progLicense, Instructions: program(m.FD()),
 	}, ebpf.ProgramOptions{LogDisabled: true})
 	if err != nil {
 		m.Close()

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only
+
 package filter
 
 import (
@@ -13,7 +15,9 @@ import (
 // to the ingress of every workload host interface, that looks the
 // interface's attachment up by ifindex in a hash map and lets through
 // only what the attachment may send. ADD and DEL write and delete one map
-// entry, so nothing is verified per attachment.
+// entry, so nothing is verified per attachment. What passes and is to be
+// routed through the node, the program forwards itself (forward4,
+// forward6).
 //
 // A map value (the attachment), little-endian where it is a number:
 //
@@ -71,7 +75,9 @@ const (
 // __sk_buff fields, and tc's verdicts.
 const (
 	skbLen     = 0
+	skbPktType = 4
 	skbIfindex = 40
+	skbGSOSize = 176
 	actOK      = 0
 	actShot    = 2
 )
@@ -239,14 +245,14 @@ func (e *emitter) ip4() {
 		asm.Mov.Reg(asm.R4, asm.R8),
 		asm.Add.Imm(asm.R4, ipStart+2),
 		asm.JEq.Imm(asm.R3, 17, "udp4"),
-		asm.JNE.Imm(asm.R3, 1, "pass"),
+		asm.JNE.Imm(asm.R3, 1, "fwd4"),
 		// An ICMP redirect, whatever its code.
 		asm.JLT.Reg(rLen, asm.R4, "drop"),
 		asm.Mov.Reg(asm.R4, asm.RFP),
 		asm.Add.Reg(asm.R4, asm.R8),
 		asm.LoadMem(asm.R2, asm.R4, b(ipStart), asm.Byte),
 		asm.JEq.Imm(asm.R2, icmpRedirect, "drop"),
-		asm.Ja.Label("pass"),
+		asm.Ja.Label("fwd4"),
 	)
 	// DHCP server replies.
 	e.at("udp4")
@@ -257,8 +263,8 @@ func (e *emitter) ip4() {
 		asm.LoadMem(asm.R2, asm.R4, b(ipStart), asm.Half),
 		asm.JEq.Imm(asm.R2, le16DHCP4, "drop"),
 		asm.JEq.Imm(asm.R2, le16DHCP6, "drop"),
-		asm.Ja.Label("pass"),
 	)
+	e.forward4()
 }
 
 // match6 jumps to ok when the 16 bytes at the frame's offset off are in
@@ -391,7 +397,8 @@ func (e *emitter) ip6() {
 		asm.JEq.Imm(asm.R3, le16DHCP6, "drop"),
 	)
 	e.at("src6")
-	e.match6(ip6Src, "pass", "drop")
+	e.match6(ip6Src, "fwd6", "drop")
+	e.forward6()
 }
 
 // MaxSources is how many source prefixes of each family an attachment
@@ -462,4 +469,253 @@ func describeValue(v []byte) string {
 		s += " mac " + net.HardwareAddr(v[valMAC:valMAC+6]).String()
 	}
 	return s
+}
+
+// progLicense is the license the program declares to the kernel: its code
+// (this file) is Apache-2.0 or GPL-2.0, and bpf_fib_lookup is GPL-only.
+const progLicense = "GPL"
+
+// The forwarding fast path. A packet that passed the checks is looked up
+// in the kernel's FIB as the kernel's own input path would (the rules with
+// the interface as iif, so the attachment's routing domain), and, when the
+// answer is a unicast route to forward through, sent from here to the
+// route's device and next hop, its TTL or hop limit decremented; the
+// neighbour subsystem writes the Ethernet header. That skips the kernel's
+// IP input and forwarding for the packets the classifier has just read,
+// which pays for the classifier (see docs/security.md, Performance).
+// Whatever the kernel would not simply forward (local, broadcast,
+// multicast and unreachable destinations, a packet over the route's MTU,
+// IP options, fragments, a last hop, an unresolved neighbour, extension
+// headers, link-local addresses, ICMPv6 but echo) goes on to the kernel
+// unchanged.
+//
+// bpf_fib_lookup's parameters (struct bpf_fib_lookup, 64 bytes) are on
+// the stack at fibAt, bpf_redirect_neigh's next hop (struct
+// bpf_redir_neigh, 20 bytes) at nhAt.
+const (
+	fibAt      = -168
+	nhAt       = -192
+	tmpAt      = keyAt
+	fibFamily  = 0
+	fibL4      = 1
+	fibSport   = 2
+	fibDport   = 4
+	fibTotLen  = 6
+	fibIfindex = 8
+	fibTOS     = 12 // IPv6: the flow information
+	fibSrc     = 16
+	fibDst     = 32 // after a successful lookup: the next hop
+	fibLen     = 64
+	nhLen      = 20
+	afInet     = 2
+	afInet6    = 10
+	ip6Dst     = ip6Src + 16
+	// IPv4's more-fragments flag and fragment offset.
+	le16FragMF4 = 0xff3f
+	// The IPv6 header's first word but the version: traffic class and
+	// flow label, which the kernel's route lookup takes.
+	le32FlowInfo = ^0xf0
+)
+
+func fib(off int16) int16 { return fibAt + off }
+
+// fibStart zeroes the parameters and fills in what both families share:
+// family, L4 protocol (R3), ingress interface and the packet's length
+// (R4), which makes the lookup check the route's MTU. A GSO packet's
+// length is left 0: the kernel then checks it by its segments against
+// the route's device, as its forwarding does.
+func (e *emitter) fibStart(family int64) {
+	notGSO := e.label("gso")
+	e.emit(
+		asm.LoadMem(asm.R2, rCtx, skbGSOSize, asm.Word),
+		asm.JEq.Imm(asm.R2, 0, notGSO),
+		asm.Mov.Imm(asm.R4, 0),
+	)
+	e.at(notGSO)
+	e.emit(asm.Mov.Imm(asm.R2, 0))
+	for off := int16(0); off < fibLen; off += 8 {
+		e.emit(asm.StoreMem(asm.RFP, fib(off), asm.R2, asm.DWord))
+	}
+	e.emit(
+		asm.StoreImm(asm.RFP, fib(fibFamily), family, asm.Byte),
+		asm.StoreMem(asm.RFP, fib(fibL4), asm.R3, asm.Byte),
+		asm.StoreMem(asm.RFP, fib(fibTotLen), asm.R4, asm.Half),
+		asm.LoadMem(asm.R2, rCtx, skbIfindex, asm.Word),
+		asm.StoreMem(asm.RFP, fib(fibIfindex), asm.R2, asm.Word),
+	)
+}
+
+// fibPorts copies the TCP or UDP ports at the frame's offset l4 when the
+// protocol in R3 has them, so that rules on ports match as in the
+// kernel's lookup.
+func (e *emitter) fibPorts(l4 int) {
+	skip := e.label("ports")
+	e.emit(
+		asm.JLT.Imm(rLen, int32(l4+4), skip),
+		asm.JEq.Imm(asm.R3, 6, skip+"_copy"),
+		asm.JNE.Imm(asm.R3, 17, skip),
+	)
+	e.at(skip + "_copy")
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, b(l4), asm.Half),
+		asm.StoreMem(asm.RFP, fib(fibSport), asm.R2, asm.Half),
+		asm.LoadMem(asm.R2, asm.RFP, b(l4+2), asm.Half),
+		asm.StoreMem(asm.RFP, fib(fibDport), asm.R2, asm.Half),
+	)
+	e.at(skip)
+}
+
+// fibLookup looks the route up and passes anything but a route to
+// forward through (BPF_FIB_LKUP_RET_SUCCESS) to the kernel.
+func (e *emitter) fibLookup() {
+	e.emit(
+		asm.Mov.Reg(asm.R1, rCtx),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, fibAt),
+		asm.Mov.Imm(asm.R3, fibLen),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnFibLookup.Call(),
+		asm.JNE.Imm(asm.R0, 0, "pass"),
+	)
+}
+
+// redirect sends the packet to the route's device and next hop; the
+// neighbour subsystem resolves it and writes the Ethernet header.
+func (e *emitter) redirect() {
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, fib(fibFamily), asm.Byte),
+		asm.StoreMem(asm.RFP, nhAt, asm.R2, asm.Word),
+	)
+	// The next hop's address, IPv4 or IPv6 (an IPv4 route may have an
+	// IPv6 next hop): 16 bytes from fibDst to nhAt+4.
+	for off := int16(0); off < 16; off += 4 {
+		e.emit(
+			asm.LoadMem(asm.R2, asm.RFP, fib(fibDst)+off, asm.Word),
+			asm.StoreMem(asm.RFP, nhAt+4+off, asm.R2, asm.Word),
+		)
+	}
+	e.emit(
+		asm.LoadMem(asm.R1, asm.RFP, fib(fibIfindex), asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, nhAt),
+		asm.Mov.Imm(asm.R3, nhLen),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnRedirectNeigh.Call(),
+		asm.Return(),
+	)
+}
+
+// forward4 is the IPv4 fast path; R8 holds the header's length.
+func (e *emitter) forward4() {
+	e.at("fwd4")
+	e.emit(
+		asm.JNE.Imm(asm.R8, 20, "pass"),
+		asm.LoadMem(asm.R2, rCtx, skbPktType, asm.Word),
+		asm.JNE.Imm(asm.R2, 0, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip4Frag), asm.Half),
+		asm.And.Imm(asm.R2, le16FragMF4),
+		asm.JNE.Imm(asm.R2, 0, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+8), asm.Byte),
+		asm.JLE.Imm(asm.R2, 1, "pass"),
+		asm.LoadMem(asm.R3, asm.RFP, b(ip4Proto), asm.Byte),
+		asm.LoadMem(asm.R4, asm.RFP, b(ipStart+2), asm.Half),
+		asm.HostTo(asm.BE, asm.R4, asm.Half),
+	)
+	e.fibStart(afInet)
+	e.fibPorts(ipStart + 20)
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+1), asm.Byte),
+		asm.StoreMem(asm.RFP, fib(fibTOS), asm.R2, asm.Byte),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip4Src), asm.Word),
+		asm.StoreMem(asm.RFP, fib(fibSrc), asm.R2, asm.Word),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip4Src+4), asm.Word),
+		asm.StoreMem(asm.RFP, fib(fibDst), asm.R2, asm.Word),
+	)
+	e.fibLookup()
+	// TTL and protocol are one 16-bit word, the TTL its low byte as loaded
+	// here; the header checksum is updated for the word's change.
+	e.emit(
+		asm.LoadMem(asm.R3, asm.RFP, b(ipStart+8), asm.Half),
+		asm.Mov.Reg(asm.R4, asm.R3),
+		asm.Sub.Imm(asm.R4, 1),
+		asm.StoreMem(asm.RFP, tmpAt, asm.R4, asm.Half),
+		asm.Mov.Reg(asm.R1, rCtx),
+		asm.Mov.Imm(asm.R2, ipStart+10),
+		asm.Mov.Imm(asm.R5, 2),
+		asm.FnL3CsumReplace.Call(),
+		asm.JNE.Imm(asm.R0, 0, "drop"),
+		asm.Mov.Reg(asm.R1, rCtx),
+		asm.Mov.Imm(asm.R2, ipStart+8),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, tmpAt),
+		asm.Mov.Imm(asm.R4, 2),
+		asm.Mov.Imm(asm.R5, 0),
+		asm.FnSkbStoreBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "drop"),
+	)
+	e.redirect()
+}
+
+// forward6 is the IPv6 fast path: TCP, UDP and ICMPv6 echo without
+// extension headers, between addresses that are not link-local, to one
+// that is not multicast.
+func (e *emitter) forward6() {
+	e.at("fwd6")
+	e.emit(
+		asm.LoadMem(asm.R2, rCtx, skbPktType, asm.Word),
+		asm.JNE.Imm(asm.R2, 0, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+7), asm.Byte),
+		asm.JLE.Imm(asm.R2, 1, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6Dst), asm.Byte),
+		asm.JEq.Imm(asm.R2, 0xff, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6Dst), asm.Half),
+		asm.And.Imm(asm.R2, le16LLMask),
+		asm.JEq.Imm(asm.R2, le16LL, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6Src), asm.Half),
+		asm.And.Imm(asm.R2, le16LLMask),
+		asm.JEq.Imm(asm.R2, le16LL, "pass"),
+		asm.LoadMem(asm.R3, asm.RFP, b(ip6Next), asm.Byte),
+		asm.JEq.Imm(asm.R3, 6, "fwd6_ok"),
+		asm.JEq.Imm(asm.R3, 17, "fwd6_ok"),
+		asm.JNE.Imm(asm.R3, 58, "pass"),
+		asm.JLT.Imm(rLen, ip6L4+4, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(ip6L4), asm.Byte),
+		asm.JEq.Imm(asm.R2, icmp6EchoRequest, "fwd6_ok"),
+		asm.JNE.Imm(asm.R2, icmp6EchoReply, "pass"),
+	)
+	e.at("fwd6_ok")
+	e.emit(
+		asm.LoadMem(asm.R4, asm.RFP, b(ip6PayLen), asm.Half),
+		asm.HostTo(asm.BE, asm.R4, asm.Half),
+		asm.Add.Imm(asm.R4, 40),
+	)
+	e.fibStart(afInet6)
+	e.fibPorts(ip6L4)
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Word),
+		asm.And.Imm(asm.R2, le32FlowInfo),
+		asm.StoreMem(asm.RFP, fib(fibTOS), asm.R2, asm.Word),
+	)
+	for off := int16(0); off < 32; off += 8 {
+		e.emit(
+			asm.LoadMem(asm.R2, asm.RFP, b(ip6Src)+off, asm.DWord),
+			asm.StoreMem(asm.RFP, fib(fibSrc)+off, asm.R2, asm.DWord),
+		)
+	}
+	e.fibLookup()
+	// IPv6 has no header checksum.
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+7), asm.Byte),
+		asm.Sub.Imm(asm.R2, 1),
+		asm.StoreMem(asm.RFP, tmpAt, asm.R2, asm.Byte),
+		asm.Mov.Reg(asm.R1, rCtx),
+		asm.Mov.Imm(asm.R2, ipStart+7),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, tmpAt),
+		asm.Mov.Imm(asm.R4, 1),
+		asm.Mov.Imm(asm.R5, 0),
+		asm.FnSkbStoreBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "drop"),
+	)
+	e.redirect()
 }

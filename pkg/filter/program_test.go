@@ -37,6 +37,24 @@ func frame(mac net.HardwareAddr, src, dst netip.Addr, proto byte, payload []byte
 
 func testClassifier(t *testing.T, a Attachment) (func([]byte) uint32, *ebpf.Map) {
 	t.Helper()
+	p, m := loadTestClassifier(t, a)
+	return func(f []byte) uint32 {
+		t.Helper()
+		for len(f) < 60 {
+			f = append(f, 0)
+		}
+		r, err := p.Run(&ebpf.RunOptions{Data: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}, m
+}
+
+// loadTestClassifier loads the classifier with a's entry for the test
+// run's interface.
+func loadTestClassifier(t *testing.T, a Attachment) (*ebpf.Program, *ebpf.Map) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("loading a BPF program needs root")
 	}
@@ -45,7 +63,7 @@ func testClassifier(t *testing.T, a Attachment) (func([]byte) uint32, *ebpf.Map)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "Apache-2.0", Instructions: program(m.FD())})
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: progLicense, Instructions: program(m.FD())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,17 +76,7 @@ func testClassifier(t *testing.T, a Attachment) (func([]byte) uint32, *ebpf.Map)
 	if err := m.Put(uint32(1), v); err != nil {
 		t.Fatal(err)
 	}
-	return func(f []byte) uint32 {
-		t.Helper()
-		for len(f) < 60 {
-			f = append(f, 0)
-		}
-		r, err := p.Run(&ebpf.RunOptions{Data: f})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}, m
+	return p, m
 }
 
 var (
