@@ -644,16 +644,23 @@ func (e *emitter) forward4() {
 		asm.Mov.Imm(asm.R5, 2),
 		asm.FnL3CsumReplace.Call(),
 		asm.JNE.Imm(asm.R0, 0, "drop"),
+	)
+	e.storeTmp(ipStart+8, 2)
+	e.redirect()
+}
+
+// storeTmp writes the n bytes at tmpAt into the frame at off.
+func (e *emitter) storeTmp(off, n int32) {
+	e.emit(
 		asm.Mov.Reg(asm.R1, rCtx),
-		asm.Mov.Imm(asm.R2, ipStart+8),
+		asm.Mov.Imm(asm.R2, off),
 		asm.Mov.Reg(asm.R3, asm.RFP),
 		asm.Add.Imm(asm.R3, tmpAt),
-		asm.Mov.Imm(asm.R4, 2),
+		asm.Mov.Imm(asm.R4, n),
 		asm.Mov.Imm(asm.R5, 0),
 		asm.FnSkbStoreBytes.Call(),
 		asm.JNE.Imm(asm.R0, 0, "drop"),
 	)
-	e.redirect()
 }
 
 // forward6 is the IPv6 fast path: TCP, UDP and ICMPv6 echo without
@@ -708,14 +715,7 @@ func (e *emitter) forward6() {
 		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+7), asm.Byte),
 		asm.Sub.Imm(asm.R2, 1),
 		asm.StoreMem(asm.RFP, tmpAt, asm.R2, asm.Byte),
-		asm.Mov.Reg(asm.R1, rCtx),
-		asm.Mov.Imm(asm.R2, ipStart+7),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, tmpAt),
-		asm.Mov.Imm(asm.R4, 1),
-		asm.Mov.Imm(asm.R5, 0),
-		asm.FnSkbStoreBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "drop"),
 	)
+	e.storeTmp(ipStart+7, 1)
 	e.redirect()
 }
