@@ -8,24 +8,12 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/galactic-cni/galactic/test/packet"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 const actRedirect = 7
-
-// ipv4Checksum is the header checksum of h with its checksum field as is:
-// 0 for a header whose checksum is right.
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
-}
 
 // A packet the kernel would forward leaves the classifier redirected to
 // its route, its TTL or hop limit one less (the IPv4 header's checksum
@@ -82,11 +70,9 @@ func TestTheClassifierForwardsWhatTheKernelWouldForward(t *testing.T) {
 		for _, c := range cases {
 			in := c.f
 			if in[12] == 0x08 {
-				binary.BigEndian.PutUint16(in[ipStart+10:], ipv4Checksum(in[ipStart:ipStart+20]))
+				binary.BigEndian.PutUint16(in[ipStart+10:], packet.Checksum(in[ipStart:ipStart+20]))
 			}
-			for len(in) < 60 {
-				in = append(in, 0)
-			}
+			in = padFrame(in)
 			got := make([]byte, len(in)+64)
 			r, err := p.Run(&ebpf.RunOptions{Data: in, DataOut: got})
 			if err != nil {
@@ -103,8 +89,8 @@ func TestTheClassifierForwardsWhatTheKernelWouldForward(t *testing.T) {
 				continue
 			}
 			if in[12] == 0x08 {
-				if got[ipStart+8] != in[ipStart+8]-1 || ipv4Checksum(got[ipStart:ipStart+20]) != 0 {
-					t.Errorf("%s: TTL %d (was %d), checksum wrong: %v", c.name, got[ipStart+8], in[ipStart+8], ipv4Checksum(got[ipStart:ipStart+20]) != 0)
+				if got[ipStart+8] != in[ipStart+8]-1 || packet.Checksum(got[ipStart:ipStart+20]) != 0 {
+					t.Errorf("%s: TTL %d (was %d), checksum wrong: %v", c.name, got[ipStart+8], in[ipStart+8], packet.Checksum(got[ipStart:ipStart+20]) != 0)
 				}
 			} else if got[ipStart+7] != in[ipStart+7]-1 {
 				t.Errorf("%s: hop limit %d (was %d)", c.name, got[ipStart+7], in[ipStart+7])

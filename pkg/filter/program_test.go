@@ -40,15 +40,21 @@ func testClassifier(t *testing.T, a Attachment) (func([]byte) uint32, *ebpf.Map)
 	p, m := loadTestClassifier(t, a)
 	return func(f []byte) uint32 {
 		t.Helper()
-		for len(f) < 60 {
-			f = append(f, 0)
-		}
-		r, err := p.Run(&ebpf.RunOptions{Data: f})
+		r, err := p.Run(&ebpf.RunOptions{Data: padFrame(f)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}, m
+}
+
+// padFrame pads f to Ethernet's minimum frame size (without FCS), as
+// frames on the wire are.
+func padFrame(f []byte) []byte {
+	for len(f) < 60 {
+		f = append(f, 0)
+	}
+	return f
 }
 
 // loadTestClassifier loads the classifier with a's entry for the test
