@@ -410,6 +410,14 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 		vteps = w.VTEPs()
 		filterDue = kp.full || !slices.Equal(vteps, d.vteps)
 	}
+	// The filter's VXLAN decapsulation follows the devices too.
+	devicesDue := len(kp.removes) > 0
+	for _, pl := range kp.plans {
+		devicesDue = devicesDue || pl.DeviceWrites() > 0
+	}
+	if devicesDue && !filterDue {
+		vteps, filterDue = w.VTEPs(), true
+	}
 	writes := len(kp.removes)
 	for _, pl := range kp.plans {
 		writes += pl.Writes()
@@ -463,8 +471,12 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 				d.log.Info("removed VXLAN device", "vpc", vpc)
 			}
 		}
-		if filterDue && d.syncFilter(vteps) {
-			d.vteps = vteps
+		if filterDue {
+			// A failed sync is retried by the next pass that reads VTEPs.
+			d.vteps = nil
+			if d.syncFilter(vteps) {
+				d.vteps = vteps
+			}
 		}
 		unlock()
 		kp.cost.locked = time.Since(began)

@@ -369,6 +369,13 @@ func Delete() error {
 	if err := detachAll(); err != nil {
 		return err
 	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing interfaces: %w", err)
+	}
+	if err := detachDecap(links, nil); err != nil {
+		return err
+	}
 	c, err := conn()
 	if err != nil {
 		return err
@@ -851,7 +858,11 @@ func SetVTEPs(vteps []netip.Addr) (SyncResult, error) {
 	}
 	add, del := diff(have, want, func(element) bool { return true })
 	res.Added, res.Removed = len(add), len(del)
-	return res, apply(c, add, del)
+	if err := apply(c, add, del); err != nil {
+		return res, err
+	}
+	// The sets first: the fast path takes no VTEP the rules do not.
+	return res, syncDecap(vteps)
 }
 
 // Elements counts the elements of every set of the tables; a missing

@@ -545,29 +545,29 @@ func (e *emitter) fibStart(family int64) {
 	)
 }
 
-// fibPorts copies the TCP or UDP ports at the frame's offset l4 when the
-// protocol in R3 has them, so that rules on ports match as in the
-// kernel's lookup.
-func (e *emitter) fibPorts(l4 int) {
+// fibPorts copies the TCP or UDP ports at the stack offset at when the
+// protocol in R3 has them and the frame is long enough to hold them
+// (end bytes), so that rules on ports match as in the kernel's lookup.
+func (e *emitter) fibPorts(at int16, end int32) {
 	skip := e.label("ports")
 	e.emit(
-		asm.JLT.Imm(rLen, int32(l4+4), skip),
+		asm.JLT.Imm(rLen, end, skip),
 		asm.JEq.Imm(asm.R3, 6, skip+"_copy"),
 		asm.JNE.Imm(asm.R3, 17, skip),
 	)
 	e.at(skip + "_copy")
 	e.emit(
-		asm.LoadMem(asm.R2, asm.RFP, b(l4), asm.Half),
+		asm.LoadMem(asm.R2, asm.RFP, at, asm.Half),
 		asm.StoreMem(asm.RFP, fib(fibSport), asm.R2, asm.Half),
-		asm.LoadMem(asm.R2, asm.RFP, b(l4+2), asm.Half),
+		asm.LoadMem(asm.R2, asm.RFP, at+2, asm.Half),
 		asm.StoreMem(asm.RFP, fib(fibDport), asm.R2, asm.Half),
 	)
 	e.at(skip)
 }
 
-// fibLookup looks the route up and passes anything but a route to
-// forward through (BPF_FIB_LKUP_RET_SUCCESS) to the kernel.
-func (e *emitter) fibLookup() {
+// fibLookup looks the route up and jumps to fail for anything but a
+// route to forward through (BPF_FIB_LKUP_RET_SUCCESS).
+func (e *emitter) fibLookup(fail string) {
 	e.emit(
 		asm.Mov.Reg(asm.R1, rCtx),
 		asm.Mov.Reg(asm.R2, asm.RFP),
@@ -575,7 +575,7 @@ func (e *emitter) fibLookup() {
 		asm.Mov.Imm(asm.R3, fibLen),
 		asm.Mov.Imm(asm.R4, 0),
 		asm.FnFibLookup.Call(),
-		asm.JNE.Imm(asm.R0, 0, "pass"),
+		asm.JNE.Imm(asm.R0, 0, fail),
 	)
 }
 
@@ -622,7 +622,7 @@ func (e *emitter) forward4() {
 		asm.HostTo(asm.BE, asm.R4, asm.Half),
 	)
 	e.fibStart(afInet)
-	e.fibPorts(ipStart + 20)
+	e.fibPorts(b(ipStart+20), ipStart+24)
 	e.emit(
 		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+1), asm.Byte),
 		asm.StoreMem(asm.RFP, fib(fibTOS), asm.R2, asm.Byte),
@@ -631,11 +631,18 @@ func (e *emitter) forward4() {
 		asm.LoadMem(asm.R2, asm.RFP, b(ip4Src+4), asm.Word),
 		asm.StoreMem(asm.RFP, fib(fibDst), asm.R2, asm.Word),
 	)
-	e.fibLookup()
-	// TTL and protocol are one 16-bit word, the TTL its low byte as loaded
-	// here; the header checksum is updated for the word's change.
+	e.fibLookup("pass")
+	e.decrementTTL4(b(ipStart + 8))
+	e.redirect()
+}
+
+// decrementTTL4 decrements the TTL of the frame's IPv4 header, whose
+// TTL and protocol word is at the stack offset word. The two are one
+// 16-bit word, the TTL its low byte as loaded here; the header checksum
+// is updated for the word's change.
+func (e *emitter) decrementTTL4(word int16) {
 	e.emit(
-		asm.LoadMem(asm.R3, asm.RFP, b(ipStart+8), asm.Half),
+		asm.LoadMem(asm.R3, asm.RFP, word, asm.Half),
 		asm.Mov.Reg(asm.R4, asm.R3),
 		asm.Sub.Imm(asm.R4, 1),
 		asm.StoreMem(asm.RFP, tmpAt, asm.R4, asm.Half),
@@ -646,7 +653,6 @@ func (e *emitter) forward4() {
 		asm.JNE.Imm(asm.R0, 0, "drop"),
 	)
 	e.storeTmp(ipStart+8, 2)
-	e.redirect()
 }
 
 // storeTmp writes the n bytes at tmpAt into the frame at off.
@@ -697,7 +703,7 @@ func (e *emitter) forward6() {
 		asm.Add.Imm(asm.R4, 40),
 	)
 	e.fibStart(afInet6)
-	e.fibPorts(ip6L4)
+	e.fibPorts(b(ip6L4), ip6L4+4)
 	e.emit(
 		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Word),
 		asm.And.Imm(asm.R2, le32FlowInfo),
@@ -709,7 +715,7 @@ func (e *emitter) forward6() {
 			asm.StoreMem(asm.RFP, fib(fibSrc)+off, asm.R2, asm.DWord),
 		)
 	}
-	e.fibLookup()
+	e.fibLookup("pass")
 	// IPv6 has no header checksum.
 	e.emit(
 		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+7), asm.Byte),

@@ -53,6 +53,10 @@ func (pl *Plan) writer() *netlink.Handle {
 	return oneShot
 }
 
+// DeviceWrites is how many of the plan's writes make, replace or change
+// the device itself.
+func (pl *Plan) DeviceWrites() int { return len(pl.device) }
+
 // Writes is how many netlink writes the plan holds.
 func (pl *Plan) Writes() int { return len(pl.device) + len(pl.ops) }
 

@@ -28,9 +28,11 @@ type IsolationResult struct {
 	// Leftover counts the filter's elements beyond the residents' after
 	// the loop: every DEL must remove exactly what its ADD added.
 	Leftover int
-	// Forwarding is the data path's half, medians of ForwardRounds rounds.
+	// Forwarding is the data path's half, medians of ForwardRounds rounds
+	// of ForwardWindow each way (one second when unset).
 	Forwarding    []ForwardRow
 	ForwardRounds int
+	ForwardWindow time.Duration
 }
 
 // IsolationMode is one interface mode's pair of rows.
@@ -265,7 +267,11 @@ func renderIsolation(w *strings.Builder, r *Results) {
 	if len(s.Forwarding) == 0 {
 		return
 	}
-	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d rounds of one second with the filter on both nodes and one second with galactic's tables removed, back to back, alternating which goes first; the rates are medians over the rounds, the ratio the median of each round's ratio. The filters hold the given number of attachments on each node.", s.ForwardRounds)
+	window := s.ForwardWindow
+	if window == 0 {
+		window = time.Second
+	}
+	p("Forwarding: one UDP stream from a veth workload on one node to one on another (VXLAN over the fabric, through both nodes' filters), as fast as one socket sends, for %d rounds of %s with the filter on both nodes and %s with galactic's tables removed, back to back, alternating which goes first; the rates are medians over the rounds, the ratio the median of each round's ratio. The filters hold the given number of attachments on each node.", s.ForwardRounds, window, window)
 	p("")
 	p("| attachments | payload | with the filter | without | ratio | goal |")
 	p("|---|---|---|---|---|---|")

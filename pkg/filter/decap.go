@@ -1,0 +1,262 @@
+package filter
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The decapsulation fast path's tc filter on the underlay: its name, and a
+// priority after the small ones other agents' filters take, so that theirs
+// see the underlay's packets first.
+const (
+	decapFilterName = "gxdecap"
+	decapPriority   = 0xc000
+	// decapLicense: the program calls bpf_fib_lookup, GPL-only, as the classifier does.
+	decapLicense = progLicense
+)
+
+// decapper is a namespace's decapsulation program and its maps. Each
+// process loads its own and puts it in place of the one attached: a
+// replaced filter swaps programs atomically, and the maps are filled
+// before.
+type decapper struct {
+	prog        *ebpf.Program
+	id          ebpf.ProgramID
+	vnis, vteps *ebpf.Map
+}
+
+var decappers = map[uint64]*decapper{}
+
+func currentDecapper() (*decapper, error) {
+	ns, err := currentNetns()
+	if err != nil {
+		return nil, err
+	}
+	classifiersMu.Lock()
+	defer classifiersMu.Unlock()
+	if d := decappers[ns]; d != nil {
+		return d, nil
+	}
+	d, err := loadDecapper()
+	if err != nil {
+		return nil, err
+	}
+	decappers[ns] = d
+	return d, nil
+}
+
+func loadDecapper() (*decapper, error) {
+	hash := func(name string, key, value, max uint32) (*ebpf.Map, error) {
+		return ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.Hash, KeySize: key, ValueSize: value, MaxEntries: max, Flags: unix.BPF_F_NO_PREALLOC})
+	}
+	vnis, err := hash("gxvni", 4, decapValSize, 1<<14)
+	if err != nil {
+		return nil, fmt.Errorf("creating the VXLAN decapsulation's maps: %w", err)
+	}
+	vteps, err := hash("gxvtep", 4, 1, 1<<16)
+	if err != nil {
+		vnis.Close()
+		return nil, fmt.Errorf("creating the VXLAN decapsulation's maps: %w", err)
+	}
+	p, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Name: "galactic_decap", Type: ebpf.SchedCLS, License: decapLicense, Instructions: decapProgram(vnis.FD(), vteps.FD()),
+	}, ebpf.ProgramOptions{LogDisabled: true})
+	if err == nil {
+		var info *ebpf.ProgramInfo
+		if info, err = p.Info(); err == nil {
+			id, _ := info.ID()
+			return &decapper{prog: p, id: id, vnis: vnis, vteps: vteps}, nil
+		}
+		p.Close()
+	}
+	vnis.Close()
+	vteps.Close()
+	return nil, fmt.Errorf("loading the VXLAN decapsulation program: %w", err)
+}
+
+// vxlanDevice is what the program needs of one of galactic-router's
+// VXLAN devices.
+type vxlanDevice struct {
+	vni   uint32
+	index int
+	mac   []byte
+	local netip.Addr
+}
+
+func vniKey(vni uint32) []byte { return []byte{byte(vni >> 16), byte(vni >> 8), byte(vni), 0} }
+
+func (v vxlanDevice) value() []byte {
+	b := make([]byte, decapValSize)
+	binary.LittleEndian.PutUint32(b[decapValIndex:], uint32(v.index))
+	l := v.local.As4()
+	copy(b[decapValLocal:], l[:])
+	copy(b[decapValMAC:], v.mac)
+	return b
+}
+
+// galacticVXLAN lists galactic-router's VXLAN devices with an IPv4 local
+// address: the ones the program decapsulates for.
+func galacticVXLAN(links []netlink.Link) []vxlanDevice {
+	var out []vxlanDevice
+	for _, l := range links {
+		v, ok := l.(*netlink.Vxlan)
+		if !ok || !strings.HasPrefix(v.Name, vxlanPrefix) || v.Port != VXLANPort || v.Learning || len(v.HardwareAddr) != 6 {
+			continue
+		}
+		local, ok := netip.AddrFromSlice(v.SrcAddr)
+		if local = local.Unmap(); ok && local.Is4() {
+			out = append(out, vxlanDevice{vni: uint32(v.VxlanId), index: v.Index, mac: v.HardwareAddr, local: local})
+		}
+	}
+	return out
+}
+
+// syncDecap makes the decapsulation program's maps hold the namespace's
+// galactic VXLAN devices and the IPv4 VTEPs, and attaches the program to
+// the interfaces that hold the devices' local addresses (and to no other).
+// Without devices nothing is attached.
+func syncDecap(vteps []netip.Addr) error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing interfaces: %w", err)
+	}
+	devs := galacticVXLAN(links)
+	if len(devs) == 0 {
+		return detachDecap(links, nil)
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing addresses: %w", err)
+	}
+	underlay := map[int]bool{}
+	for _, a := range addrs {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		for _, d := range devs {
+			if d.local == ip.Unmap() {
+				underlay[a.LinkIndex] = true
+			}
+		}
+	}
+	d, err := currentDecapper()
+	if err != nil {
+		return err
+	}
+	want := map[string][]byte{}
+	for _, v := range devs {
+		want[string(vniKey(v.vni))] = v.value()
+	}
+	if err := syncMap(d.vnis, want, decapValSize); err != nil {
+		return fmt.Errorf("writing the VXLAN decapsulation's VNIs: %w", err)
+	}
+	want = map[string][]byte{}
+	for _, v := range vteps {
+		if v = v.Unmap(); v.Is4() {
+			want[string(v.AsSlice())] = []byte{1}
+		}
+	}
+	if err := syncMap(d.vteps, want, 1); err != nil {
+		return fmt.Errorf("writing the VXLAN decapsulation's VTEPs: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		// Never one of galactic's interfaces, as the vxlan chain's rules.
+		if !underlay[l.Attrs().Index] || strings.HasPrefix(l.Attrs().Name, galacticPrefix) {
+			continue
+		}
+		f, err := decapFilter(l)
+		if err == nil && (f == nil || f.Id != int(d.id)) {
+			err = d.attach(l)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(append(errs, detachDecap(links, underlay))...)
+}
+
+// syncMap makes m's entries exactly want.
+func syncMap(m *ebpf.Map, want map[string][]byte, valueSize int) error {
+	var stale [][]byte
+	k, v := make([]byte, 4), make([]byte, valueSize)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if w, ok := want[string(k)]; !ok {
+			stale = append(stale, slices.Clone(k))
+		} else if string(w) == string(v) {
+			delete(want, string(k))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for key, val := range want {
+		if err := m.Put([]byte(key), val); err != nil {
+			return err
+		}
+	}
+	for _, key := range stale {
+		if err := ignoreMissing(m.Delete(key)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decapFilter returns the decapsulation filter on link's ingress, nil if
+// none.
+func decapFilter(link netlink.Link) (*netlink.BpfFilter, error) {
+	fs, err := netlink.FilterList(link, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing the tc filters of %s: %w", link.Attrs().Name, err)
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == decapFilterName {
+			return bf, nil
+		}
+	}
+	return nil, nil
+}
+
+func (d *decapper) attach(link netlink.Link) error {
+	idx := link.Attrs().Index
+	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+	if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
+	}
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_IP, Priority: decapPriority},
+		Fd:          d.prog.FD(), Name: decapFilterName, DirectAction: true,
+	}
+	if err := netlink.FilterReplace(f); err != nil {
+		return fmt.Errorf("attaching the VXLAN decapsulation to %s (the kernel needs cls_bpf): %w", link.Attrs().Name, err)
+	}
+	return nil
+}
+
+// detachDecap removes the decapsulation filter from the interfaces of
+// links that are not galactic's own and not in keep.
+func detachDecap(links []netlink.Link, keep map[int]bool) error {
+	var errs []error
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, galacticPrefix) || keep[l.Attrs().Index] {
+			continue
+		}
+		f, err := decapFilter(l)
+		if err == nil && f != nil {
+			if err = netlink.FilterDel(f); errors.Is(err, unix.ENOENT) {
+				err = nil
+			}
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
