@@ -6,18 +6,20 @@ import "github.com/cilium/ebpf/asm"
 
 // The decapsulation fast path: a tc program on the ingress of the
 // underlay interface that takes the VXLAN packets the kernel's path would
-// accept and the nftables vxlan chain let in (IPv4, from a VTEP in
-// galactic's VTEP set, to the local address of one of galactic-router's
-// VXLAN devices with that device's VNI), removes the outer headers and
-// hands the inner frame to that device's ingress, where the kernel takes
-// it as arriving on the device: the VPC's rules, the nftables input chain
-// for what is addressed to the node, forwarding to the workload. That
-// skips the node's IP input, netfilter input hook, UDP and VXLAN receive
-// for the outer packet. Anything else goes on to the kernel unchanged and
-// meets the nftables rules: other VTEPs and VNIs, GSO packets, outer ECN
-// marks, IP options, fragments, UDP checksums (the kernel verifies them),
-// VXLAN flags other than the VNI's, and an inner source MAC that is the
-// device's own (the kernel drops those as loops).
+// accept and the nftables vxlan chain let in (IPv4, a valid header, from
+// a VTEP in galactic's VTEP set, to the local address of one of
+// galactic-router's VXLAN devices with that device's VNI, no UDP
+// checksum) and removes the outer headers. The inner packet it then
+// forwards itself when the kernel would only forward it (decapForward),
+// or hands to the device's ingress, where the kernel takes it as arriving
+// on the device: the VPC's rules, the nftables input chain for what is
+// addressed to the node. Either way the node's IP input, netfilter input
+// hook, UDP and VXLAN receive are skipped for the outer packet. Anything
+// else goes on to the kernel unchanged and meets the nftables rules:
+// other VTEPs and VNIs, GSO packets, outer ECN marks, IP options,
+// fragments, UDP checksums (the kernel verifies them), VXLAN flags other
+// than the VNI's, and an inner source MAC that is the device's own (the
+// kernel drops those as loops).
 //
 // The VNI map's value, by VNI (its three bytes and a zero, as the VXLAN
 // header carries them):
@@ -41,6 +43,7 @@ const (
 	outerDst   = ip4Src + 4
 	udpStart   = ipStart + 20
 	udpDport   = udpStart + 2
+	udpLen     = udpStart + 4
 	udpCsum    = udpStart + 6
 	vxStart    = udpStart + 8
 	vxVNI      = vxStart + 4
@@ -67,6 +70,9 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 		asm.JLT.Imm(rLen, decapHeader, "pass"),
 		asm.LoadMem(asm.R2, rCtx, skbGSOSize, asm.Word),
 		asm.JNE.Imm(asm.R2, 0, "pass"),
+		// Addressed to this host's MAC, or IP input would drop it.
+		asm.LoadMem(asm.R2, rCtx, skbPktType, asm.Word),
+		asm.JNE.Imm(asm.R2, 0, "pass"),
 		asm.Mov.Reg(asm.R1, rCtx),
 		asm.Mov.Imm(asm.R2, 0),
 		asm.Mov.Reg(asm.R3, asm.RFP),
@@ -78,6 +84,9 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 		asm.JNE.Imm(asm.R2, le16IPv4, "pass"),
 		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Byte),
 		asm.JNE.Imm(asm.R2, 0x45, "pass"),
+	)
+	e.ip4HeaderValid(b(ipStart), "pass")
+	e.emit(
 		// An outer ECN mark is the kernel's to carry to the inner header.
 		asm.LoadMem(asm.R2, asm.RFP, b(outerTOS), asm.Byte),
 		asm.And.Imm(asm.R2, 3),
@@ -87,11 +96,16 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 		asm.JNE.Imm(asm.R2, 0, "pass"),
 		asm.LoadMem(asm.R2, asm.RFP, b(ip4Proto), asm.Byte),
 		asm.JNE.Imm(asm.R2, 17, "pass"),
-		// The whole frame is the packet: no padding, nothing cut.
+		// The whole frame is the packet and the datagram the rest of it:
+		// no padding, nothing cut.
 		asm.LoadMem(asm.R2, asm.RFP, b(outerLen), asm.Half),
 		asm.HostTo(asm.BE, asm.R2, asm.Half),
 		asm.Mov.Reg(asm.R3, rLen),
 		asm.Sub.Imm(asm.R3, ipStart),
+		asm.JNE.Reg(asm.R2, asm.R3, "pass"),
+		asm.LoadMem(asm.R2, asm.RFP, b(udpLen), asm.Half),
+		asm.HostTo(asm.BE, asm.R2, asm.Half),
+		asm.Sub.Imm(asm.R3, 20),
 		asm.JNE.Reg(asm.R2, asm.R3, "pass"),
 		asm.LoadMem(asm.R2, asm.RFP, b(udpDport), asm.Half),
 		asm.JNE.Imm(asm.R2, le16VXLANPort, "pass"),
@@ -115,13 +129,7 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 		asm.LoadMem(asm.R3, rVal, decapValLocal, asm.Word),
 		asm.JNE.Reg(asm.R2, asm.R3, "pass"),
 	)
-	for i := int16(0); i < 6; i += 2 {
-		e.emit(
-			asm.LoadMem(asm.R2, asm.RFP, b(innerSrc)+i, asm.Half),
-			asm.LoadMem(asm.R3, rVal, decapValMAC+i, asm.Half),
-			asm.JNE.Reg(asm.R2, asm.R3, "vtep"),
-		)
-	}
+	e.compareMAC(b(innerSrc), decapValMAC, "vtep")
 	e.emit(asm.Ja.Label("pass"))
 	e.at("vtep")
 	e.emit(
@@ -194,13 +202,7 @@ func (e *emitter) decapForward() {
 		asm.LoadMem(asm.R2, asm.RFP, b(innerStart+ethType), asm.Half),
 		asm.JNE.Imm(asm.R2, le16IPv4, "ingress"),
 	)
-	for i := int16(0); i < 6; i += 2 {
-		e.emit(
-			asm.LoadMem(asm.R2, asm.RFP, b(innerStart)+i, asm.Half),
-			asm.LoadMem(asm.R3, rVal, decapValMAC+i, asm.Half),
-			asm.JNE.Reg(asm.R2, asm.R3, "ingress"),
-		)
-	}
+	e.compareMAC(b(innerStart), decapValMAC, "ingress")
 	e.emit(
 		asm.Mov.Reg(asm.R1, rCtx),
 		asm.Mov.Imm(asm.R2, decapHeader),
@@ -211,6 +213,9 @@ func (e *emitter) decapForward() {
 		asm.JNE.Imm(asm.R0, 0, "ingress"),
 		asm.LoadMem(asm.R2, asm.RFP, innerAt, asm.Byte),
 		asm.JNE.Imm(asm.R2, 0x45, "ingress"),
+	)
+	e.ip4HeaderValid(innerAt, "ingress")
+	e.emit(
 		asm.LoadMem(asm.R2, asm.RFP, innerAt+6, asm.Half),
 		asm.And.Imm(asm.R2, le16FragMF4),
 		asm.JNE.Imm(asm.R2, 0, "ingress"),

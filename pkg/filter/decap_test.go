@@ -155,6 +155,12 @@ func TestDecapsulationTakesOnlyWhatTheKernelWouldAccept(t *testing.T) {
 		martian[12] = 127
 		binary.BigEndian.PutUint16(martian[10:], 0)
 		binary.BigEndian.PutUint16(martian[10:], packet.Checksum(martian[:20]))
+		// A header checksum spoilt: the kernel's IP input drops the packet.
+		spoil := func(f []byte, at int) []byte {
+			f = slices.Clone(f)
+			f[at+11] ^= 1
+			return f
+		}
 		cases := []struct {
 			name                               string
 			f                                  []byte
@@ -168,6 +174,8 @@ func TestDecapsulationTakesOnlyWhatTheKernelWouldAccept(t *testing.T) {
 			{"to a workload, forwarded from the program", frame(vtep, 77, inner, false, toWorkload), 0, 0, 1, 0},
 			{"to a workload with a UDP checksum, the kernel's forwarding", frame(vtep, 77, inner, true, toWorkload), 0, 1, 1, 1},
 			{"to a workload from a martian source, the kernel's to drop", frame(vtep, 77, inner, false, martian), 0, 0, 0, 0},
+			{"a wrong outer header checksum", spoil(frame(vtep, 77, inner, false, toWorkload), 14), 0, 0, 0, 0},
+			{"a wrong inner header checksum", spoil(frame(vtep, 77, inner, false, toWorkload), 64), 0, 0, 0, 0},
 		}
 		for _, c := range cases {
 			echoes, udps, forwarded := snmp(t, "Icmp", "InEchos"), snmp(t, "Udp", "InDatagrams"), snmp(t, "Ip", "ForwDatagrams")

@@ -17,8 +17,9 @@ const actRedirect = 7
 
 // A packet the kernel would forward leaves the classifier redirected to
 // its route, its TTL or hop limit one less (the IPv4 header's checksum
-// still right); one the kernel would deliver locally, or has no route
-// for, goes on to the kernel unchanged.
+// still right); one the kernel would deliver locally, has no route for
+// or would drop for its header's checksum goes on to the kernel
+// unchanged.
 func TestTheClassifierForwardsWhatTheKernelWouldForward(t *testing.T) {
 	inNetns(t, func() {
 		for _, f := range []string{"/proc/sys/net/ipv4/conf/all/forwarding", "/proc/sys/net/ipv6/conf/all/forwarding"} {
@@ -58,19 +59,26 @@ func TestTheClassifierForwardsWhatTheKernelWouldForward(t *testing.T) {
 			name    string
 			f       []byte
 			forward bool
+			// badSum spoils the IPv4 header's checksum, which the
+			// kernel's input drops.
+			badSum bool
 		}{
-			{"IPv4 to a routed neighbour", frame(ownMAC, own4, netip.MustParseAddr("10.99.0.2"), 6, tcp()), true},
-			{"IPv6 to a routed neighbour", frame(ownMAC, own6, netip.MustParseAddr("fd99::2"), 6, tcp()), true},
-			{"IPv4 to the node itself", frame(ownMAC, own4, netip.MustParseAddr("10.99.0.1"), 6, tcp()), false},
-			{"IPv6 to the node itself", frame(ownMAC, own6, netip.MustParseAddr("fd99::1"), 6, tcp()), false},
-			{"IPv4 without a route", frame(ownMAC, own4, netip.MustParseAddr("10.98.0.1"), 6, tcp()), false},
-			{"IPv4 with its last hop", lastHop(frame(ownMAC, own4, netip.MustParseAddr("10.99.0.2"), 6, tcp())), false},
-			{"IPv6 multicast", frame(ownMAC, own6, netip.MustParseAddr("ff02::1"), 17, udp(999)), false},
+			{"IPv4 to a routed neighbour", frame(ownMAC, own4, netip.MustParseAddr("10.99.0.2"), 6, tcp()), true, false},
+			{"IPv6 to a routed neighbour", frame(ownMAC, own6, netip.MustParseAddr("fd99::2"), 6, tcp()), true, false},
+			{"IPv4 to the node itself", frame(ownMAC, own4, netip.MustParseAddr("10.99.0.1"), 6, tcp()), false, false},
+			{"IPv6 to the node itself", frame(ownMAC, own6, netip.MustParseAddr("fd99::1"), 6, tcp()), false, false},
+			{"IPv4 without a route", frame(ownMAC, own4, netip.MustParseAddr("10.98.0.1"), 6, tcp()), false, false},
+			{"IPv4 with its last hop", lastHop(frame(ownMAC, own4, netip.MustParseAddr("10.99.0.2"), 6, tcp())), false, false},
+			{"IPv6 multicast", frame(ownMAC, own6, netip.MustParseAddr("ff02::1"), 17, udp(999)), false, false},
+			{"IPv4 with a wrong header checksum", frame(ownMAC, own4, netip.MustParseAddr("10.99.0.2"), 6, tcp()), false, true},
 		}
 		for _, c := range cases {
 			in := c.f
 			if in[12] == 0x08 {
 				binary.BigEndian.PutUint16(in[ipStart+10:], packet.Checksum(in[ipStart:ipStart+20]))
+				if c.badSum {
+					in[ipStart+11] ^= 1
+				}
 			}
 			in = padFrame(in)
 			got := make([]byte, len(in)+64)

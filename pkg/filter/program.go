@@ -294,6 +294,18 @@ func (e *emitter) match6(off int, ok, fail string) {
 	e.emit(asm.Ja.Label(fail))
 }
 
+// compareMAC jumps to differ unless the MAC at the stack offset at
+// (2-byte aligned) is the one at the map value's offset val.
+func (e *emitter) compareMAC(at, val int16, differ string) {
+	for i := int16(0); i < 6; i += 2 {
+		e.emit(
+			asm.LoadMem(asm.R2, asm.RFP, at+i, asm.Half),
+			asm.LoadMem(asm.R3, rVal, val+i, asm.Half),
+			asm.JNE.Reg(asm.R2, asm.R3, differ),
+		)
+	}
+}
+
 func (e *emitter) notExtension(reg asm.Register) {
 	for _, h := range extHeaders {
 		e.emit(asm.JEq.Imm(reg, h, "drop"))
@@ -372,13 +384,7 @@ func (e *emitter) ip6() {
 		asm.JNE.Imm(asm.R2, le16OptTgt, "drop"),
 	)
 	e.at("optmac")
-	for i := int16(0); i < 6; i += 2 {
-		e.emit(
-			asm.LoadMem(asm.R2, asm.RFP, b(ndOptMAC)+i, asm.Half),
-			asm.LoadMem(asm.R3, rVal, valMAC+i, asm.Half),
-			asm.JNE.Reg(asm.R2, asm.R3, "drop"),
-		)
-	}
+	e.compareMAC(b(ndOptMAC), valMAC, "drop")
 	e.at("linklocal")
 	e.emit(
 		asm.LoadMem(asm.R2, asm.RFP, b(ip6Src), asm.Half),
@@ -605,11 +611,44 @@ func (e *emitter) redirect() {
 	)
 }
 
+// ip4HeaderValid jumps to fail unless the 20-byte IPv4 header at the
+// stack offset at (4-byte aligned) has a valid checksum: the kernel's IP
+// input drops the others. The one's complement sum of the header's
+// 16-bit words, checksum included, is 0xffff in either byte order, so
+// the words are summed as loaded. Uses R2 to R4.
+func (e *emitter) ip4HeaderValid(at int16, fail string) {
+	e.emit(asm.Mov.Imm(asm.R2, 0))
+	for off := int16(0); off < 20; off += 4 {
+		e.emit(
+			asm.LoadMem(asm.R3, asm.RFP, at+off, asm.Word),
+			asm.Add.Reg(asm.R2, asm.R3),
+		)
+	}
+	// Fold the 35-bit sum to 32 bits, then to 16 twice.
+	e.emit(
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.RSh.Imm(asm.R4, 32),
+		asm.LSh.Imm(asm.R2, 32),
+		asm.RSh.Imm(asm.R2, 32),
+		asm.Add.Reg(asm.R2, asm.R4),
+	)
+	for range 2 {
+		e.emit(
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.RSh.Imm(asm.R4, 16),
+			asm.And.Imm(asm.R2, 0xffff),
+			asm.Add.Reg(asm.R2, asm.R4),
+		)
+	}
+	e.emit(asm.JNE.Imm(asm.R2, 0xffff, fail))
+}
+
 // forward4 is the IPv4 fast path; R8 holds the header's length.
 func (e *emitter) forward4() {
 	e.at("fwd4")
+	e.emit(asm.JNE.Imm(asm.R8, 20, "pass"))
+	e.ip4HeaderValid(b(ipStart), "pass")
 	e.emit(
-		asm.JNE.Imm(asm.R8, 20, "pass"),
 		asm.LoadMem(asm.R2, rCtx, skbPktType, asm.Word),
 		asm.JNE.Imm(asm.R2, 0, "pass"),
 		asm.LoadMem(asm.R2, asm.RFP, b(ip4Frag), asm.Half),

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/galactic-cni/galactic/pkg/routing"
@@ -159,11 +160,7 @@ func (p Plane) PlanDevice(vpc string, vni uint32, d *routing.Domain, k *Kernel, 
 	up := false
 	if l == nil {
 		pl.device = append(pl.device, func() error {
-			v := &netlink.Vxlan{
-				LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu, HardwareAddr: dev.MAC},
-				VxlanId:   int(vni), SrcAddr: p.Underlay.AsSlice(), Port: VXLANPort, Learning: false,
-			}
-			if err := pl.writer().LinkAdd(v); err != nil {
+			if err := addVXLAN(name, mtu, dev.MAC, vni, p.Underlay); err != nil {
 				return fmt.Errorf("creating VXLAN device %s (VNI %d): %w", name, vni, err)
 			}
 			made, err := pl.writer().LinkByName(name)
@@ -486,4 +483,34 @@ func (p Plane) planFDB(dev *Device, have []netlink.Neigh, want map[string]netip.
 			return nil
 		})
 	}
+}
+
+// addVXLAN creates a VXLAN device: VNI, local address, port 4789,
+// learning off and, over IPv4, no UDP checksum (RFC 7348: transmitted as
+// zero; the inner packet carries its own), which the receiving node's
+// decapsulation fast path takes. netlink.LinkAdd cannot say the last: it
+// sends the checksum flag only to turn it on, and the kernel's default
+// is on.
+func addVXLAN(name string, mtu int, mac net.HardwareAddr, vni uint32, local netip.Addr) error {
+	local = local.Unmap()
+	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
+	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+	req.AddData(nl.NewRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(mtu))))
+	req.AddData(nl.NewRtAttr(unix.IFLA_ADDRESS, mac))
+	info := nl.NewRtAttr(unix.IFLA_LINKINFO, nil)
+	info.AddRtAttr(nl.IFLA_INFO_KIND, nl.NonZeroTerminated("vxlan"))
+	data := info.AddRtAttr(nl.IFLA_INFO_DATA, nil)
+	data.AddRtAttr(nl.IFLA_VXLAN_ID, nl.Uint32Attr(vni))
+	if local.Is4() {
+		data.AddRtAttr(nl.IFLA_VXLAN_LOCAL, local.AsSlice())
+		data.AddRtAttr(nl.IFLA_VXLAN_UDP_CSUM, []byte{0})
+	} else {
+		data.AddRtAttr(nl.IFLA_VXLAN_LOCAL6, local.AsSlice())
+	}
+	data.AddRtAttr(nl.IFLA_VXLAN_LEARNING, []byte{0})
+	data.AddRtAttr(nl.IFLA_VXLAN_PORT, []byte{VXLANPort >> 8, VXLANPort & 0xff})
+	req.AddData(info)
+	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	return err
 }
