@@ -73,13 +73,10 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 		// Addressed to this host's MAC, or IP input would drop it.
 		asm.LoadMem(asm.R2, rCtx, skbPktType, asm.Word),
 		asm.JNE.Imm(asm.R2, 0, "pass"),
-		asm.Mov.Reg(asm.R1, rCtx),
-		asm.Mov.Imm(asm.R2, 0),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, bufAt),
 		asm.Mov.Imm(asm.R4, decapHeader),
-		asm.FnSkbLoadBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "pass"),
+	)
+	e.loadBytes(0, bufAt, "pass")
+	e.emit(
 		asm.LoadMem(asm.R2, asm.RFP, b(ethType), asm.Half),
 		asm.JNE.Imm(asm.R2, le16IPv4, "pass"),
 		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Byte),
@@ -119,11 +116,9 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 		asm.RSh.Imm(asm.R3, 24),
 		asm.JNE.Imm(asm.R3, 0, "pass"),
 		asm.StoreMem(asm.RFP, keyAt, asm.R2, asm.Word),
-		asm.LoadMapPtr(asm.R1, vnis),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, keyAt),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+	)
+	e.lookup(vnis, "pass")
+	e.emit(
 		asm.Mov.Reg(rVal, asm.R0),
 		asm.LoadMem(asm.R2, asm.RFP, b(outerDst), asm.Word),
 		asm.LoadMem(asm.R3, rVal, decapValLocal, asm.Word),
@@ -135,11 +130,9 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 	e.emit(
 		asm.LoadMem(asm.R2, asm.RFP, b(ip4Src), asm.Word),
 		asm.StoreMem(asm.RFP, keyAt, asm.R2, asm.Word),
-		asm.LoadMapPtr(asm.R1, vteps),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, keyAt),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+	)
+	e.lookup(vteps, "pass")
+	e.emit(
 		asm.LoadMem(asm.R8, rVal, decapValIndex, asm.Word),
 	)
 	e.decapForward()
@@ -160,10 +153,7 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 		asm.FnRedirect.Call(),
 		asm.Return(),
 	)
-	e.at("pass")
-	e.emit(asm.Mov.Imm(asm.R0, actOK), asm.Return())
-	e.at("drop")
-	e.emit(asm.Mov.Imm(asm.R0, actShot), asm.Return())
+	e.exits()
 	return e.insns
 }
 
@@ -203,14 +193,9 @@ func (e *emitter) decapForward() {
 		asm.JNE.Imm(asm.R2, le16IPv4, "ingress"),
 	)
 	e.compareMAC(b(innerStart), decapValMAC, "ingress")
+	e.emit(asm.Mov.Imm(asm.R4, innerLen))
+	e.loadBytes(decapHeader, innerAt, "ingress")
 	e.emit(
-		asm.Mov.Reg(asm.R1, rCtx),
-		asm.Mov.Imm(asm.R2, decapHeader),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, innerAt),
-		asm.Mov.Imm(asm.R4, innerLen),
-		asm.FnSkbLoadBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "ingress"),
 		asm.LoadMem(asm.R2, asm.RFP, innerAt, asm.Byte),
 		asm.JNE.Imm(asm.R2, 0x45, "ingress"),
 	)

@@ -156,11 +156,9 @@ func program(cfg int) asm.Instructions {
 		asm.Mov.Reg(rCtx, asm.R1),
 		asm.LoadMem(asm.R2, rCtx, skbIfindex, asm.Word),
 		asm.StoreMem(asm.RFP, keyAt, asm.R2, asm.Word),
-		asm.LoadMapPtr(asm.R1, cfg),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, keyAt),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "drop"),
+	)
+	e.lookup(cfg, "drop")
+	e.emit(
 		asm.Mov.Reg(rVal, asm.R0),
 		// Copy the headers: direct packet access would need them in the
 		// linear part, and pulling them there costs more than a copy.
@@ -170,14 +168,9 @@ func program(cfg int) asm.Instructions {
 		asm.Mov.Imm(asm.R4, bufLen),
 	)
 	e.at("copy")
+	e.emit(asm.JLT.Imm(asm.R4, ipStart, "drop"))
+	e.loadBytes(0, bufAt, "drop")
 	e.emit(
-		asm.JLT.Imm(asm.R4, ipStart, "drop"),
-		asm.Mov.Reg(asm.R1, rCtx),
-		asm.Mov.Imm(asm.R2, 0),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, bufAt),
-		asm.FnSkbLoadBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "drop"),
 		// A veth's frames carry its container end's MAC.
 		asm.LoadMem(asm.R2, rVal, valFlags, asm.Word),
 		asm.And.Imm(asm.R2, flagMAC),
@@ -199,11 +192,41 @@ func program(cfg int) asm.Instructions {
 	)
 	e.ip6()
 	e.ip4()
+	e.exits()
+	return e.insns
+}
+
+// exits are the labels pass (to the kernel) and drop.
+func (e *emitter) exits() {
 	e.at("pass")
 	e.emit(asm.Mov.Imm(asm.R0, actOK), asm.Return())
 	e.at("drop")
 	e.emit(asm.Mov.Imm(asm.R0, actShot), asm.Return())
-	return e.insns
+}
+
+// lookup looks the key at keyAt up in the map fd and jumps to miss when
+// it has none; R0 then points at the value.
+func (e *emitter) lookup(fd int, miss string) {
+	e.emit(
+		asm.LoadMapPtr(asm.R1, fd),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, keyAt),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, miss),
+	)
+}
+
+// loadBytes copies R4 bytes of the packet from offset off to the stack
+// at at, and jumps to fail when the packet is shorter.
+func (e *emitter) loadBytes(off, at int32, fail string) {
+	e.emit(
+		asm.Mov.Reg(asm.R1, rCtx),
+		asm.Mov.Imm(asm.R2, off),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, at),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, fail),
+	)
 }
 
 func (e *emitter) ip4() {

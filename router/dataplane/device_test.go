@@ -14,13 +14,7 @@ import (
 // node's decapsulation fast path takes (docs/galactic-router.md).
 func TestTheVXLANDeviceIsMadeWithTheFabricsSettings(t *testing.T) {
 	inNetns(t, func() {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			t.Fatal(err)
-		}
+		loUp(t)
 		// The underlay, whose MTU the device's follows.
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ul0"}, PeerName: "ul1"}); err != nil {
 			t.Fatal(err)

@@ -16,17 +16,22 @@ import (
 // inNetns runs f in a fresh network namespace; it needs root.
 func inNetns(t *testing.T, f func()) { netnstest.Run(t, f) }
 
+func loUp(t *testing.T) {
+	t.Helper()
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestIPv6RoutesViaAMappedNextHopAreInstalledAndRemovedOverNetlink(t *testing.T) {
 	inNetns(t, func() {
 		// An onlink IPv4 gateway is checked against the local table, which
 		// a namespace has once an address (lo's) is up.
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			t.Fatal(err)
-		}
+		loUp(t)
 		name := routing.VXLANDeviceName("blue")
 		v := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, Alias: routing.VXLANDeviceAlias("blue")}, VxlanId: 10100, Port: VXLANPort}
 		if err := netlink.LinkAdd(v); err != nil {
