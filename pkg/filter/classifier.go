@@ -173,6 +173,12 @@ func ifKeyIndex(idx int) []byte { return binary.LittleEndian.AppendUint32(nil, u
 
 // attached returns the galactic filter on link's ingress, nil if none.
 func attached(link netlink.Link) (*netlink.BpfFilter, error) {
+	return ingressFilter(link, func(name string) bool { return strings.HasPrefix(name, filterName) })
+}
+
+// ingressFilter returns the BPF filter on link's ingress whose name
+// matches, nil if none.
+func ingressFilter(link netlink.Link, match func(string) bool) (*netlink.BpfFilter, error) {
 	fs, err := netlink.FilterList(link, netlink.HANDLE_MIN_INGRESS)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
@@ -181,11 +187,21 @@ func attached(link netlink.Link) (*netlink.BpfFilter, error) {
 		return nil, fmt.Errorf("listing the tc filters of %s: %w", link.Attrs().Name, err)
 	}
 	for _, f := range fs {
-		if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, filterName) {
+		if bf, ok := f.(*netlink.BpfFilter); ok && match(bf.Name) {
 			return bf, nil
 		}
 	}
 	return nil, nil
+}
+
+// addClsact gives link the clsact qdisc that ingress filters hang from,
+// if it has none.
+func addClsact(h *netlink.Handle, link netlink.Link) error {
+	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+	if err := h.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
+	}
+	return nil
 }
 
 // attach puts c on link's ingress, replacing galactic's filter in place.
@@ -193,15 +209,8 @@ func attached(link netlink.Link) (*netlink.BpfFilter, error) {
 // first; any other interface gets one only when the filter finds none.
 func (c *classifier) attach(h *netlink.Handle, link netlink.Link, fresh bool) error {
 	idx := link.Attrs().Index
-	addQdisc := func() error {
-		q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
-		if err := h.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
-		}
-		return nil
-	}
 	if fresh {
-		if err := addQdisc(); err != nil {
+		if err := addClsact(h, link); err != nil {
 			return err
 		}
 	}
@@ -211,7 +220,7 @@ func (c *classifier) attach(h *netlink.Handle, link netlink.Link, fresh bool) er
 	}
 	err := h.FilterReplace(f)
 	if !fresh && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT)) {
-		if err := addQdisc(); err != nil {
+		if err := addClsact(h, link); err != nil {
 			return err
 		}
 		err = h.FilterReplace(f)
@@ -411,22 +420,8 @@ func syncClassifiers(atts []Attachment) (int, error) {
 	}
 	keep, n, err := c.attachAll(atts)
 	errs := []error{err}
-	var k uint32
-	var stale []uint32
-	it := c.vals.Iterate()
-	v := make([]byte, valueSize)
-	for it.Next(&k, &v) {
-		if !keep[k] {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		errs = append(errs, fmt.Errorf("reading the workload classifier's map: %w", err))
-	}
-	for _, k := range stale {
-		if err := ignoreMissing(c.vals.Delete(k)); err != nil {
-			errs = append(errs, err)
-		}
+	if err := pruneMap(c.vals, valueSize, func(k, _ []byte) bool { return keep[binary.LittleEndian.Uint32(k)] }); err != nil {
+		errs = append(errs, fmt.Errorf("pruning the workload classifier's map: %w", err))
 	}
 	return n, errors.Join(errs...)
 }

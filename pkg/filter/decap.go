@@ -180,60 +180,59 @@ func syncDecap(vteps []netip.Addr) error {
 	return errors.Join(append(errs, detachDecap(links, underlay))...)
 }
 
-// syncMap makes m's entries exactly want.
+// syncMap makes m's entries exactly want, writing only the entries that
+// differ.
 func syncMap(m *ebpf.Map, want map[string][]byte, valueSize int) error {
-	var stale [][]byte
-	k, v := make([]byte, 4), make([]byte, valueSize)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if w, ok := want[string(k)]; !ok {
-			stale = append(stale, slices.Clone(k))
-		} else if string(w) == string(v) {
-			delete(want, string(k))
-		}
-	}
-	if err := it.Err(); err != nil {
+	unchanged := map[string]bool{}
+	err := pruneMap(m, valueSize, func(k, v []byte) bool {
+		w, ok := want[string(k)]
+		unchanged[string(k)] = ok && string(w) == string(v)
+		return ok
+	})
+	if err != nil {
 		return err
 	}
 	for key, val := range want {
-		if err := m.Put([]byte(key), val); err != nil {
-			return err
+		if unchanged[key] {
+			continue
 		}
-	}
-	for _, key := range stale {
-		if err := ignoreMissing(m.Delete(key)); err != nil {
+		if err := m.Put([]byte(key), val); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// pruneMap deletes the entries of m (4-byte keys) that keep refuses.
+func pruneMap(m *ebpf.Map, valueSize int, keep func(k, v []byte) bool) error {
+	var stale [][]byte
+	k, v := make([]byte, 4), make([]byte, valueSize)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !keep(k, v) {
+			stale = append(stale, slices.Clone(k))
+		}
+	}
+	// What was read before a failed iteration is still pruned.
+	errs := []error{it.Err()}
+	for _, key := range stale {
+		errs = append(errs, ignoreMissing(m.Delete(key)))
+	}
+	return errors.Join(errs...)
+}
+
 // decapFilter returns the decapsulation filter on link's ingress, nil if
 // none.
 func decapFilter(link netlink.Link) (*netlink.BpfFilter, error) {
-	fs, err := netlink.FilterList(link, netlink.HANDLE_MIN_INGRESS)
-	if err != nil {
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("listing the tc filters of %s: %w", link.Attrs().Name, err)
-	}
-	for _, f := range fs {
-		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == decapFilterName {
-			return bf, nil
-		}
-	}
-	return nil, nil
+	return ingressFilter(link, func(name string) bool { return name == decapFilterName })
 }
 
 func (d *decapper) attach(link netlink.Link) error {
-	idx := link.Attrs().Index
-	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
-	if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("adding the clsact qdisc to %s (the kernel needs sch_ingress): %w", link.Attrs().Name, err)
+	if err := addClsact(&netlink.Handle{}, link); err != nil {
+		return err
 	}
 	f := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_IP, Priority: decapPriority},
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: link.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_IP, Priority: decapPriority},
 		Fd:          d.prog.FD(), Name: decapFilterName, DirectAction: true,
 	}
 	if err := netlink.FilterReplace(f); err != nil {

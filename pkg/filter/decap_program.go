@@ -139,15 +139,8 @@ func decapProgram(vnis, vteps int) asm.Instructions {
 	e.at("ingress")
 	e.pop()
 	// The inner Ethernet header over the outer one.
+	e.storeBytes(0, int32(b(innerStart)), 14)
 	e.emit(
-		asm.Mov.Reg(asm.R1, rCtx),
-		asm.Mov.Imm(asm.R2, 0),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, int32(b(innerStart))),
-		asm.Mov.Imm(asm.R4, 14),
-		asm.Mov.Imm(asm.R5, 0),
-		asm.FnSkbStoreBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "drop"),
 		asm.Mov.Reg(asm.R1, asm.R8),
 		asm.Mov.Imm(asm.R2, bpfFIngress),
 		asm.FnRedirect.Call(),
@@ -219,17 +212,9 @@ func (e *emitter) decapForward() {
 		asm.JNE.Reg(asm.R4, asm.R2, "ingress"),
 		asm.LoadMem(asm.R3, asm.RFP, innerAt+9, asm.Byte),
 	)
-	e.fibStart(afInet)
-	e.fibPorts(innerAt+20, decapHeader+innerLen)
-	e.emit(
-		asm.StoreMem(asm.RFP, fib(fibIfindex), asm.R8, asm.Word),
-		asm.LoadMem(asm.R2, asm.RFP, innerAt+1, asm.Byte),
-		asm.StoreMem(asm.RFP, fib(fibTOS), asm.R2, asm.Byte),
-		asm.LoadMem(asm.R2, asm.RFP, innerAt+12, asm.Word),
-		asm.StoreMem(asm.RFP, fib(fibSrc), asm.R2, asm.Word),
-		asm.LoadMem(asm.R2, asm.RFP, innerAt+16, asm.Word),
-		asm.StoreMem(asm.RFP, fib(fibDst), asm.R2, asm.Word),
-	)
+	e.fibIPv4(innerAt, decapHeader+innerLen)
+	// Looked up as arriving on the device, not on the underlay.
+	e.emit(asm.StoreMem(asm.RFP, fib(fibIfindex), asm.R8, asm.Word))
 	e.fibLookup("ingress")
 	e.pop()
 	e.decrementTTL4(innerAt + 8)

@@ -594,6 +594,22 @@ func (e *emitter) fibPorts(at int16, end int32) {
 	e.at(skip)
 }
 
+// fibIPv4 fills the lookup's parameters for the IPv4 header (without
+// options) at the stack offset hdr (4-byte aligned), its ports after it
+// when the frame is end bytes long; R3 and R4 as fibStart takes them.
+func (e *emitter) fibIPv4(hdr int16, end int32) {
+	e.fibStart(afInet)
+	e.fibPorts(hdr+20, end)
+	e.emit(
+		asm.LoadMem(asm.R2, asm.RFP, hdr+1, asm.Byte),
+		asm.StoreMem(asm.RFP, fib(fibTOS), asm.R2, asm.Byte),
+		asm.LoadMem(asm.R2, asm.RFP, hdr+12, asm.Word),
+		asm.StoreMem(asm.RFP, fib(fibSrc), asm.R2, asm.Word),
+		asm.LoadMem(asm.R2, asm.RFP, hdr+16, asm.Word),
+		asm.StoreMem(asm.RFP, fib(fibDst), asm.R2, asm.Word),
+	)
+}
+
 // fibLookup looks the route up and jumps to fail for anything but a
 // route to forward through (BPF_FIB_LKUP_RET_SUCCESS).
 func (e *emitter) fibLookup(fail string) {
@@ -683,16 +699,7 @@ func (e *emitter) forward4() {
 		asm.LoadMem(asm.R4, asm.RFP, b(ipStart+2), asm.Half),
 		asm.HostTo(asm.BE, asm.R4, asm.Half),
 	)
-	e.fibStart(afInet)
-	e.fibPorts(b(ipStart+20), ipStart+24)
-	e.emit(
-		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+1), asm.Byte),
-		asm.StoreMem(asm.RFP, fib(fibTOS), asm.R2, asm.Byte),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip4Src), asm.Word),
-		asm.StoreMem(asm.RFP, fib(fibSrc), asm.R2, asm.Word),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip4Src+4), asm.Word),
-		asm.StoreMem(asm.RFP, fib(fibDst), asm.R2, asm.Word),
-	)
+	e.fibIPv4(b(ipStart), ipStart+24)
 	e.fibLookup("pass")
 	e.decrementTTL4(b(ipStart + 8))
 	e.redirect()
@@ -714,16 +721,17 @@ func (e *emitter) decrementTTL4(word int16) {
 		asm.FnL3CsumReplace.Call(),
 		asm.JNE.Imm(asm.R0, 0, "drop"),
 	)
-	e.storeTmp(ipStart+8, 2)
+	e.storeBytes(ipStart+8, tmpAt, 2)
 }
 
-// storeTmp writes the n bytes at tmpAt into the frame at off.
-func (e *emitter) storeTmp(off, n int32) {
+// storeBytes writes the n bytes at the stack offset at into the frame at
+// off, and drops the packet when that fails.
+func (e *emitter) storeBytes(off, at, n int32) {
 	e.emit(
 		asm.Mov.Reg(asm.R1, rCtx),
 		asm.Mov.Imm(asm.R2, off),
 		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, tmpAt),
+		asm.Add.Imm(asm.R3, at),
 		asm.Mov.Imm(asm.R4, n),
 		asm.Mov.Imm(asm.R5, 0),
 		asm.FnSkbStoreBytes.Call(),
@@ -784,6 +792,6 @@ func (e *emitter) forward6() {
 		asm.Sub.Imm(asm.R2, 1),
 		asm.StoreMem(asm.RFP, tmpAt, asm.R2, asm.Byte),
 	)
-	e.storeTmp(ipStart+7, 1)
+	e.storeBytes(ipStart+7, tmpAt, 1)
 	e.redirect()
 }
