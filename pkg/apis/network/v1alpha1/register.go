@@ -25,7 +25,12 @@ func Resource(resource string) schema.GroupResource {
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &BGPAdvertisement{}, &BGPAdvertisementList{})
+	scheme.AddKnownTypes(SchemeGroupVersion,
+		&BGPAdvertisement{}, &BGPAdvertisementList{},
+		&VPC{}, &VPCList{},
+		&VPCAttachment{}, &VPCAttachmentList{},
+		&VPCAddress{}, &VPCAddressList{},
+		&VNI{}, &VNIList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -118,6 +118,12 @@ type ContainerEntry struct {
 	// +optional
 	HolderGeneration int64 `json:"holderGeneration"`
 
+	// AttachmentUID is the VPCAttachment's UID when the entry's attachment
+	// is an object; empty for an inline attachment.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	AttachmentUID string `json:"attachmentUID,omitempty"`
+
 	// Standby marks the entry of a live-migration target that has not
 	// been promoted: it holds no lease and galactic-router announces
 	// nothing of it. Promotion clears it and sets holderGeneration.
