@@ -1,5 +1,5 @@
 // Package client builds the Kubernetes clients galactic components share:
-// typed BGPAdvertisement and Lease clients over one HTTP client, with no
+// typed clients of galactic's kinds and of Leases over one HTTP client, with no
 // discovery calls. Only the two API groups are registered, so a plugin
 // process does not pay for client-go's registry of every built-in type.
 package client
@@ -51,6 +51,52 @@ func (c *Clients) BGPAdvertisements(namespace string) BGPAdvertisementInterface 
 		"bgpadvertisements", c.rest, parameterCodec, namespace,
 		func() *v1alpha1.BGPAdvertisement { return &v1alpha1.BGPAdvertisement{} },
 		func() *v1alpha1.BGPAdvertisementList { return &v1alpha1.BGPAdvertisementList{} })
+}
+
+// VPCInterface reads and writes VPCs in one namespace.
+type VPCInterface = *gentype.ClientWithList[*v1alpha1.VPC, *v1alpha1.VPCList]
+
+// VPCAttachmentInterface reads and writes VPCAttachments in one namespace.
+type VPCAttachmentInterface = *gentype.ClientWithList[*v1alpha1.VPCAttachment, *v1alpha1.VPCAttachmentList]
+
+// VPCAddressInterface reads and writes VPCAddresses in one namespace.
+type VPCAddressInterface = *gentype.ClientWithList[*v1alpha1.VPCAddress, *v1alpha1.VPCAddressList]
+
+// VNIInterface reads and writes VNIs (cluster-scoped).
+type VNIInterface = *gentype.ClientWithList[*v1alpha1.VNI, *v1alpha1.VNIList]
+
+// VPCs returns a typed client for the namespace ("" for all namespaces).
+func (c *Clients) VPCs(namespace string) VPCInterface {
+	return gentype.NewClientWithList[*v1alpha1.VPC, *v1alpha1.VPCList](
+		"vpcs", c.rest, parameterCodec, namespace,
+		func() *v1alpha1.VPC { return &v1alpha1.VPC{} },
+		func() *v1alpha1.VPCList { return &v1alpha1.VPCList{} })
+}
+
+// VPCAttachments returns a typed client for the namespace ("" for all
+// namespaces).
+func (c *Clients) VPCAttachments(namespace string) VPCAttachmentInterface {
+	return gentype.NewClientWithList[*v1alpha1.VPCAttachment, *v1alpha1.VPCAttachmentList](
+		"vpcattachments", c.rest, parameterCodec, namespace,
+		func() *v1alpha1.VPCAttachment { return &v1alpha1.VPCAttachment{} },
+		func() *v1alpha1.VPCAttachmentList { return &v1alpha1.VPCAttachmentList{} })
+}
+
+// VPCAddresses returns a typed client for the namespace ("" for all
+// namespaces).
+func (c *Clients) VPCAddresses(namespace string) VPCAddressInterface {
+	return gentype.NewClientWithList[*v1alpha1.VPCAddress, *v1alpha1.VPCAddressList](
+		"vpcaddresses", c.rest, parameterCodec, namespace,
+		func() *v1alpha1.VPCAddress { return &v1alpha1.VPCAddress{} },
+		func() *v1alpha1.VPCAddressList { return &v1alpha1.VPCAddressList{} })
+}
+
+// VNIs returns a typed client for the cluster-scoped VNIs.
+func (c *Clients) VNIs() VNIInterface {
+	return gentype.NewClientWithList[*v1alpha1.VNI, *v1alpha1.VNIList](
+		"vnis", c.rest, parameterCodec, "",
+		func() *v1alpha1.VNI { return &v1alpha1.VNI{} },
+		func() *v1alpha1.VNIList { return &v1alpha1.VNIList{} })
 }
 
 // Leases returns a typed Lease client for the namespace.
