@@ -8,6 +8,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -151,4 +153,43 @@ func ParseHolder(holder string) (node, containerID string, ok bool) {
 		return "", "", false
 	}
 	return holder[:i], holder[i+1:], true
+}
+
+// dataplaneNameLength is how much of an object's name its data-plane name
+// keeps: with "-" and 8 hash digits it stays a DNS-1123 label.
+const dataplaneNameLength = validation.DNS1123LabelMaxLength - 9
+
+// DataplaneName is the data-plane name galactic-controller gives a VPC or
+// VPCAttachment: its name (cut to 54 characters, without a trailing "-")
+// and the first 8 hex digits of sha256 of its UID. Nodes name routing
+// domains, host interfaces, leases and advertisements from it, so two
+// tenants' objects of one name never meet, and a recreated object (a new
+// UID) inherits nothing of its predecessor.
+func DataplaneName(name, uid string) string {
+	if len(name) > dataplaneNameLength {
+		name = strings.TrimRight(name[:dataplaneNameLength], "-")
+	}
+	return name + "-" + sum(uid)[:8]
+}
+
+// VPCAddressName is the name of the VPCAddress that records addr in vpc:
+// "<vpc>.<address>", an IPv6 address written as its eight groups in hex
+// without leading zeros joined by "-", so every address has exactly one
+// name and the API server refuses a second claim of it.
+func VPCAddressName(vpc string, addr netip.Addr) string {
+	addr = addr.Unmap()
+	if addr.Is4() {
+		return vpc + "." + addr.String()
+	}
+	b := addr.As16()
+	groups := make([]string, 8)
+	for i := range groups {
+		groups[i] = strconv.FormatUint(uint64(b[2*i])<<8|uint64(b[2*i+1]), 16)
+	}
+	return vpc + "." + strings.Join(groups, "-")
+}
+
+// VNIName is the name of the VNI object that records vni.
+func VNIName(vni int32) string {
+	return strconv.FormatInt(int64(vni), 10)
 }

@@ -1,6 +1,7 @@
 package names
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -133,6 +134,42 @@ func TestTheHolderNodeSelectorMatchesTheNodeLabelOfAdvertisements(t *testing.T) 
 		}
 		if got := HolderNodeSelector(node); got != LabelHolderNode+"="+AdvertisementLabels("blue", "a", node)["network.galactic.dev/node"] {
 			t.Errorf("the holder-node label of %.10s... differs from its advertisement node label", node)
+		}
+	}
+}
+
+func TestDataplaneNamesAreLabelsThatDifferByUID(t *testing.T) {
+	long := strings.Repeat("a", 60) + "-b"
+	for _, name := range []string{"blue", "web-0-net0", long, strings.Repeat("x", 54) + "-y"} {
+		a, b := DataplaneName(name, "uid-1"), DataplaneName(name, "uid-2")
+		if a == b {
+			t.Errorf("%q: one data-plane name for two UIDs: %s", name, a)
+		}
+		for _, n := range []string{a, b} {
+			if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+				t.Errorf("%q: data-plane name %q is not a label: %v", name, n, errs)
+			}
+		}
+	}
+	if got := DataplaneName("blue", "u"); !strings.HasPrefix(got, "blue-") || len(got) != len("blue-")+8 {
+		t.Errorf("DataplaneName(blue) = %q, want blue- and 8 hex digits", got)
+	}
+}
+
+func TestVPCAddressNamesAreOnePerAddress(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"10.20.0.5", "blue.10.20.0.5"},
+		{"::ffff:10.20.0.5", "blue.10.20.0.5"},
+		{"fd20::a:5", "blue.fd20-0-0-0-0-0-a-5"},
+		{"::1", "blue.0-0-0-0-0-0-0-1"},
+		{"fd20:0:0:0:0:0:a:5", "blue.fd20-0-0-0-0-0-a-5"},
+	} {
+		got := VPCAddressName("blue", netip.MustParseAddr(tc.addr))
+		if got != tc.want {
+			t.Errorf("VPCAddressName(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("%q is not an object name: %v", got, errs)
 		}
 	}
 }
