@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -47,6 +48,10 @@ type toolBuild struct {
 	estimate  time.Duration
 	// tags are go build tags.
 	tags string
+	// kubeVersion stamps the binary with the module's k8s.io/kubernetes
+	// version, as Kubernetes' own build does; unstamped, a Kubernetes
+	// binary calls itself v0.0.0-master.
+	kubeVersion bool
 }
 
 // Tools modules, relative to the repository root. Each pins its own
@@ -59,8 +64,8 @@ const (
 )
 
 var controlPlaneTools = []toolBuild{
-	{"etcd", "go.etcd.io/etcd/server/v3", time.Minute, ""},
-	{"kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", 9 * time.Minute, ""},
+	{"etcd", "go.etcd.io/etcd/server/v3", time.Minute, "", false},
+	{"kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", 9 * time.Minute, "", true},
 }
 
 // EnsureControlPlaneBinaries builds etcd and kube-apiserver from the Go
@@ -78,7 +83,7 @@ func EnsureControlPlaneBinaries(progress io.Writer) (Binaries, error) {
 // EnsureTool builds one program of the tools module (such as controller-gen)
 // into the cache and returns its path.
 func EnsureTool(name, pkg string, progress io.Writer) (string, error) {
-	paths, err := ensureTools(controlPlaneModule, []toolBuild{{name, pkg, time.Minute, ""}}, progress)
+	paths, err := ensureTools(controlPlaneModule, []toolBuild{{name, pkg, time.Minute, "", false}}, progress)
 	if err != nil {
 		return "", err
 	}
@@ -120,8 +125,19 @@ func ensureTools(module string, tools []toolBuild, progress io.Writer) ([]string
 	for _, t := range tools {
 		out := filepath.Join(dir, t.name)
 		paths = append(paths, out)
+		ldflags := ""
+		if t.kubeVersion {
+			if ldflags, err = kubeVersionLDFlags(module); err != nil {
+				return nil, err
+			}
+		}
+		// The stamp file records the ldflags a binary was built with, so a
+		// binary of an earlier recipe is built again.
+		stamp := out + ".ldflags"
 		if _, err := os.Stat(out); err == nil {
-			continue
+			if b, _ := os.ReadFile(stamp); string(b) == ldflags {
+				continue
+			}
 		}
 		if progress != nil {
 			fmt.Fprintf(progress, "building %s from the Go module proxy (first run only, about %s on 2 cores)...\n", t.name, t.estimate)
@@ -132,12 +148,26 @@ func ensureTools(module string, tools []toolBuild, progress io.Writer) ([]string
 		if t.tags != "" {
 			args = append(args, "-tags", t.tags)
 		}
+		if ldflags != "" {
+			args = append(args, "-ldflags", ldflags)
+		}
 		cmd := exec.Command("go", append(args, t.pkg)...)
 		cmd.Dir = filepath.Join(RepoRoot(), module)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("building %s: %v\n%s", t.name, err, b)
 		}
 		if err := os.Rename(tmp, out); err != nil {
+			return nil, err
+		}
+		if ldflags == "" {
+			err = os.Remove(stamp)
+			if os.IsNotExist(err) {
+				err = nil
+			}
+		} else {
+			err = os.WriteFile(stamp, []byte(ldflags), 0o644)
+		}
+		if err != nil {
 			return nil, err
 		}
 		if progress != nil {
@@ -155,14 +185,14 @@ type CRIBinaries struct {
 }
 
 var criTools = []toolBuild{
-	{"containerd", "github.com/containerd/containerd/v2/cmd/containerd", 2 * time.Minute, ""},
-	{"containerd-shim-runc-v2", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", time.Minute, ""},
-	{"ctr", "github.com/containerd/containerd/v2/cmd/ctr", time.Minute, ""},
+	{"containerd", "github.com/containerd/containerd/v2/cmd/containerd", 2 * time.Minute, "", false},
+	{"containerd-shim-runc-v2", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", time.Minute, "", false},
+	{"ctr", "github.com/containerd/containerd/v2/cmd/ctr", time.Minute, "", false},
 	// runc's nsenter is C and its seccomp support links libseccomp, so
 	// this needs gcc and libseccomp-dev; the kubelet gives every sandbox
 	// the RuntimeDefault profile, which a runc without seccomp refuses.
-	{"runc", "github.com/opencontainers/runc", time.Minute, "seccomp"},
-	{"crictl", "sigs.k8s.io/cri-tools/cmd/crictl", time.Minute, ""},
+	{"runc", "github.com/opencontainers/runc", time.Minute, "seccomp", false},
+	{"crictl", "sigs.k8s.io/cri-tools/cmd/crictl", time.Minute, "", false},
 }
 
 // EnsureCRIBinaries builds containerd, its runc shim, ctr, runc and crictl
@@ -180,7 +210,7 @@ func EnsureCRIBinaries(progress io.Writer) (CRIBinaries, error) {
 // only; it is the largest build there, so only the kubelet test asks for
 // it) and returns its path.
 func EnsureKubelet(progress io.Writer) (string, error) {
-	paths, err := ensureTools(criModule, []toolBuild{{"kubelet", "k8s.io/kubernetes/cmd/kubelet", 8 * time.Minute, ""}}, progress)
+	paths, err := ensureTools(criModule, []toolBuild{{"kubelet", "k8s.io/kubernetes/cmd/kubelet", 8 * time.Minute, "", true}}, progress)
 	if err != nil {
 		return "", err
 	}
@@ -194,9 +224,9 @@ type ClusterBinaries struct {
 }
 
 var clusterTools = []toolBuild{
-	{"kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", 7 * time.Minute, ""},
-	{"kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", 3 * time.Minute, ""},
-	{"kubectl", "k8s.io/kubernetes/cmd/kubectl", 3 * time.Minute, ""},
+	{"kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", 7 * time.Minute, "", true},
+	{"kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", 3 * time.Minute, "", true},
+	{"kubectl", "k8s.io/kubernetes/cmd/kubectl", 3 * time.Minute, "", true},
 }
 
 // EnsureClusterBinaries builds kube-controller-manager, kube-scheduler and
@@ -208,4 +238,32 @@ func EnsureClusterBinaries(progress io.Writer) (ClusterBinaries, error) {
 		return ClusterBinaries{}, err
 	}
 	return ClusterBinaries{ControllerManager: paths[0], Scheduler: paths[1], Kubectl: paths[2]}, nil
+}
+
+// kubeVersionLDFlags are the -X flags Kubernetes' build (hack/lib/version.sh)
+// sets, from the k8s.io/kubernetes version module pins: its version, major
+// and minor, and its commit time as the build date. The commit hash is not
+// in the module proxy's answer, so gitCommit keeps its placeholder.
+func kubeVersionLDFlags(module string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}} {{.Time.UTC.Format \"2006-01-02T15:04:05Z\"}}", "k8s.io/kubernetes")
+	cmd.Dir = filepath.Join(RepoRoot(), module)
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("the k8s.io/kubernetes version of %s: %v", module, err)
+	}
+	var version, date string
+	if _, err := fmt.Sscan(string(out), &version, &date); err != nil {
+		return "", fmt.Errorf("the k8s.io/kubernetes version of %s: %q: %v", module, out, err)
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "v%d.%d.", &major, &minor); err != nil {
+		return "", fmt.Errorf("the k8s.io/kubernetes version of %s: %q is not vMAJOR.MINOR.PATCH", module, version)
+	}
+	var flags []string
+	for _, kv := range [][2]string{{"gitVersion", version}, {"gitMajor", fmt.Sprint(major)}, {"gitMinor", fmt.Sprint(minor)}, {"buildDate", date}} {
+		for _, pkg := range []string{"k8s.io/client-go/pkg/version", "k8s.io/component-base/version"} {
+			flags = append(flags, fmt.Sprintf("-X %s.%s=%s", pkg, kv[0], kv[1]))
+		}
+	}
+	return strings.Join(flags, " "), nil
 }
