@@ -354,7 +354,7 @@ func chains() []chainSpec {
 	}}
 	// No prerouting or forward chain: what a workload sends is the
 	// workload classifier's (classifier.go), what reaches a workload from
-	// outside its VPC is kept out by routing (see docs/security.md), and
+	// outside its VPC is kept out by routing (see docs/concepts/security.md), and
 	// a hook costs every forwarded packet.
 	// Regular chains first: base chains jump to them.
 	return append([]chainSpec{toNode("to_node", expr.MetaKeyIIFNAME),

@@ -18,7 +18,7 @@ import (
 	"github.com/galactic-cni/galactic/pkg/state"
 )
 
-// The live-migration subcommands (docs/live-migration.md): the source
+// The live-migration subcommands (docs/concepts/live-migration.md): the source
 // runs release once its VMM paused the guest, the target runs promote.
 const (
 	cmdRelease = "release"

@@ -23,7 +23,7 @@ const (
 	cmdUnavailable = "unavailable"
 )
 
-// Exit codes of the availability subcommands; docs/availability.md lists
+// Exit codes of the availability subcommands; docs/concepts/handoff-and-availability.md lists
 // them. Codes 2 to 5 mean nothing was written.
 const (
 	exitOK = 0

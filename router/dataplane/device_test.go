@@ -11,7 +11,7 @@ import (
 
 // A VPC's VXLAN device has the VNI, the underlay as local address, port
 // 4789, learning off and, over IPv4, no UDP checksum: what the receiving
-// node's decapsulation fast path takes (docs/galactic-router.md).
+// node's decapsulation fast path takes (docs/concepts/routing.md).
 func TestTheVXLANDeviceIsMadeWithTheFabricsSettings(t *testing.T) {
 	inNetns(t, func() {
 		loUp(t)

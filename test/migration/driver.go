@@ -1,5 +1,5 @@
 // Package migration is the reference sequence of a live migration as a
-// runtime drives it over galactic (docs/live-migration.md): the steps,
+// runtime drives it over galactic (docs/concepts/live-migration.md): the steps,
 // their order, and what to do when one fails. The integration tests, the
 // benchmark and the demo run it; a runtime's authors can read Run as the
 // recipe.

@@ -56,7 +56,7 @@ type Spec struct {
 	// own, as a real node does. GoBGP's reflector checks every path it
 	// sends against every membership of the receiving peer, so a fabric
 	// of many members costs it time per route in proportion (see
-	// docs/galactic-router.md, Scale).
+	// docs/concepts/routing.md, Scale).
 	Imports []uint32 `json:"imports,omitempty"`
 }
 

@@ -16,7 +16,7 @@ type World interface {
 	Move(key, to string) error
 	// Migrate moves key's running instance to another node as a live
 	// migration does: standby ADD on to, release on the source, promote
-	// on to, DEL of the source (docs/live-migration.md).
+	// on to, DEL of the source (docs/concepts/live-migration.md).
 	Migrate(key, to string) error
 	Flip(key string, available bool) error
 	// KillPlugin runs verb (add or del) for key on node and kills the
@@ -70,7 +70,7 @@ const SettleTime = 3 * time.Second
 const TakeoverBound = 25 * time.Second
 
 // MigrationBound is a live migration's blackout bound: the p99 goal of
-// docs/live-migration.md (500 ms, which its measurements under TCG on this
+// docs/concepts/live-migration.md (500 ms, which its measurements under TCG on this
 // machine meet) plus one ping interval of the soak's 50 ms pingers.
 const MigrationBound = 500*time.Millisecond + pingInterval
 

@@ -108,7 +108,8 @@ func (r *Report) Summary(w io.Writer) {
 	}
 }
 
-// Markdown writes the report as docs/soak.md's run section.
+// Markdown writes the report (SOAK_REPORT; docs/contributing/soak.md says what
+// it holds).
 func (r *Report) Markdown(w io.Writer) {
 	survived, total := r.FaultsSurvived()
 	fmt.Fprintf(w, "| | |\n|---|---|\n")

@@ -27,7 +27,7 @@ import (
 func TestMain(m *testing.M) { harness.Main(m) }
 
 // noNodeClaim is the part of the policy's refusal of a credential bound to
-// no node that docs/installation.md quotes.
+// no node that docs/install/installation.md quotes.
 const noNodeClaim = "galactic-node credentials must be bound to a node"
 
 // identity is one credential's clients.
@@ -287,12 +287,12 @@ func TestATokenWithoutTheNodeClaimIsRefusedWithTheDocumentedFix(t *testing.T) {
 	refused(t, "taking a lease with a token bound to no node", err, noNodeClaim)
 
 	// The message is the one the installation guide tells operators about.
-	doc, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "docs", "installation.md"))
+	doc, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "docs", "install", "installation.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), noNodeClaim) {
-		t.Errorf("docs/installation.md does not quote the refusal %q", noNodeClaim)
+		t.Errorf("docs/install/installation.md does not quote the refusal %q", noNodeClaim)
 	}
 }
 

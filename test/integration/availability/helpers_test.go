@@ -31,7 +31,7 @@ const (
 	hangGuard = 2 * time.Minute
 )
 
-// Exit codes of galactic-cni available|unavailable (docs/availability.md).
+// Exit codes of galactic-cni available|unavailable (docs/concepts/handoff-and-availability.md).
 const (
 	exitOK        = 0
 	exitNoRecord  = 3

@@ -27,7 +27,7 @@ import (
 )
 
 // runtimeAccount is a runtime's own identity, bound to the galactic-runtime
-// Role as docs/availability.md shows.
+// Role as docs/concepts/handoff-and-availability.md shows.
 const runtimeAccount = "vmm-supervisor"
 
 // runtimeToken binds runtimeAccount to the shipped Role and returns a

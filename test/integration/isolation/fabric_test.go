@@ -275,7 +275,7 @@ func vxlanInjection(t *testing.T, w *world) {
 	sendUDP(t, w.f.Netns, netip.AddrPortFrom(w.f.RR, 0), netip.AddrPortFrom(w.a.Underlay, 4789), vxlanFrames(t, w, injected)...)
 	// The same frames from node-c, a VTEP node-a installed routes through,
 	// are decapsulated: VXLAN from a real peer works, and the frames were
-	// valid (a VTEP is trusted with every VNI: see docs/security.md).
+	// valid (a VTEP is trusted with every VNI: see docs/concepts/security.md).
 	sendUDP(t, w.c.Netns, netip.AddrPortFrom(w.c.Underlay, 0), netip.AddrPortFrom(w.a.Underlay, 4789), vxlanFrames(t, w, fromPeer)...)
 	for i, n := range nss {
 		if n == w.red1.c || n == w.blue2.c {

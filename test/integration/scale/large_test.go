@@ -34,7 +34,7 @@ func rss(pid int) float64 {
 // VPCs of 100 routes (two nodes of 50 each: 100,000 routes). The issue's
 // 200 speakers (GALACTIC_SCALE_LARGE=200,1000,50) hold their sessions
 // and bring the routes in, but on two shared cores their churn measures
-// CPU starvation rather than the node (docs/galactic-router.md, Scale).
+// CPU starvation rather than the node (docs/concepts/routing.md, Scale).
 // One real node hosting 20 VPCs is fed through the galactic reflector
 // (rtc), then through FRR (no rtc), then one node in every VPC through
 // the galactic reflector. It takes long and a lot of memory, so it runs
@@ -80,7 +80,7 @@ const largeChurn = 100
 // largeMemoryLimit is the real node's router's memory limit, as a
 // container's: the router keeps its heap within 75% of it, and the kernel
 // would kill it past it. 512 MiB holds a node of 100,000 routes; the
-// issue's 300 MiB does not (docs/galactic-router.md, Scale).
+// issue's 300 MiB does not (docs/concepts/routing.md, Scale).
 const largeMemoryLimit = 512 << 20
 
 func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
