@@ -9,7 +9,7 @@ CONTROLLER_GEN := $(CACHE)/tools-$(shell sha256sum test/tools/go.sum | cut -c1-1
 # result cache cannot see, so a cached pass could hide a changed plugin.
 TEST_FLAGS ?= -timeout 45m -count=1
 
-.PHONY: all deps build image manifests test unit integration generate verify-generated lint controlplane demo bench clean
+.PHONY: all deps build image manifests test unit integration generate verify-generated docs lint controlplane demo bench clean
 
 all: build
 
@@ -62,6 +62,11 @@ generate: $(CONTROLLER_GEN)
 verify-generated: $(CONTROLLER_GEN)
 	CONTROLLER_GEN=$(CONTROLLER_GEN) hack/verify-generated.sh .
 
+# The generated part of the docs: the CLI reference from every shipped
+# binary's -h (test/docs checks it in `make test`).
+docs:
+	$(GO) test -count=1 ./test/docs -run TestTheCLIReferenceIsCurrent -update
+
 lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
@@ -77,7 +82,7 @@ bench: build
 	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)
 
 # Seeded random workload operations and faults with invariant checkers
-# (docs/soak.md): SOAK_DURATION (default 10m), SOAK_SEED to replay,
+# (docs/contributing/soak.md): SOAK_DURATION (default 10m), SOAK_SEED to replay,
 # SOAK_STEPS to replay a prefix, SOAK_REPORT for the markdown report,
 # SOAK_TRACE and SOAK_KEEP=1 to look into a violation, SOAK_VM=0 without
 # the qemu guest.
@@ -86,7 +91,8 @@ soak: deps build
 	SOAK_DURATION=$(or $(SOAK_DURATION),10m) $(GO) run ./test/cmd/soak
 
 # The harness's three-node cluster with the manifests applied, left
-# running for a person (docs/development.md); cluster-down removes it.
+# running for a person (docs/contributing/development.md); cluster-down
+# removes it.
 .PHONY: cluster cluster-down
 cluster: deps build
 	$(GO) run ./test/cmd/cluster up

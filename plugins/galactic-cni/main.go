@@ -4,9 +4,9 @@
 //
 // Run without CNI_COMMAND as `galactic-cni available ...` or
 // `galactic-cni unavailable ...`, it reports whether the holder of an
-// attachment serves (docs/availability.md); as `galactic-cni release ...`
+// attachment serves (docs/concepts/handoff-and-availability.md); as `galactic-cni release ...`
 // and `galactic-cni promote ...` it hands a running VM's attachment over
-// in a live migration (docs/live-migration.md).
+// in a live migration (docs/concepts/live-migration.md).
 package main
 
 import (
@@ -21,6 +21,14 @@ import (
 
 // buildVersion is set at link time (-ldflags "-X main.buildVersion=...").
 var buildVersion = "dev"
+
+// about is what a person who runs the plugin without CNI_COMMAND reads:
+// the runtime runs the CNI verbs, a person or a VMM launcher the node
+// subcommands.
+const about = `: the master plugin of a galactic network (CNI verbs with CNI_COMMAND set)
+usage: galactic-cni available|unavailable --vpc VPC --attachment ATTACHMENT --container ID [flags]
+       galactic-cni release|promote --vpc VPC --attachment ATTACHMENT --container ID [flags]
+Run "galactic-cni <command> -h" for a command's flags.`
 
 func main() {
 	p := &plugin{
@@ -37,5 +45,5 @@ func main() {
 		Check:  p.cmdCheck,
 		Status: p.cmdStatus,
 		GC:     p.cmdGC,
-	}, version.All, "galactic-cni "+buildVersion)
+	}, version.All, "galactic-cni "+buildVersion+about)
 }

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,9 @@ func run(args []string, getenv func(string) string) error {
 	metricsAddr := fs.String("metrics-address", ":9402", "address of /metrics and /healthz; empty disables")
 	once := fs.Bool("once", false, "run exactly one pass and exit non-zero if it had errors")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	if *config != "" {

@@ -45,13 +45,25 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		verb, args = args[0], args[1:]
 	}
+	if verb == "help" {
+		usage(stdout)
+		return nil
+	}
 	fs := flag.NewFlagSet("galactic-router "+verb, flag.ContinueOnError)
+	fs.Usage = func() {
+		usage(fs.Output())
+		fmt.Fprintln(fs.Output(), "\nflags:")
+		fs.PrintDefaults()
+	}
 	cfgPath := fs.String("config", "", "router config (default $"+config.EnvConfig+" or "+config.DefaultPath+")")
 	resync := fs.Duration("resync", 30*time.Second, "longest time the kernel and the status go unchecked without an event")
 	bootIDFile := fs.String("boot-id-file", router.BootIDPath, "where the kernel's boot ID is read: a new one means the node rebooted and saved paths are not replayed")
 	nodeConfig := fs.String("node-config", "", "node settings file (default $"+settings.EnvConfig+" or "+settings.DefaultConfig+")")
 	underlay := fs.String("underlay", "", "the underlay address when the config has none (a reflector set's shared config takes each host's)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	cfg, err := config.LoadWithUnderlay(config.Path(*cfgPath, getenv), *underlay)
@@ -87,9 +99,6 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 		return serve(cfg, node, *resync, *bootIDFile)
 	case "drain":
 		return drain(node, stdout)
-	case "help":
-		usage(stdout)
-		return nil
 	}
 	usage(os.Stderr)
 	return fmt.Errorf("unknown command %q", verb)
