@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +41,13 @@ type Options struct {
 	CRIIterations, CRIWarmup int
 	// Out is the Markdown file written; empty writes none.
 	Out string
+	// AllowDirty writes the report to DefaultOut from a tree with
+	// uncommitted changes, which Run refuses otherwise.
+	AllowDirty bool
 }
+
+// DefaultOut is the report's place in the repository.
+func DefaultOut() string { return filepath.Join(harness.RepoRoot(), "docs", "benchmarks.md") }
 
 // DefaultOptions are what `make bench` runs; quick ones are for development.
 func DefaultOptions(quick bool) Options {
@@ -67,6 +74,15 @@ type bench struct {
 // and writes the report to opts.Out. Everything it creates is removed
 // before it returns.
 func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err error) {
+	if filepath.Clean(opts.Out) == DefaultOut() && !opts.AllowDirty {
+		dirty, err := DirtyFiles()
+		if err != nil {
+			return nil, err
+		}
+		if len(dirty) > 0 {
+			return nil, fmt.Errorf("the tree differs from its commit (%s): docs/benchmarks.md is the report of a commit, so commit first; -out writes elsewhere (the report then says it is of no commit), -allow-dirty overrides", strings.Join(dirty, ", "))
+		}
+	}
 	b := &bench{ctx: ctx, opts: opts, out: out, start: time.Now(), res: &Results{Options: opts, Date: time.Now()}}
 	defer b.unwind(0)
 	b.res.Machine = readMachine()
@@ -86,24 +102,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 	b.undo = append(b.undo, b.proxy.Close)
 	b.res.Versions = readVersions()
 
-	steps := []struct {
-		name string
-		run  func() error
-	}{
-		{"chain latency", b.chainLatency},
-		{"API requests per operation", b.apiCounts},
-		{"plugin process cost", b.processCost},
-		{"churn", b.churn},
-		{"GC pass scaling", b.gcScaling},
-		{"VM boot", b.vmBoot},
-		{"pod sandbox start", b.criSandbox},
-		{"Routing", b.routing},
-		{"live migration", b.liveMigration},
-		{"cluster pod start", b.clusterPodStart},
-		{"tenant isolation", b.isolation},
-		{"route scale", b.routeScale},
-	}
-	for _, s := range steps {
+	for _, s := range b.steps() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -137,6 +136,39 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 		b.say("wrote %s", opts.Out)
 	}
 	return b.res, nil
+}
+
+// step is one section of the run.
+type step struct {
+	name string
+	run  func() error
+}
+
+// steps are the sections in the order they run.
+func (b *bench) steps() []step {
+	return []step{
+		{"chain latency", b.chainLatency},
+		{"API requests per operation", b.apiCounts},
+		{"plugin process cost", b.processCost},
+		{"churn", b.churn},
+		{"GC pass scaling", b.gcScaling},
+		{"VM boot", b.vmBoot},
+		{"pod sandbox start", b.criSandbox},
+		{"Routing", b.routing},
+		{"live migration", b.liveMigration},
+		{"cluster pod start", b.clusterPodStart},
+		{"tenant isolation", b.isolation},
+		{"route scale", b.routeScale},
+	}
+}
+
+// SectionNames are the names -only takes, quoted, in the order they run.
+func SectionNames() string {
+	var names []string
+	for _, s := range (&bench{}).steps() {
+		names = append(names, strconv.Quote(s.name))
+	}
+	return strings.Join(names, ", ")
 }
 
 // unwind undoes, last first, what was registered after the first mark

@@ -232,14 +232,14 @@ func renderCluster(w *strings.Builder, r *Results) {
 		return
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## Pod start through the whole cluster")
+	sectionHead(w, r, "cluster-pod-start")
 	p("")
 	if cb.Skipped != "" {
 		p("Not measured: %s.", cb.Skipped)
 		p("")
 		return
 	}
-	p("The harness cluster (docs/development.md): kube-apiserver, kube-controller-manager, kube-scheduler, and per node a containerd and a registered kubelet in the node's own network and mount namespaces. Two nodes run the galactic DaemonSet applied with `kubectl apply -k`; a third has no galactic and the reference conflist (`tap` + `static`) in its `/etc/cni/net.d`. A Pod pinned to a node is created through the API and polled every 20 ms until Ready; a galactic pod (annotations, handoff on; a new attachment and address each time, so the other node learns its route through the fabric) then pings a resident pod on the other galactic node every 5 ms until the first answer; another resident pod keeps the VPC on the pod's node. One pod at a time, alternating, %d times each after %d warm-up rounds. The cluster came up in %s (control plane, fabric, `make image`, three nodes, DaemonSet ready; binaries cached).", r.Options.CRIIterations, r.Options.CRIWarmup, cb.Bringup.Round(time.Second))
+	p("The harness cluster ([the test harness](contributing/test-harness.md)): kube-apiserver, kube-controller-manager, kube-scheduler, and per node a containerd and a registered kubelet in the node's own network and mount namespaces. Two nodes run the galactic DaemonSet applied with `kubectl apply -k`; a third has no galactic and the reference conflist (`tap` + `static`) in its `/etc/cni/net.d`. A Pod pinned to a node is created through the API and polled every 20 ms until Ready; a galactic pod (annotations, handoff on; a new attachment and address each time, so the other node learns its route through the fabric) then pings a resident pod on the other galactic node every 5 ms until the first answer; another resident pod keeps the VPC on the pod's node. One pod at a time, alternating, %d times each after %d warm-up rounds. The cluster came up in %s (control plane, fabric, `make image`, three nodes, DaemonSet ready; binaries cached).", r.Options.CRIIterations, r.Options.CRIWarmup, cb.Bringup.Round(time.Second))
 	p("")
 	p("| conflist | create → Ready p50 | p90 | p50 / ref | create → first ping across nodes p50 | p90 |")
 	p("|---|---|---|---|---|---|")

@@ -151,12 +151,12 @@ func criVersions() string {
 
 func renderCRI(w *strings.Builder, r *Results) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## 7. Pod sandbox start under containerd")
+	sectionHead(w, r, "pod-sandbox-start")
 	p("")
 	p("A real containerd (%s) per node, started by the harness in the node's network namespace, runs pod sandboxes of the local pause image through CRI; each figure is one real `crictl` process: `crictl runp` until the sandbox is ready (containerd creates the netns, runs the CNI ADD of the node's one conflist, starts the pause container), and `crictl stopp` plus `crictl rmp` (DEL, stop, remove). The nodes take turns, one pod at a time, %d times each after %d warm-up rounds.", r.Versions.CRI, r.Options.CRIIterations, r.Options.CRIWarmup)
 	p("")
-	p("- **reference**: the upstream `tap` plugin with `static` IPAM, the same two addresses, as in section 1; its tap is the sandbox's `eth0`.")
-	p("- **galactic conflist**: the conflist of [containerd.md](containerd.md), `galactic-cni` (`routing: table`) and `galactic-bgp`, with the attachment, the same two addresses and `mode: veth` from the pod's annotations (a pod sandbox needs its `eth0`, which tap mode does not give it); handoff off and on. Each galactic node keeps a resident pod in the VPC.")
+	p("- **reference**: the upstream `tap` plugin with `static` IPAM, the same two addresses, as in %s; its tap is the sandbox's `eth0`.", r.sec("chain-latency"))
+	p("- **galactic conflist**: the conflist of [under containerd](install/containerd.md), `galactic-cni` (`routing: table`) and `galactic-bgp`, with the attachment, the same two addresses and `mode: veth` from the pod's annotations (a pod sandbox needs its `eth0`, which tap mode does not give it); handoff off and on. Each galactic node keeps a resident pod in the VPC.")
 	p("")
 	ref := r.criRow(CRIReference)
 	p("| conflist | plugins | runp p50 | runp p90 | runp p50 / ref | stopp+rmp p50 | stopp+rmp p90 | stopp+rmp p50 / ref |")
@@ -174,7 +174,7 @@ func renderCRI(w *strings.Builder, r *Results) {
 	}
 	p("")
 	if gal := r.criRow(CRIGalactic); gal != nil && ref != nil {
-		p("At p50 the galactic conflist adds %s to runp and %s to stopp+rmp over the reference, the order of the chain's own extra cost measured without a runtime in section 1: most of a sandbox's start and stop is containerd and runc, whatever the network.", ms(gal.RunP.P50()-ref.RunP.P50()), ms(gal.Teardown.P50()-ref.Teardown.P50()))
+		p("At p50 the galactic conflist adds %s to runp and %s to stopp+rmp over the reference, the order of the chain's own extra cost measured without a runtime in %s: most of a sandbox's start and stop is containerd and runc, whatever the network.", ms(gal.RunP.P50()-ref.RunP.P50()), ms(gal.Teardown.P50()-ref.Teardown.P50()), r.sec("chain-latency"))
 		p("")
 	}
 }

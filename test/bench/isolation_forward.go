@@ -35,7 +35,7 @@ type ForwardRow struct {
 
 const (
 	forwardVPC = "fwd"
-	// forwardGoal is issue 21's: with the filter at least 95% of the
+	// forwardGoal is the filter's target: with it at least 95% of the
 	// same path without it.
 	forwardGoal = 0.95
 )
@@ -130,10 +130,8 @@ func (b *bench) forwarding() error {
 		fn.router.Kill()
 	}
 	// Many short alternating rounds: the machine's load moves the rate by
-	// more than the filter does, and a median of many pairs evens it out.
-	// With the filter in both halves of every round (the method measuring
-	// itself), 21 rounds of a second read 92 to 113% over eight figures,
-	// 41 rounds of half a second, in about the same time, 99 to 105%.
+	// more than the filter does, and a median of many pairs evens it out;
+	// shorter rounds pair the two halves closer in time.
 	rounds, window := 41, 500*time.Millisecond
 	if b.opts.Quick {
 		rounds = 7

@@ -32,8 +32,11 @@ type Machine struct {
 // Versions are the components measured.
 type Versions struct {
 	Galactic, CNI, Plugins, ClientGo, APIServer, Etcd string
-	// CRI names the container runtime of section 7.
+	// CRI names the container runtime of the pod sandbox section.
 	CRI string
+	// Dirty lists the tracked files that differed from the commit when the
+	// run began; a report of such a tree belongs to no commit.
+	Dirty []string
 }
 
 func readMachine() Machine {
@@ -76,6 +79,7 @@ func loadAverage() string {
 
 func readVersions() Versions {
 	v := Versions{Galactic: gitDescribe()}
+	v.Dirty, _ = DirtyFiles()
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			switch d.Path {
@@ -115,6 +119,24 @@ func modVersions(path string) map[string]string {
 		}
 	}
 	return out
+}
+
+// DirtyFiles lists the tracked files of the checkout that differ from its
+// commit (untracked files do not count: they are not in any build).
+func DirtyFiles() ([]string, error) {
+	cmd := exec.Command("git", "status", "--porcelain", "--untracked-files=no")
+	cmd.Dir = harness.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git status: %w", err)
+	}
+	var files []string
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		if len(line) > 3 {
+			files = append(files, line[3:])
+		}
+	}
+	return files, nil
 }
 
 func gitDescribe() string {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/galactic-cni/galactic/pkg/advert"
 )
@@ -41,13 +42,14 @@ type Results struct {
 	Unattributed map[string]int
 }
 
-// Targets of issue 8.
+// The plugins' targets: a chain at most three times the reference tap's
+// latency, API requests per plugin on the common path (galactic-bgp's
+// ADD and DEL, galactic-cni's lease each way with handoff on), and a GC
+// pass over 5,000 taps.
 const (
-	targetLatencyRatio = 3.0
-	targetAddRequests  = 3
-	targetDelRequests  = 2
-	// DESIGN.md's budget for galactic-cni's lease, each way, with handoff
-	// on; the budgets above are galactic-bgp's.
+	targetLatencyRatio  = 3.0
+	targetAddRequests   = 3
+	targetDelRequests   = 2
 	targetLeaseRequests = 2
 	targetGCTaps        = 5000
 	targetGCPass        = 2 * time.Second
@@ -89,20 +91,29 @@ func (r *Results) gcRow(taps int) *GCRow {
 	return nil
 }
 
-// Target is one line of the targets table.
+// Target is one target of the run: what is judged, against what, and the
+// outcome.
 type Target struct {
-	What, Measured string
-	Met            bool
+	// Key names the target for the reason given when it is missed; it does
+	// not change with the figures.
+	Key string
+	// Section is the key of the section whose figures judge it.
+	Section  string
+	What     string
+	Measured string
+	// Ref is what the figure is compared with: a reference measured in the
+	// same run, or the target's bound.
+	Ref string
+	Met bool
 	// Miss says by how much, when not met.
 	Miss string
 }
 
-// Targets judges the run against issue 8's targets, for handoff off and
-// (when measured) on.
+// Targets judges the run against every target of its sections.
 func (r *Results) Targets() []Target {
 	var ts []Target
 	ref := r.chain(ChainReference)
-	for _, ch := range []struct{ name, label string }{{ChainGalactic, "handoff off"}, {ChainHandoff, "handoff on"}} {
+	for _, ch := range []struct{ name, label, key string }{{ChainGalactic, "handoff off", "off"}, {ChainHandoff, "handoff on", "on"}} {
 		gal := r.chain(ch.name)
 		if ref == nil || gal == nil {
 			continue
@@ -112,8 +123,9 @@ func (r *Results) Targets() []Target {
 			gal, ref Sample
 		}{{"ADD", gal.Add, ref.Add}, {"DEL", gal.Del, ref.Del}} {
 			q := Ratio(v.gal.P50(), v.ref.P50())
-			t := Target{What: fmt.Sprintf("galactic chain %s p50 (%s) at most %.0fx the reference tap's", v.verb, ch.label, targetLatencyRatio),
-				Measured: fmt.Sprintf("%s (%s vs %s)", ratio(q), ms(v.gal.P50()), ms(v.ref.P50())), Met: q <= targetLatencyRatio}
+			t := Target{Key: "chain-ratio/" + v.verb + "/" + ch.key, Section: "chain-latency",
+				What:     fmt.Sprintf("galactic chain %s p50 (%s) at most %.0fx the reference", v.verb, ch.label, targetLatencyRatio),
+				Measured: fmt.Sprintf("%s (%s)", ratio(q), ms(v.gal.P50())), Ref: fmt.Sprintf("reference `tap` %s p50 %s", v.verb, ms(v.ref.P50())), Met: q <= targetLatencyRatio}
 			if !t.Met {
 				over := v.gal.P50() - time.Duration(targetLatencyRatio*float64(v.ref.P50()))
 				t.Miss = fmt.Sprintf("%s over (%.0f%%)", ms(over), 100*(q/targetLatencyRatio-1))
@@ -122,12 +134,11 @@ func (r *Results) Targets() []Target {
 		}
 	}
 	if len(r.Unattributed) > 0 {
-		ts = append(ts, Target{What: "API requests counted per program (needed for the request targets)", Measured: r.unattributed(),
-			Miss: "the API request targets are not judged in this run"})
+		ts = append(ts, Target{Key: "api-unattributed", Section: "api-requests", What: "API requests counted per program (needed for the request targets)", Measured: r.unattributed(),
+			Ref: "every request names its program", Miss: "the API request targets are not judged in this run"})
 	}
-	// The budgets are per plugin, as DESIGN.md states them: galactic-bgp's
-	// and, with handoff on, galactic-cni's lease; with handoff off
-	// galactic-cni makes none.
+	// The budgets are per plugin: galactic-bgp's and, with handoff on,
+	// galactic-cni's lease; with handoff off galactic-cni makes none.
 	for _, v := range []struct {
 		common, verb, label string
 		bgp, cni            int
@@ -145,8 +156,9 @@ func (r *Results) Targets() []Target {
 		if v.cni > 0 {
 			lease = fmt.Sprintf("at most %d", v.cni)
 		}
-		t := Target{What: fmt.Sprintf("%s (%s) on the common path: galactic-bgp at most %d API requests, galactic-cni %s", v.verb, v.label, v.bgp, lease),
-			Measured: fmt.Sprintf("%d + %d (%s)", bgp, cni, o.describeAll()), Met: bgp <= v.bgp && cni <= v.cni && rest == 0}
+		t := Target{Key: "api-budget/" + v.common, Section: "api-requests",
+			What:     fmt.Sprintf("%s (%s) on the common path: galactic-bgp at most %d API requests, galactic-cni %s", v.verb, v.label, v.bgp, lease),
+			Measured: fmt.Sprintf("%d + %d", bgp, cni), Ref: fmt.Sprintf("budget %d + %d", v.bgp, v.cni), Met: bgp <= v.bgp && cni <= v.cni && rest == 0}
 		if !t.Met {
 			var over []string
 			if bgp > v.bgp {
@@ -164,7 +176,8 @@ func (r *Results) Targets() []Target {
 	}
 	if row := r.gcRow(targetGCTaps); row != nil {
 		p := row.Pass.P50()
-		t := Target{What: fmt.Sprintf("%s-tap GC pass under %s", thousands(targetGCTaps), targetGCPass), Measured: ms(p), Met: p < targetGCPass}
+		t := Target{Key: "gc-pass", Section: "gc-pass-scaling", What: fmt.Sprintf("%s-tap GC pass", thousands(targetGCTaps)), Measured: ms(p),
+			Ref: fmt.Sprintf("under %s", targetGCPass), Met: p < targetGCPass}
 		if !t.Met {
 			t.Miss = fmt.Sprintf("%s over (%.1fx the target)", ms(p-targetGCPass), float64(p)/float64(targetGCPass))
 		}
@@ -177,12 +190,14 @@ func (r *Results) Targets() []Target {
 			lists = append(lists, fmt.Sprintf("%d at %s", row.Lists(), thousands(row.Taps)))
 			constant = constant && row.Lists() == r.GC[0].Lists()
 		}
-		t := Target{What: "a constant number of list requests per GC pass", Measured: strings.Join(lists, ", "), Met: constant}
+		t := Target{Key: "gc-lists", Section: "gc-pass-scaling", What: "list requests per GC pass", Measured: strings.Join(lists, ", "), Ref: "the same at every size", Met: constant}
 		if !constant {
 			t.Miss = "the number of lists grows with the taps"
 		}
 		ts = append(ts, t)
 	}
+	ts = append(ts, r.routingTargets()...)
+	ts = append(ts, r.migrationTargets()...)
 	ts = append(ts, r.isolationTargets()...)
 	return append(ts, r.routeScaleTargets()...)
 }
@@ -217,6 +232,91 @@ func thousands(n int) string {
 	return thousands(n/1000) + "," + s[len(s)-3:]
 }
 
+// section is one numbered section of the report. Its key is also the
+// HTML anchor before its heading, which stays when the numbers change.
+type section struct {
+	key, title string
+	present    func(*Results) bool
+	render     func(*strings.Builder, *Results)
+}
+
+// sections are the report's numbered sections, in order.
+func sections() []section {
+	return []section{
+		{"chain-latency", "Chain ADD and DEL latency through cnitool", func(r *Results) bool { return len(r.Chains) > 0 }, renderChains},
+		{"api-requests", "API requests per operation", func(r *Results) bool { return len(r.Ops) > 0 }, renderOps},
+		{"process-cost", "Plugin process cost", func(r *Results) bool { return len(r.Procs) > 0 || len(r.Binaries) > 0 }, renderProcs},
+		{"gc-pass-scaling", "GC pass scaling", func(r *Results) bool { return len(r.GC) > 0 }, renderGC},
+		{"churn", "Churn", func(r *Results) bool { return r.Churn != nil }, renderChurn},
+		{"vm-boot", "A VM's start next to the chain's ADD", func(r *Results) bool { return len(r.VMs) > 0 }, renderVMs},
+		{"pod-sandbox-start", "Pod sandbox start under containerd", func(r *Results) bool { return len(r.CRI) > 0 }, renderCRI},
+		{"routing", "Routing", func(r *Results) bool { return r.Routing != nil }, renderRouting},
+		{"live-migration", "Live migration", func(r *Results) bool { return len(r.Migration) > 0 }, renderMigration},
+		{"cluster-pod-start", "Pod start through the whole cluster", func(r *Results) bool { return r.Cluster != nil }, renderCluster},
+		{"tenant-isolation", "Tenant isolation: the filter's share of ADD, DEL and forwarding", func(r *Results) bool { return r.Isolation != nil }, renderIsolation},
+		{"route-scale", "Route scale", func(r *Results) bool { return r.RouteScale != nil }, renderRouteScale},
+	}
+}
+
+// heading is the numbered heading of section key: sections are numbered
+// in order among those the run measured.
+func (r *Results) heading(key string) string {
+	n := 0
+	for _, s := range sections() {
+		if s.present(r) {
+			n++
+		}
+		if s.key == key {
+			return fmt.Sprintf("%d. %s", n, s.title)
+		}
+	}
+	panic("no section " + key)
+}
+
+// sec names section key in the text: "section 4", or its title when the
+// run did not measure it.
+func (r *Results) sec(key string) string {
+	for _, s := range sections() {
+		if s.key == key {
+			if !s.present(r) {
+				return fmt.Sprintf("the section %q (not in this run)", s.title)
+			}
+			n, _, _ := strings.Cut(r.heading(key), ".")
+			return "section " + n
+		}
+	}
+	panic("no section " + key)
+}
+
+// secLink is sec as a link to the section.
+func (r *Results) secLink(key string) string {
+	for _, s := range sections() {
+		if s.key == key && s.present(r) {
+			return fmt.Sprintf("[%s](#%s)", r.sec(key), key)
+		}
+	}
+	return r.sec(key)
+}
+
+// sectionHead writes section key's anchor and numbered heading.
+func sectionHead(w *strings.Builder, r *Results, key string) {
+	fmt.Fprintf(w, "<a id=\"%s\"></a>\n\n## %s\n", key, r.heading(key))
+}
+
+// anchor is the fragment GitHub gives a heading.
+func anchor(heading string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(heading) {
+		switch {
+		case c == ' ':
+			b.WriteRune('-')
+		case c == '-' || c == '_' || unicode.IsLetter(c) || unicode.IsDigit(c):
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
 // Render writes the report as Markdown.
 func Render(r *Results) string {
 	var w strings.Builder
@@ -226,29 +326,32 @@ func Render(r *Results) string {
 	p("")
 	p("<!-- Generated by `make bench` (test/cmd/bench, test/bench). Edit the generator, not this file. -->")
 	p("")
-	p("What a galactic ADD, DEL and GC pass cost, each figure measured on the machine below in one run, next to a reference measured in the same run. Latency is wall time of real processes against a real kube-apiserver and etcd on the same two cores, so absolute figures move with the machine's load; the ratios are what to compare across runs.")
+	if len(r.Versions.Dirty) > 0 {
+		p("> **Not the report of a commit.** The tree differed from its commit (%s) when this run began, in `%s`. Its figures belong to no commit; `make bench` writes docs/benchmarks.md only from a clean tree.", r.Versions.Galactic, strings.Join(r.Versions.Dirty, "`, `"))
+		p("")
+	}
+	p("What galactic's ADD, DEL, GC pass, routing, live migration and packet filter cost, each figure measured on the machine below in one run, next to a reference measured in the same run or a target's bound. Latency is wall time of real processes against a real kube-apiserver and etcd on the same two cores, so absolute figures move with the machine's load; the ratios are what to compare across runs.")
 	if r.Options.Quick {
 		p("")
 		p("> **Quick run** (`-quick`): fewer iterations and smaller sizes than `make bench`; for development only.")
 	}
+	if r.Options.Only != "" {
+		p("")
+		p("> **One section only** (`-only %q`); the others were not run.", r.Options.Only)
+	}
 	p("")
+	renderSummary(&w, r)
 	renderRerun(&w, r)
 	renderMachine(&w, r)
-	renderTargets(&w, r)
-	renderChains(&w, r)
-	renderOps(&w, r)
-	renderProcs(&w, r)
-	renderGC(&w, r)
-	renderChurn(&w, r)
-	renderVMs(&w, r)
-	renderCRI(&w, r)
-	renderRouting(&w, r)
-	renderMigration(&w, r)
-	renderCluster(&w, r)
-	renderIsolation(&w, r)
-	renderRouteScale(&w, r)
+	for _, s := range sections() {
+		if s.present(r) {
+			s.render(&w, r)
+		}
+	}
 	renderWhere(&w, r)
-	renderClosing(&w, r)
+	renderMissed(&w, r)
+	p("---")
+	p("[← Running the bench](contributing/bench.md) · [Documentation map](README.md)")
 	return w.String()
 }
 
@@ -257,17 +360,16 @@ func renderRerun(w *strings.Builder, r *Results) {
 	p("## How to rerun")
 	p("")
 	p("```sh")
-	p("sudo make bench                                    # builds bin/, runs everything, rewrites docs/benchmarks.md")
-	p("sudo make bench BENCH_FLAGS=-quick                  # development: fewer iterations, GC sizes up to 1,000")
+	p("sudo make bench                                    # builds bin/, runs everything, rewrites docs/benchmarks.md (from a clean tree only)")
+	p("sudo make bench BENCH_FLAGS=-quick                  # development: fewer iterations and smaller sizes")
 	p("sudo go run ./test/cmd/bench -quick -out /tmp/b.md  # the same, writing elsewhere")
-	p("sudo go run ./test/cmd/bench -gc-profile /tmp/gc.prof # also a CPU profile of one GC pass at the largest size")
-	p("sudo go run ./test/cmd/bench -quick -only \"VM boot\" -out /tmp/vm.md # one section only (here the VM boots), for development")
-	p("sudo go run ./test/cmd/bench -only Routing -out /tmp/routing.md   # section 8 alone: needs FRR and gobgpd (Debian: frr, gobgpd)")
+	p("sudo go run ./test/cmd/bench -quick -only \"VM boot\" -out /tmp/vm.md # one section only, for development")
 	p("```")
 	p("")
-	p("`-iterations N` changes the chain latency loop (default %d after %d warm-up rounds).", DefaultOptions(false).Iterations, DefaultOptions(false).Warmup)
+	p("`-only` takes %s. `-iterations N` changes the chain latency loop (default %d after %d warm-up rounds); `-gc-profile FILE` writes a CPU profile of one GC pass at the largest size. See [running the bench](contributing/bench.md).",
+		SectionNames(), DefaultOptions(false).Iterations, DefaultOptions(false).Warmup)
 	p("")
-	p("It needs root (network namespaces, taps, policy routing). The first run on a machine also builds etcd and kube-apiserver from the Go module proxy (about 9 minutes on 2 cores, cached afterwards). This run took %s. Other load on the machine shows up in the absolute figures; the load average is recorded below. Each section waits, up to %s, until the CPUs are at most %.0f%% busy, so what the section before it left running (namespaces the kernel is still tearing down, processes exiting) does not fall on its figures.", r.Took.Round(time.Second), settleMax, 100*quiet)
+	p("It needs root (network namespaces, taps, policy routing), FRR and gobgpd for the routing sections and qemu for the VMs (`hack/install-deps.sh` installs them). This run took %s. Other load on the machine shows up in the absolute figures; the load average is recorded below. Each section waits, up to %s, until the CPUs are at most %.0f%% busy, so what the section before it left running (namespaces the kernel is still tearing down, processes exiting) does not fall on its figures.", r.Took.Round(time.Second), settleMax, 100*quiet)
 	p("")
 }
 
@@ -298,31 +400,45 @@ func renderMachine(w *strings.Builder, r *Results) {
 	p("| client-go | %s |", v.ClientGo)
 	p("| kube-apiserver | %s |", v.APIServer)
 	p("| etcd | %s |", v.Etcd)
-	p("| container runtime (section 7) | %s |", v.CRI)
+	p("| container runtime (pod sandbox section) | %s |", v.CRI)
 	p("")
 }
 
-func renderTargets(w *strings.Builder, r *Results) {
+// renderSummary is the table at the top: every target, its figure, what
+// it is compared with and whether it is met.
+func renderSummary(w *strings.Builder, r *Results) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## Targets")
+	ts := r.Targets()
+	p("## Summary")
 	p("")
-	p("| target | measured | |")
-	p("|---|---|---|")
-	for _, t := range r.Targets() {
+	if len(ts) == 0 {
+		p("No target was measured in this run.")
+		p("")
+		return
+	}
+	met := 0
+	for _, t := range ts {
+		if t.Met {
+			met++
+		}
+	}
+	p("%d of %d targets met. Each row's figures are in the section it names; every missed target's reason is under [missed targets](#missed-targets).", met, len(ts))
+	p("")
+	p("| target | measured | compared with | | section |")
+	p("|---|---|---|---|---|")
+	for _, t := range ts {
 		verdict := "met"
 		if !t.Met {
 			verdict = "**missed**: " + t.Miss
 		}
-		p("| %s | %s | %s |", t.What, t.Measured, verdict)
+		p("| %s | %s | %s | %s | %s |", t.What, t.Measured, t.Ref, verdict, r.secLink(t.Section))
 	}
-	p("")
-	p("Where a target is missed, the closing note says why and what would close it.")
 	p("")
 }
 
 func renderChains(w *strings.Builder, r *Results) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## 1. Chain ADD and DEL latency through cnitool")
+	sectionHead(w, r, "chain-latency")
 	p("")
 	p("The real `cnitool` runs each network config list inside a node network namespace against a container namespace, one workload at a time: ADD, then DEL, %d times per chain after %d warm-up rounds. The chains take turns in a rotating order, so load from elsewhere falls on all of them alike. cnitool is started in the node namespace directly (not through `ip netns exec`, which would add a constant to every row and flatter the ratios). Each galactic VPC keeps one resident attachment on the node, so the loop measures attaching to a VPC whose routing table already exists, the common case on a node that runs workloads.", r.Options.Iterations, r.Options.Warmup)
 	p("")
@@ -351,9 +467,9 @@ func renderChains(w *strings.Builder, r *Results) {
 
 func renderOps(w *strings.Builder, r *Results) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## 2. API requests per operation")
+	sectionHead(w, r, "api-requests")
 	p("")
-	p("Counted, not timed. The nodes' kubeconfig points at a TLS-terminating reverse proxy in the bench process (its own CA, `127.0.0.1`, forwarded into each node namespace); it relays every request to the API server and records method, path, status and the client's user agent, which client-go sets to the program's name. The counts below are exactly the requests the plugins and `galactic-gc --once` sent, by program; the bench's own setup and checks do not pass through the proxy, and its in-process GC passes (section 4), which do, carry the bench's own user agent and are not counted. The reference chain makes none by construction.")
+	p("Counted, not timed. The nodes' kubeconfig points at a TLS-terminating reverse proxy in the bench process (its own CA, `127.0.0.1`, forwarded into each node namespace); it relays every request to the API server and records method, path, status and the client's user agent, which client-go sets to the program's name. The counts below are exactly the requests the plugins and `galactic-gc --once` sent, by program; the bench's own setup and checks do not pass through the proxy, and its in-process GC passes (%s), which do, carry the bench's own user agent and are not counted. The reference chain makes none by construction.", r.sec("gc-pass-scaling"))
 	p("")
 	if len(r.Unattributed) > 0 {
 		p("> **The counts below are incomplete**: the proxy relayed %s, which name no program, so they are in no row. A galactic client must send its program's name as its user agent on the HTTP client that carries its requests (client-go's `rest.DefaultKubernetesUserAgent`).", r.unattributed())
@@ -377,7 +493,7 @@ func renderOps(w *strings.Builder, r *Results) {
 
 func renderProcs(w *strings.Builder, r *Results) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## 3. Plugin process cost")
+	sectionHead(w, r, "process-cost")
 	p("")
 	p("| binary | size |")
 	p("|---|---|")
@@ -413,7 +529,7 @@ func renderProcs(w *strings.Builder, r *Results) {
 	if len(r.GC) > 0 {
 		last := r.GC[len(r.GC)-1]
 		p("")
-		p("`galactic-gc --once` over %s taps peaked at %s RSS (table 4).", thousands(last.Taps), mib(last.RSS))
+		p("`galactic-gc --once` over %s taps peaked at %s RSS (%s).", thousands(last.Taps), mib(last.RSS), r.sec("gc-pass-scaling"))
 	}
 	p("")
 }
@@ -423,7 +539,7 @@ func renderGC(w *strings.Builder, r *Results) {
 	if len(r.GC) == 0 {
 		return
 	}
-	p("## 4. GC pass scaling")
+	sectionHead(w, r, "gc-pass-scaling")
 	p("")
 	p("One node grown to each size: that many galactic taps (created with netlink, galactic's name and ifalias, up, no VMM attached), as many node records (pkg/state) and as many advertisements with one live entry each (created with the typed client), all entries pointing at one live container namespace. That is a node of idle attachments: a steady pass keeps everything and changes nothing, and the bench fails if it collects anything. Each pass is a run of the real `galactic-gc --once` in the node (under /usr/bin/time for its peak RSS); `pass` is the duration it logs for the pass itself, `wall` includes its start-up and client set-up. %d steady passes per size, after two that make every tap a known sighting. Then, in the bench process inside the node, the same `gc.Collector.Pass` (`in-process`) and its parts on their own: `gc.NodeKernel.Taps` (list the links, scan /proc once for the processes holding tun fds, then take each tap's status from that scan), reading the records, and the one advertisement list.", r.Options.GCPasses)
 	p("")
@@ -456,7 +572,7 @@ func gcGrowth(r *Results) string {
 	}
 	requests := "The number of requests does not depend on the size."
 	if len(r.Unattributed) > 0 {
-		requests = "The requests were not counted in this run (see section 2)."
+		requests = fmt.Sprintf("The requests were not counted in this run (see %s).", r.sec("api-requests"))
 	}
 	for _, row := range r.GC {
 		if len(row.Requests) != len(first.Requests) {
@@ -473,7 +589,7 @@ func renderChurn(w *strings.Builder, r *Results) {
 	if c == nil {
 		return
 	}
-	p("## 5. Churn")
+	sectionHead(w, r, "churn")
 	p("")
 	p("%d ADD/DEL pairs of distinct containers (each its own network namespace, made beforehand) of **one attachment on one node**, %d at a time through cnitool, handoff off. Every container's entry lands in the same advertisement, so the writers race for one object: each write carries the resourceVersion it read and a loser re-reads and retries. The node's kubeconfig points at the counting proxy.", c.Pairs, c.Parallelism)
 	p("")
@@ -621,7 +737,7 @@ func renderWhere(w *strings.Builder, r *Results) {
 		ms(tapAdd.Wall().P50()), ms(tapDel.Wall().P50()), ms(cniOnly.Add.P50()), ms(cniOnly.Del.P50()),
 		ratio(Ratio(cniOnly.Add.P50(), ref.Add.P50())), ratio(Ratio(cniOnly.Del.P50(), ref.Del.P50())), kernelVerdict)
 	if bgpAdd.Requests == 0 {
-		p("- **Client set-up and API round trips.** Not measured in this run: no request was attributed to galactic-bgp (see section 2). galactic-bgp ADD takes %s run directly and DEL %s.", ms(bgpAdd.Wall().P50()), ms(bgpDel.Wall().P50()))
+		p("- **Client set-up and API round trips.** Not measured in this run: no request was attributed to galactic-bgp (see %s). galactic-bgp ADD takes %s run directly and DEL %s.", r.sec("api-requests"), ms(bgpAdd.Wall().P50()), ms(bgpDel.Wall().P50()))
 		p("")
 		if len(r.GC) > 0 {
 			p("%s", gcWhere(r))
@@ -718,34 +834,23 @@ func gcWhere(r *Results) string {
 	return w.String()
 }
 
-func renderClosing(w *strings.Builder, r *Results) {
+// renderMissed gives each missed target its reason, from the figures
+// of the same run.
+func renderMissed(w *strings.Builder, r *Results) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## Closing note")
+	p("## Missed targets")
 	p("")
 	var missed []Target
-	met := 0
 	for _, t := range r.Targets() {
 		if !t.Met {
 			missed = append(missed, t)
-		} else {
-			met++
 		}
 	}
-	scope := "this run"
-	if r.Options.Only != "" {
-		scope = fmt.Sprintf("this run, which ran only the %q section,", r.Options.Only)
-	}
-	switch {
-	case met+len(missed) == 0:
-		p("No target was measured in %s.", scope)
-	case len(missed) == 0:
-		p("Every target measured in %s is met.", scope)
-	case met > 0:
-		p("%d of the %d targets measured in %s are met (see the targets table). The missed ones:", met, met+len(missed), scope)
-		p("")
+	if len(missed) == 0 {
+		p("None: every target measured in this run is met.")
 	}
 	for _, t := range missed {
-		p("- **%s** — missed: %s. %s", t.What, t.Miss, closeHint(r, t))
+		p("- **%s** — %s. %s", t.What, t.Miss, r.reason(t))
 	}
 	if cni, bgp := r.initOf(AgentCNI), r.initOf(AgentBGP); cni != nil && bgp != nil {
 		if bins := linking(schemePkg, cni, bgp); len(bins) > 0 {
@@ -762,20 +867,24 @@ func renderClosing(w *strings.Builder, r *Results) {
 	}
 	if len(skipped) > 0 {
 		p("")
-		p("Not measured in this run: %s. `make bench` measures it once the build supports it.", strings.Join(skipped, "; "))
+		p("Not measured in this run: %s.", strings.Join(skipped, "; "))
 	}
 	p("")
 }
 
-// closeHint says why a target was missed and what would close the gap;
-// the reasons come from the parts measured in the same run.
-func closeHint(r *Results, t Target) string {
-	switch {
-	case strings.Contains(t.What, "GC pass under"):
+// reason says why target t was missed, from the figures of the same run.
+// It is chosen by the target's key, so every target has one.
+func (r *Results) reason(t Target) string {
+	family, _, _ := strings.Cut(t.Key, "/")
+	switch family {
+	case "chain-ratio":
+		return "The gap is the start-up of Go binaries that link client-go and the API client's handshake and round trips (see [where the time goes](#where-the-time-goes)); a plugin that is a new process each time pays them on every call."
+	case "api-unattributed":
+		return "The proxy tells programs apart by the user agent client-go sends, the program's name unless set otherwise; these requests carried none, so the HTTP client they went through was built without it."
+	case "api-budget":
+		return fmt.Sprintf("The requests each program made are listed in %s.", r.secLink("api-requests"))
+	case "gc-pass":
 		row := r.gcRow(targetGCTaps)
-		if row == nil {
-			return ""
-		}
 		in := row.InProcess.P50()
 		parts := []struct {
 			name string
@@ -783,20 +892,22 @@ func closeHint(r *Results, t Target) string {
 		}{{"the tap scan", row.TapScan}, {"reading the records", row.RecordRead}, {"the advertisement list", row.AdvertList},
 			{"the rest of the pass", in - row.TapScan - row.RecordRead - row.AdvertList}}
 		sort.SliceStable(parts, func(i, j int) bool { return parts[i].d > parts[j].d })
-		return fmt.Sprintf("Of the %s in-process pass, the largest part is %s (%s), then %s (%s); see the GC pass under where the time goes. Closing the gap starts with that part.",
-			ms(in), parts[0].name, ms(parts[0].d), parts[1].name, ms(parts[1].d))
-	case strings.Contains(t.What, "p50 ("):
-		return "The gap is the start-up of Go binaries that link client-go and the API client's handshake and round trips (see where the time goes); a plugin that is a new process each time pays them on every call."
-	case strings.Contains(t.What, "all installed within"):
-		return "Most of it is GoBGP's: it makes a new peer's first connection attempt a random 1.5 to 2 s after the peer is added (three quarters to all of its minimum connect-retry interval of 2 s, which no setting changes), and after the session the reflector finds a new client's routes by walking its whole table. The router's timeline for this row (section 9) shows when the session came up; what follows it is the reflector's walk and the node's install. Whether the row is met depends on that draw: see docs/galactic-router.md."
-	case strings.Contains(t.What, "counted per program"):
-		return "The proxy tells programs apart by the user agent client-go sends, the program's name unless set otherwise; these requests carried none, so the HTTP client they went through was built without it."
-	case strings.Contains(t.What, "API requests"):
-		return "See the requests in table 2."
-	case strings.Contains(t.What, "list requests"):
-		return "See the requests in table 4."
+		return fmt.Sprintf("Of the %s in-process pass, the largest part is %s (%s), then %s (%s); closing the gap starts with that part (%s).",
+			ms(in), parts[0].name, ms(parts[0].d), parts[1].name, ms(parts[1].d), r.secLink("gc-pass-scaling"))
+	case "gc-lists":
+		return fmt.Sprintf("The requests of each pass are in %s.", r.secLink("gc-pass-scaling"))
+	case "routing":
+		return r.Routing.reason(t.Key)
+	case "migration":
+		return r.migrationReason(t.Key)
+	case "filter-share":
+		return r.isolationShareReason(t.Key)
+	case "filter-forwarding":
+		return r.forwardingReason(t.Key)
+	case "scale-churn", "scale-received", "scale-start", "scale-every", "scale-rss", "scale-announce":
+		return r.routeScaleReason(t)
 	}
-	return ""
+	panic("no reason for target " + t.Key)
 }
 
 // sortedKeys orders a map's keys, for output that does not change from run to run.

@@ -11,7 +11,7 @@ import (
 	"github.com/galactic-cni/galactic/test/vm"
 )
 
-// VMBootResult is section 6 for one accelerator: how long a real guest
+// VMBootResult is the VM boot section for one accelerator: how long a real guest
 // takes to answer on its tap, next to the chain ADD that made the tap.
 type VMBootResult struct {
 	Accel, Why string
@@ -122,9 +122,9 @@ func renderVMs(w *strings.Builder, r *Results) {
 		return
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## 6. A VM's start next to the chain's ADD")
+	sectionHead(w, r, "vm-boot")
 	p("")
-	p("What share of an instance's start is galactic's: the chain's ADD (galactic-cni in tap mode and galactic-bgp, handoff off, through cnitool, as in table 1), then a real VMM on the tap it made. qemu (`%s`) runs in the node namespace with `-netdev tap,ifname=<tap>,script=no,downscript=no` and a virtio-net device (see [the VMM guide](vmm.md)); the guest is the Debian kernel with a busybox init (test/vm) that takes the attachment's addresses and the ADD result's gateways from the kernel command line, starts an echo service and prints a ready line on the serial console. The node pings the guest's IPv4 address every %s from the moment qemu starts; *first ping* is qemu's start to the first reply, *ready* to the console line, and *guest kernel* the guest's uptime as it said ready (the rest of *ready* is qemu and the firmware starting and loading the kernel and initramfs). %d boots per accelerator, each a new ADD, guest, poweroff and DEL; 256 MiB, one vCPU.", vm.QEMUBinary, vmPingInterval, r.Options.VMBoots)
+	p("What share of an instance's start is galactic's: the chain's ADD (galactic-cni in tap mode and galactic-bgp, handoff off, through cnitool, as in %s), then a real VMM on the tap it made. qemu (`%s`) runs in the node namespace with `-netdev tap,ifname=<tap>,script=no,downscript=no` and a virtio-net device (see [the VMM guide](install/vmm.md)); the guest is the Debian kernel with a busybox init (test/vm) that takes the attachment's addresses and the ADD result's gateways from the kernel command line, starts an echo service and prints a ready line on the serial console. The node pings the guest's IPv4 address every %s from the moment qemu starts; *first ping* is qemu's start to the first reply, *ready* to the console line, and *guest kernel* the guest's uptime as it said ready (the rest of *ready* is qemu and the firmware starting and loading the kernel and initramfs). %d boots per accelerator, each a new ADD, guest, poweroff and DEL; 256 MiB, one vCPU.", r.sec("chain-latency"), vm.QEMUBinary, vmPingInterval, r.Options.VMBoots)
 	p("")
 	p("| accelerator | guest kernel | ADD p50 | ready p50 | of it, guest kernel p50 | first ping p50 | first ping max | ADD share of ADD + first ping |")
 	p("|---|---|---|---|---|---|---|---|")
