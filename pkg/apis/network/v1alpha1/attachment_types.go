@@ -253,6 +253,7 @@ type VPCAttachmentStatus struct {
 	// length, as the workload's interface gets them; each is advertised as
 	// a host route.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Addresses []Prefix `json:"addresses,omitempty"`
 
