@@ -27,6 +27,8 @@ type fakeStore struct {
 	expect []string
 	// interfere runs once, before the first write, as another writer.
 	interfere func(f *fakeStore)
+	// watchers receive a signal on every write.
+	watchers []chan struct{}
 }
 
 func newFakeStore(t *testing.T) *fakeStore { return &fakeStore{t: t} }
@@ -36,6 +38,35 @@ func (f *fakeStore) put(r Record) {
 	f.rv++
 	f.exists = true
 	f.cur = Observed{Record: r, ResourceVersion: strconv.Itoa(f.rv)}
+	for _, w := range f.watchers {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watchingFake is a fakeStore that is a Watcher; fail makes Watch fail.
+type watchingFake struct {
+	*fakeStore
+	fail bool
+}
+
+func (w watchingFake) Watch(ctx context.Context, resourceVersion string) (<-chan struct{}, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.call("watch"); err != nil {
+		return nil, err
+	}
+	if w.fail {
+		return nil, fmt.Errorf("watch refused")
+	}
+	ch := make(chan struct{}, 1)
+	if resourceVersion != w.cur.ResourceVersion {
+		ch <- struct{}{} // changed since the version asked for
+	}
+	w.watchers = append(w.watchers, ch)
+	return ch, nil
 }
 
 func (f *fakeStore) record() (Record, bool) {

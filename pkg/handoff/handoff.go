@@ -35,8 +35,9 @@ type HeldError struct {
 	Err error
 
 	// expiresIn is how long, by this process's observation, until the
-	// holder may be taken over.
-	expiresIn time.Duration
+	// holder may be taken over; resourceVersion is the version read.
+	expiresIn       time.Duration
+	resourceVersion string
 }
 
 func (e *HeldError) Error() string {
@@ -63,7 +64,8 @@ type Grant struct {
 	Token int64
 }
 
-// DefaultRetryPeriod caps the wait between two attempts of Acquire.
+// DefaultRetryPeriod caps the wait between two attempts of Acquire when it
+// cannot watch the lease.
 const DefaultRetryPeriod = time.Second
 
 // Options tune a Lock.
@@ -127,6 +129,9 @@ func New(leases LeaseClient, namespace, name string, opts Options) (*Lock, error
 		return nil, fmt.Errorf("handoff: lease namespace and name are required, got %q/%q", namespace, name)
 	}
 	s := &leaseStore{leases: leases, namespace: namespace, name: name}
+	if w, ok := leases.(leaseWatcher); ok {
+		return NewWithStore(watchingStore{s, w}, namespace+"/"+name, opts)
+	}
 	return NewWithStore(s, namespace+"/"+name, opts)
 }
 
@@ -179,13 +184,30 @@ func (l *Lock) Get(ctx context.Context) (Record, error) {
 	return cur.Record, nil
 }
 
-// Acquire waits, backing off with jitter, until the lease is free, expired
-// by this node's observation, or already held by holder, and takes it.
-// When ctx ends first, the error is a *HeldError naming the current holder
+// watchPollPeriod caps the wait between two attempts of Acquire while a
+// watch of the lease runs: the watch says when it changes, the poll covers
+// a watch that stalls without ending.
+const watchPollPeriod = 5 * time.Second
+
+// maxWatchEnds is how many watches may end without reporting a change
+// before Acquire stops watching and polls instead.
+const maxWatchEnds = 3
+
+// Acquire waits until the lease is free, expired by this node's
+// observation, or already held by holder, and takes it. While another holds
+// it, Acquire watches the lease when its store can (Watcher), so a release
+// is seen when it happens; without a watch, or when watching fails, it
+// polls, backing off with jitter up to the retry period. When ctx ends
+// first, the error is a *HeldError naming the current holder
 // (errors.Is(err, ErrHeld)). Errors other than conflicts end the wait.
 func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
 	backoff := max(l.retryPeriod/8, time.Millisecond)
 	var last *HeldError
+	watcher, watching := l.store.(Watcher)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var changes <-chan struct{}
+	watchEnds := 0
 	for {
 		g, err := l.TryAcquire(ctx, holder)
 		if err == nil {
@@ -201,11 +223,21 @@ func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
 		default:
 			return Grant{}, err
 		}
+		if watching && changes == nil && held != nil {
+			// From the version just read, so no change after it is missed.
+			if changes, err = watcher.Watch(watchCtx, held.resourceVersion); err != nil {
+				watching, changes = false, nil
+			}
+		}
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if changes != nil && held != nil {
+			wait = watchPollPeriod
+		} else {
+			backoff = min(2*backoff, l.retryPeriod)
+		}
 		if held != nil && held.expiresIn > 0 && held.expiresIn < wait {
 			wait = held.expiresIn
 		}
-		backoff = min(2*backoff, l.retryPeriod)
 		select {
 		case <-ctx.Done():
 			if last != nil {
@@ -213,6 +245,15 @@ func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
 			}
 			return Grant{}, fmt.Errorf("acquiring lease %s: %w", l.key, ctx.Err())
 		case <-l.clock.After(wait):
+		case _, ok := <-changes:
+			if !ok {
+				// The watch ended: the next attempt starts another from
+				// what it reads, unless watches keep ending.
+				changes = nil
+				if watchEnds++; watchEnds >= maxWatchEnds {
+					watching = false
+				}
+			}
 		}
 	}
 }
@@ -286,7 +327,7 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 			return Grant{}, err
 		}
 		if left > 0 {
-			return Grant{}, &HeldError{Lease: l.key, Holder: rec.HolderIdentity, Token: int64(rec.LeaseTransitions), expiresIn: left}
+			return Grant{}, &HeldError{Lease: l.key, Holder: rec.HolderIdentity, Token: int64(rec.LeaseTransitions), expiresIn: left, resourceVersion: cur.ResourceVersion}
 		}
 	}
 	if rec.LeaseTransitions == math.MaxInt32 {

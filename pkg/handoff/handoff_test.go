@@ -612,3 +612,93 @@ func TestNewRejectsTimingThatCannotWork(t *testing.T) {
 		t.Errorf("valid options: %v", err)
 	}
 }
+
+func TestAWaitingAcquireLearnsOfTheReleaseFromItsWatchWithoutWaitingForAPoll(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	a := newLock(t, f, c, "")
+	ga, err := a.Acquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.calls = nil
+	f.mu.Unlock()
+	done := acquireInBackground(ctx, newLock(t, watchingFake{fakeStore: f}, c, ""), "node-b/c2")
+	if r, finished := nextWait(c, done); finished {
+		t.Fatalf("acquired a held lease: %+v", r)
+	}
+	if err := a.Release(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	// The clock stands still: only the watch can end the wait.
+	select {
+	case r := <-done:
+		if r.err != nil || r.g != (Grant{"node-b/c2", 2}) {
+			t.Fatalf("want token 2, got %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not end the wait without the clock moving")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// The waiter's get, its watch, the release's get and update, the
+	// waiter's get and update.
+	if want := []string{"get", "watch", "get", "update", "get", "update"}; !slices.Equal(f.calls, want) {
+		t.Errorf("calls %v, want %v", f.calls, want)
+	}
+}
+
+func TestAcquireWhoseWatchFailsPollsInstead(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	a := newLock(t, f, c, "")
+	ga, err := a.Acquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := acquireInBackground(ctx, newLock(t, watchingFake{fakeStore: f, fail: true}, c, ""), "node-b/c2")
+	if r, finished := nextWait(c, done); finished {
+		t.Fatalf("acquired a held lease: %+v", r)
+	}
+	if err := a.Release(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c.Step(time.Second)
+		if r, finished := nextWait(c, done); finished {
+			if r.err != nil || r.g != (Grant{"node-b/c2", 2}) {
+				t.Fatalf("want token 2, got %+v", r)
+			}
+			if c.Since(epoch) >= lease {
+				t.Errorf("the released lease was taken only after %v", c.Since(epoch))
+			}
+			return
+		}
+	}
+}
+
+func TestAWatchingAcquireStillTakesOverACrashedHolderOnceTheLeaseDurationPassed(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	if _, err := newLock(t, f, c, "").Acquire(ctx, "node-a/c1"); err != nil {
+		t.Fatal(err)
+	}
+	done := acquireInBackground(ctx, newLock(t, watchingFake{fakeStore: f}, c, ""), "node-b/c2")
+	for {
+		r, finished := nextWait(c, done)
+		if finished {
+			if r.err != nil || r.g.Token != 2 {
+				t.Fatalf("want token 2, got %+v", r)
+			}
+			if c.Since(epoch) < lease {
+				t.Fatalf("taken over after %v, before the lease duration %v", c.Since(epoch), lease)
+			}
+			return
+		}
+		c.Step(time.Second)
+	}
+}

@@ -7,6 +7,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/galactic-cni/galactic/pkg/names"
 )
@@ -42,6 +44,14 @@ type Store interface {
 	Get(ctx context.Context) (Observed, error)
 	Create(ctx context.Context, r Record) (Observed, error)
 	Update(ctx context.Context, resourceVersion string, r Record) (Observed, error)
+}
+
+// Watcher is a Store that can also watch its lease. Watch reports every
+// change after resourceVersion on the returned channel (several changes
+// may be reported once) and closes it when the watch ends, by an error of
+// the API server or ctx ending.
+type Watcher interface {
+	Watch(ctx context.Context, resourceVersion string) (<-chan struct{}, error)
 }
 
 // RecordFromSpec converts a Lease spec into a Record; absent fields read as
@@ -119,10 +129,54 @@ func LeaseFromRecord(namespace, name, resourceVersion string, r Record) *coordin
 	}
 }
 
-// leaseStore is the Store over the API server.
+// leaseStore is the Store over the API server; it is a Watcher when its
+// client can watch.
 type leaseStore struct {
 	leases          LeaseClient
 	namespace, name string
+}
+
+// leaseWatcher is a Lease client that can watch, as client-go's typed
+// clients and client.Clients.Leases can.
+type leaseWatcher interface {
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// watchingStore is a leaseStore whose client watches.
+type watchingStore struct {
+	*leaseStore
+	watcher leaseWatcher
+}
+
+// Watch watches the one lease by name from resourceVersion.
+func (s watchingStore) Watch(ctx context.Context, resourceVersion string) (<-chan struct{}, error) {
+	w, err := s.watcher.Watch(ctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", s.name).String(),
+		ResourceVersion: resourceVersion,
+	})
+	if err != nil {
+		return nil, err
+	}
+	changes := make(chan struct{}, 1)
+	go func() {
+		defer close(changes)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok || ev.Type == watch.Error {
+					return
+				}
+				select {
+				case changes <- struct{}{}:
+				default: // one pending signal stands for any number of changes
+				}
+			}
+		}
+	}()
+	return changes, nil
 }
 
 func (s *leaseStore) Get(ctx context.Context) (Observed, error) {
