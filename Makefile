@@ -55,12 +55,16 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(dir $@)
 	cd test/tools && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
+# The API types' deepcopy code and CRDs, and the BPF programs' objects
+# and loaders (pkg/filter/bpf/*.c through bpf2go, with clang-14 from
+# hack/install-deps.sh).
 generate: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=installer/manifests/crds
+	$(GO) generate ./pkg/filter/
 
 verify-generated: $(CONTROLLER_GEN)
-	CONTROLLER_GEN=$(CONTROLLER_GEN) hack/verify-generated.sh .
+	CONTROLLER_GEN=$(CONTROLLER_GEN) GO=$(GO) hack/verify-generated.sh .
 
 # The generated part of the docs: the CLI reference from every shipped
 # binary's -h (test/docs checks it in `make test`).

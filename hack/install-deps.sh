@@ -15,11 +15,14 @@ need=()
 # built with seccomp (the kubelet asks for it), so it needs gcc, pkg-config
 # and libseccomp's headers. nft drops packets on the soak's fabric
 # (`make soak`, test/integration/soak): netem is not in every kernel.
+# clang-14 and llvm-14's llvm-strip compile pkg/filter's BPF programs for
+# `make generate` and `make verify-generated`: the committed objects are
+# those this exact compiler makes, so the versions are named, not "clang".
 for pair in ip:iproute2 bridge:iproute2 make:make git:git gcc:gcc \
 	qemu-system-x86_64:qemu-system-x86 busybox:busybox-static \
 	/usr/lib/frr/bgpd:frr vtysh:frr gobgpd:gobgpd curl:curl \
 	nsenter:util-linux pkg-config:pkg-config /usr/include/seccomp.h:libseccomp-dev \
-	/usr/sbin/nft:nftables; do
+	/usr/sbin/nft:nftables clang-14:clang-14 llvm-strip-14:llvm-14; do
 	cmd=${pair%%:*}
 	if [ -e "$cmd" ] || command -v "$cmd" >/dev/null 2>&1; then continue; fi
 	need+=("${pair#*:}")

@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -22,28 +21,119 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The workload classifier (bpf/classifier.c): one tc program per network
+// namespace, attached to the ingress of every workload host interface,
+// that looks the interface's attachment up in a hash map keyed by ifindex
+// and lets through only what the attachment may send. ADD and DEL write
+// and delete one map entry, so nothing is verified per attachment.
+//
+// A map value (the attachment, struct attachment in the C source),
+// little-endian where it is a number:
+//
+//	0    u32 flags (flagMAC: the frames' source MAC must be the one at 8)
+//	4    u8  IPv4 source prefixes, 5: u8 IPv6 source prefixes
+//	8    6 bytes MAC
+//	16   maxSources × {addr [4]byte, mask [4]byte}
+//	144  maxSources × {addr [16]byte, mask [16]byte}
+const (
+	maxSources = MaxSources
+	flagMAC    = 1
+	valFlags   = 0
+	valN4      = 4
+	valN6      = 5
+	valMAC     = 8
+	valV4      = 16
+	valV6      = valV4 + maxSources*8
+	valueSize  = valV6 + maxSources*32
+)
+
+// MaxSources is how many source prefixes of each family an attachment
+// may have, after merging those another contains.
+const MaxSources = 16
+
+// Validate says whether the classifier can hold a.
+func (a Attachment) Validate() error {
+	_, err := a.value()
+	return err
+}
+
+// sourceFamily is where a map value keeps one family's prefixes: the
+// count's offset, the first entry's, and the address size (an entry is
+// the address, then its mask).
+type sourceFamily struct {
+	name        string
+	count, base int
+	size        int
+}
+
+var sourceFamilies = [2]sourceFamily{{"IPv4", valN4, valV4, 4}, {"IPv6", valN6, valV6, 16}}
+
+func familyOf(a netip.Addr) sourceFamily {
+	if a.Is4() {
+		return sourceFamilies[0]
+	}
+	return sourceFamilies[1]
+}
+
+// value is a's map value.
+func (a Attachment) value() ([]byte, error) {
+	v := make([]byte, valueSize)
+	if len(a.MAC) == 6 {
+		binary.LittleEndian.PutUint32(v[valFlags:], flagMAC)
+		copy(v[valMAC:], a.MAC)
+	}
+	for _, p := range Cover(a.Sources) {
+		f := familyOf(p.Addr())
+		n := int(v[f.count])
+		if n == maxSources {
+			return nil, fmt.Errorf("more than %d %s source prefixes (after merging those another contains)", maxSources, f.name)
+		}
+		off := f.base + 2*f.size*n
+		copy(v[off:], p.Addr().AsSlice())
+		copy(v[off+f.size:], net.CIDRMask(p.Bits(), 8*f.size))
+		v[f.count]++
+	}
+	return v, nil
+}
+
+// describeValue names what a map value allows, for CHECK's messages.
+func describeValue(v []byte) string {
+	if len(v) != valueSize {
+		return fmt.Sprintf("%d bytes", len(v))
+	}
+	var out []netip.Prefix
+	for _, f := range sourceFamilies {
+		for i := range int(v[f.count]) {
+			off := f.base + 2*f.size*i
+			a, _ := netip.AddrFromSlice(v[off : off+f.size])
+			ones, _ := net.IPMask(v[off+f.size : off+2*f.size]).Size()
+			out = append(out, netip.PrefixFrom(a, ones))
+		}
+	}
+	s := fmt.Sprint(out)
+	if binary.LittleEndian.Uint32(v[valFlags:])&flagMAC != 0 {
+		s += " mac " + net.HardwareAddr(v[valMAC:valMAC+6]).String()
+	}
+	return s
+}
+
 // ErrNoInterface is Add's error for an interface that does not exist.
 var ErrNoInterface = errors.New("no such interface")
 
 // filterName names galactic's tc filter on a workload interface's ingress.
 const filterName = "galactic"
 
-// codeHash is the first bytes of the SHA-256 of program's code, kept as
-// a constant (a test recomputes it) because hashing costs a plugin
-// process more than the rest of its ADD's classifier work.
-const codeHash = "b8846f"
-
-// progName is the program's name: its code's hash, so that a program of
-// another build is told from this one's and replaced.
+// progName is the program's name: its object's hash, so that a program of
+// another build is told from this one's and replaced. The hash is a
+// generated constant (a test recomputes it) because hashing costs a
+// plugin process more than the rest of its ADD's classifier work, and
+// short of the kernel's 15 characters, which readers take for a
+// truncated name.
 func progName() string { return "galactic_" + codeHash }
 
-func hashCode() (string, error) {
-	var buf bytes.Buffer
-	if err := program(0).Marshal(&buf, binary.LittleEndian); err != nil {
-		return "", err
-	}
-	h := sha256.Sum256(buf.Bytes())
-	return hex.EncodeToString(h[:3]), nil
+func hashCode() string {
+	h := sha256.Sum256(_ClassifierBytes)
+	return hex.EncodeToString(h[:])[:len(codeHash)]
 }
 
 // mapName names a namespace's attachments map by the namespace's inode:
@@ -145,28 +235,32 @@ func (c *classifier) close() {
 }
 
 func load(ns uint64) (*classifier, error) {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name: mapName(ns), Type: ebpf.Hash, KeySize: 4, ValueSize: valueSize,
-		MaxEntries: 1 << 16, Flags: unix.BPF_F_NO_PREALLOC,
-	})
+	objs, err := loadClassifierNamed(mapName(ns))
 	if err != nil {
-		return nil, fmt.Errorf("creating the workload classifier's map (the kernel needs BPF hash maps): %w", err)
+		return nil, err
 	}
-	p, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
-		Name: progName(), Type: ebpf.SchedCLS, License: progLicense, Instructions: program(m.FD()),
-	}, ebpf.ProgramOptions{LogDisabled: true})
+	info, err := objs.Classify.Info()
 	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("loading the workload classifier: %w", err)
-	}
-	info, err := p.Info()
-	if err != nil {
-		p.Close()
-		m.Close()
+		objs.Close()
 		return nil, err
 	}
 	id, _ := info.ID()
-	return &classifier{prog: p, id: id, vals: m}, nil
+	return &classifier{prog: objs.Classify, id: id, vals: objs.Attachments}, nil
+}
+
+// loadClassifierNamed loads the classifier with its map named mapName.
+func loadClassifierNamed(mapName string) (*classifierObjects, error) {
+	spec, err := loadClassifier()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps[classifierMapAttachments].Name = mapName
+	spec.Programs[classifierProgClassify].Name = progName()
+	var objs classifierObjects
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogDisabled: true}}); err != nil {
+		return nil, fmt.Errorf("loading the workload classifier (the kernel needs BPF hash maps and cls_bpf): %w", err)
+	}
+	return &objs, nil
 }
 
 func ifKeyIndex(idx int) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(idx)) }

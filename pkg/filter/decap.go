@@ -20,7 +20,7 @@ const (
 	decapFilterName = "gxdecap"
 	decapPriority   = 0xc000
 	// decapLicense: the program calls bpf_fib_lookup, GPL-only, as the classifier does.
-	decapLicense = progLicense
+	decapLicense = "GPL"
 )
 
 // decapper is a namespace's decapsulation program and its maps. Each

@@ -3,39 +3,9 @@
 package filter
 
 import (
-	"encoding/binary"
 	"fmt"
-	"net"
-	"net/netip"
 
 	"github.com/cilium/ebpf/asm"
-)
-
-// The workload classifier: one tc program per network namespace, attached
-// to the ingress of every workload host interface, that looks the
-// interface's attachment up by ifindex in a hash map and lets through
-// only what the attachment may send. ADD and DEL write and delete one map
-// entry, so nothing is verified per attachment. What passes and is to be
-// routed through the node, the program forwards itself (forward4,
-// forward6).
-//
-// A map value (the attachment), little-endian where it is a number:
-//
-//	0    u32 flags (flagMAC: the frames' source MAC must be the one at 8)
-//	4    u8  IPv4 source prefixes, 5: u8 IPv6 source prefixes
-//	8    6 bytes MAC
-//	16   maxSources × {addr [4]byte, mask [4]byte}
-//	144  maxSources × {addr [16]byte, mask [16]byte}
-const (
-	maxSources = MaxSources
-	flagMAC    = 1
-	valFlags   = 0
-	valN4      = 4
-	valN6      = 5
-	valMAC     = 8
-	valV4      = 16
-	valV6      = valV4 + maxSources*8
-	valueSize  = valV6 + maxSources*32
 )
 
 // The frame's first bufLen bytes are copied to the stack at bufAt (below
@@ -106,11 +76,6 @@ const (
 	le16OptTgt = 0x0102
 )
 
-// IPv6 next headers that are extension headers: walking them would
-// multiply what the verifier explores, and a workload needs none but a
-// fragment header.
-var extHeaders = []int32{0, 43, 44, 51, 60, 135, 139, 140, 253, 254}
-
 type emitter struct {
 	insns   asm.Instructions
 	pending string
@@ -149,53 +114,6 @@ const (
 	rVal = asm.R9
 )
 
-// program is the classifier's code; cfg is the attachments map's fd.
-func program(cfg int) asm.Instructions {
-	e := &emitter{}
-	e.emit(
-		asm.Mov.Reg(rCtx, asm.R1),
-		asm.LoadMem(asm.R2, rCtx, skbIfindex, asm.Word),
-		asm.StoreMem(asm.RFP, keyAt, asm.R2, asm.Word),
-	)
-	e.lookup(cfg, "drop")
-	e.emit(
-		asm.Mov.Reg(rVal, asm.R0),
-		// Copy the headers: direct packet access would need them in the
-		// linear part, and pulling them there costs more than a copy.
-		asm.LoadMem(rLen, rCtx, skbLen, asm.Word),
-		asm.Mov.Reg(asm.R4, rLen),
-		asm.JLE.Imm(asm.R4, bufLen, "copy"),
-		asm.Mov.Imm(asm.R4, bufLen),
-	)
-	e.at("copy")
-	e.emit(asm.JLT.Imm(asm.R4, ipStart, "drop"))
-	e.loadBytes(0, bufAt, "drop")
-	e.emit(
-		// A veth's frames carry its container end's MAC.
-		asm.LoadMem(asm.R2, rVal, valFlags, asm.Word),
-		asm.And.Imm(asm.R2, flagMAC),
-		asm.JEq.Imm(asm.R2, 0, "ethertype"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ethSrc), asm.Word),
-		asm.LoadMem(asm.R3, rVal, valMAC, asm.Word),
-		asm.JNE.Reg(asm.R2, asm.R3, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ethSrc+4), asm.Half),
-		asm.LoadMem(asm.R3, rVal, valMAC+4, asm.Half),
-		asm.JNE.Reg(asm.R2, asm.R3, "drop"),
-	)
-	e.at("ethertype")
-	e.emit(
-		asm.LoadMem(asm.R2, asm.RFP, b(ethType), asm.Half),
-		// ARP is checked by the arp table's rules.
-		asm.JEq.Imm(asm.R2, le16ARP, "pass"),
-		asm.JEq.Imm(asm.R2, le16IPv4, "ip4"),
-		asm.JNE.Imm(asm.R2, le16IPv6, "drop"),
-	)
-	e.ip6()
-	e.ip4()
-	e.exits()
-	return e.insns
-}
-
 // exits are the labels pass (to the kernel) and drop.
 func (e *emitter) exits() {
 	e.at("pass")
@@ -229,94 +147,6 @@ func (e *emitter) loadBytes(off, at int32, fail string) {
 	)
 }
 
-func (e *emitter) ip4() {
-	e.at("ip4")
-	e.emit(
-		asm.JLT.Imm(rLen, ipStart+20, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Byte),
-		asm.Mov.Reg(asm.R3, asm.R2),
-		asm.And.Imm(asm.R3, 0xf0),
-		asm.JNE.Imm(asm.R3, 0x40, "drop"),
-		asm.And.Imm(asm.R2, 0x0f),
-		asm.JLT.Imm(asm.R2, 5, "drop"),
-		// R8: the header's length, 20 to 60.
-		asm.LSh.Imm(asm.R2, 2),
-		asm.Mov.Reg(asm.R8, asm.R2),
-		asm.LoadMem(asm.R1, asm.RFP, b(ip4Src), asm.Word),
-		asm.LoadMem(asm.R3, rVal, valN4, asm.Byte),
-	)
-	for i := range maxSources {
-		next := e.label("v4")
-		off := int16(valV4 + 8*i)
-		e.emit(
-			asm.JLE.Imm(asm.R3, int32(i), "drop"),
-			asm.LoadMem(asm.R2, rVal, off+4, asm.Word),
-			asm.And.Reg(asm.R2, asm.R1),
-			asm.LoadMem(asm.R4, rVal, off, asm.Word),
-			asm.JEq.Reg(asm.R2, asm.R4, "src4"),
-		)
-		e.at(next)
-	}
-	e.emit(asm.Ja.Label("drop"))
-	e.at("src4")
-	// Later fragments carry no transport header.
-	e.emit(
-		asm.LoadMem(asm.R2, asm.RFP, b(ip4Frag), asm.Half),
-		asm.And.Imm(asm.R2, le16Frag4),
-		asm.JNE.Imm(asm.R2, 0, "pass"),
-		asm.LoadMem(asm.R3, asm.RFP, b(ip4Proto), asm.Byte),
-		asm.Mov.Reg(asm.R4, asm.R8),
-		asm.Add.Imm(asm.R4, ipStart+2),
-		asm.JEq.Imm(asm.R3, 17, "udp4"),
-		asm.JNE.Imm(asm.R3, 1, "fwd4"),
-		// An ICMP redirect, whatever its code.
-		asm.JLT.Reg(rLen, asm.R4, "drop"),
-		asm.Mov.Reg(asm.R4, asm.RFP),
-		asm.Add.Reg(asm.R4, asm.R8),
-		asm.LoadMem(asm.R2, asm.R4, b(ipStart), asm.Byte),
-		asm.JEq.Imm(asm.R2, icmpRedirect, "drop"),
-		asm.Ja.Label("fwd4"),
-	)
-	// DHCP server replies.
-	e.at("udp4")
-	e.emit(
-		asm.JLT.Reg(rLen, asm.R4, "drop"),
-		asm.Mov.Reg(asm.R4, asm.RFP),
-		asm.Add.Reg(asm.R4, asm.R8),
-		asm.LoadMem(asm.R2, asm.R4, b(ipStart), asm.Half),
-		asm.JEq.Imm(asm.R2, le16DHCP4, "drop"),
-		asm.JEq.Imm(asm.R2, le16DHCP6, "drop"),
-	)
-	e.forward4()
-}
-
-// match6 jumps to ok when the 16 bytes at the frame's offset off are in
-// one of the attachment's IPv6 prefixes, and to fail otherwise.
-func (e *emitter) match6(off int, ok, fail string) {
-	e.emit(
-		asm.LoadMem(asm.R1, asm.RFP, b(off), asm.DWord),
-		asm.LoadMem(asm.R2, asm.RFP, b(off+8), asm.DWord),
-		asm.LoadMem(asm.R3, rVal, valN6, asm.Byte),
-	)
-	for i := range maxSources {
-		next := e.label("v6")
-		o := int16(valV6 + 32*i)
-		e.emit(
-			asm.JLE.Imm(asm.R3, int32(i), fail),
-			asm.LoadMem(asm.R4, rVal, o+16, asm.DWord),
-			asm.And.Reg(asm.R4, asm.R1),
-			asm.LoadMem(asm.R5, rVal, o, asm.DWord),
-			asm.JNE.Reg(asm.R4, asm.R5, next),
-			asm.LoadMem(asm.R4, rVal, o+24, asm.DWord),
-			asm.And.Reg(asm.R4, asm.R2),
-			asm.LoadMem(asm.R5, rVal, o+8, asm.DWord),
-			asm.JEq.Reg(asm.R4, asm.R5, ok),
-		)
-		e.at(next)
-	}
-	e.emit(asm.Ja.Label(fail))
-}
-
 // compareMAC jumps to differ unless the MAC at the stack offset at
 // (2-byte aligned) is the one at the map value's offset val.
 func (e *emitter) compareMAC(at, val int16, differ string) {
@@ -328,181 +158,6 @@ func (e *emitter) compareMAC(at, val int16, differ string) {
 		)
 	}
 }
-
-func (e *emitter) notExtension(reg asm.Register) {
-	for _, h := range extHeaders {
-		e.emit(asm.JEq.Imm(reg, h, "drop"))
-	}
-}
-
-func (e *emitter) ip6() {
-	e.emit(
-		asm.JLT.Imm(rLen, ip6L4, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Byte),
-		asm.And.Imm(asm.R2, 0xf0),
-		asm.JNE.Imm(asm.R2, 0x60, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6Next), asm.Byte),
-		asm.JNE.Imm(asm.R2, 44, "unfragmented"),
-		asm.JLT.Imm(rLen, ip6FragL4, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6L4), asm.Byte),
-		asm.LoadMem(asm.R3, asm.RFP, b(ip6FragOff), asm.Half),
-		asm.And.Imm(asm.R3, le16Frag6),
-		// A later fragment: only its source to check.
-		asm.JNE.Imm(asm.R3, 0, "src6"),
-	)
-	e.notExtension(asm.R2)
-	// A first fragment: of ICMPv6 only echo, whose checks need nothing
-	// past the type.
-	e.emit(
-		asm.JEq.Imm(asm.R2, 17, "udp6frag"),
-		asm.JNE.Imm(asm.R2, 58, "src6"),
-		asm.JLT.Imm(rLen, ip6FragL4+4, "drop"),
-		asm.LoadMem(asm.R3, asm.RFP, b(ip6FragL4), asm.Byte),
-		asm.JEq.Imm(asm.R3, icmp6EchoRequest, "src6"),
-		asm.JEq.Imm(asm.R3, icmp6EchoReply, "src6"),
-		asm.Ja.Label("drop"),
-	)
-	e.at("udp6frag")
-	e.emit(
-		asm.JLT.Imm(rLen, ip6FragL4+4, "drop"),
-		asm.LoadMem(asm.R3, asm.RFP, b(ip6FragL4), asm.Half),
-		asm.Ja.Label("udp6port"),
-	)
-	e.at("unfragmented")
-	e.notExtension(asm.R2)
-	e.emit(
-		asm.JEq.Imm(asm.R2, 17, "udp6"),
-		asm.JNE.Imm(asm.R2, 58, "src6"),
-		asm.JLT.Imm(rLen, ip6L4+4, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6L4), asm.Byte),
-		asm.JEq.Imm(asm.R2, icmp6RouterAdvert, "drop"),
-		asm.JEq.Imm(asm.R2, icmp6Redirect, "drop"),
-		// DAD: a solicitation from :: announces nothing.
-		asm.LoadMem(asm.R3, asm.RFP, b(ip6Src), asm.DWord),
-		asm.LoadMem(asm.R4, asm.RFP, b(ip6Src+8), asm.DWord),
-		asm.Or.Reg(asm.R3, asm.R4),
-		asm.JEq.Imm(asm.R3, 0, "pass"),
-		asm.JEq.Imm(asm.R2, icmp6NeighSolicit, "lladdr"),
-		asm.JNE.Imm(asm.R2, icmp6NeighAdvert, "linklocal"),
-		// An advertisement names as its target only a link-local address
-		// or one the attachment may send from.
-		asm.JLT.Imm(rLen, ndOptAt, "drop"),
-		asm.LoadMem(asm.R3, asm.RFP, b(ndTargetAt), asm.DWord),
-		asm.JEq.Imm(asm.R3, le64LL, "lladdr"),
-	)
-	e.match6(ndTargetAt, "lladdr", "drop")
-	// A veth's solicitation or advertisement carries no option or one
-	// link-layer address option, and that is the container end's MAC.
-	e.at("lladdr")
-	e.emit(
-		asm.LoadMem(asm.R2, rVal, valFlags, asm.Word),
-		asm.And.Imm(asm.R2, flagMAC),
-		asm.JEq.Imm(asm.R2, 0, "linklocal"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6PayLen), asm.Half),
-		asm.JEq.Imm(asm.R2, le16ND, "linklocal"),
-		asm.JNE.Imm(asm.R2, le16NDOpt, "drop"),
-		asm.JLT.Imm(rLen, ndOptAt+8, "drop"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ndOptAt), asm.Half),
-		asm.JEq.Imm(asm.R2, le16OptSrc, "optmac"),
-		asm.JNE.Imm(asm.R2, le16OptTgt, "drop"),
-	)
-	e.at("optmac")
-	e.compareMAC(b(ndOptMAC), valMAC, "drop")
-	e.at("linklocal")
-	e.emit(
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6Src), asm.Half),
-		asm.And.Imm(asm.R2, le16LLMask),
-		asm.JEq.Imm(asm.R2, le16LL, "pass"),
-		asm.Ja.Label("src6"),
-	)
-	e.at("udp6")
-	e.emit(
-		asm.JLT.Imm(rLen, ip6L4+4, "drop"),
-		asm.LoadMem(asm.R3, asm.RFP, b(ip6L4), asm.Half),
-	)
-	e.at("udp6port")
-	e.emit(
-		asm.JEq.Imm(asm.R3, le16DHCP4, "drop"),
-		asm.JEq.Imm(asm.R3, le16DHCP6, "drop"),
-	)
-	e.at("src6")
-	e.match6(ip6Src, "fwd6", "drop")
-	e.forward6()
-}
-
-// MaxSources is how many source prefixes of each family an attachment
-// may have, after merging those another contains.
-const MaxSources = 16
-
-// Validate says whether the classifier can hold a.
-func (a Attachment) Validate() error {
-	_, err := a.value()
-	return err
-}
-
-// sourceFamily is where a map value keeps one family's prefixes: the
-// count's offset, the first entry's, and the address size (an entry is
-// the address, then its mask).
-type sourceFamily struct {
-	name        string
-	count, base int
-	size        int
-}
-
-var sourceFamilies = [2]sourceFamily{{"IPv4", valN4, valV4, 4}, {"IPv6", valN6, valV6, 16}}
-
-func familyOf(a netip.Addr) sourceFamily {
-	if a.Is4() {
-		return sourceFamilies[0]
-	}
-	return sourceFamilies[1]
-}
-
-// value is a's map value.
-func (a Attachment) value() ([]byte, error) {
-	v := make([]byte, valueSize)
-	if len(a.MAC) == 6 {
-		binary.LittleEndian.PutUint32(v[valFlags:], flagMAC)
-		copy(v[valMAC:], a.MAC)
-	}
-	for _, p := range Cover(a.Sources) {
-		f := familyOf(p.Addr())
-		n := int(v[f.count])
-		if n == maxSources {
-			return nil, fmt.Errorf("more than %d %s source prefixes (after merging those another contains)", maxSources, f.name)
-		}
-		off := f.base + 2*f.size*n
-		copy(v[off:], p.Addr().AsSlice())
-		copy(v[off+f.size:], net.CIDRMask(p.Bits(), 8*f.size))
-		v[f.count]++
-	}
-	return v, nil
-}
-
-// describeValue names what a map value allows, for CHECK's messages.
-func describeValue(v []byte) string {
-	if len(v) != valueSize {
-		return fmt.Sprintf("%d bytes", len(v))
-	}
-	var out []netip.Prefix
-	for _, f := range sourceFamilies {
-		for i := range int(v[f.count]) {
-			off := f.base + 2*f.size*i
-			a, _ := netip.AddrFromSlice(v[off : off+f.size])
-			ones, _ := net.IPMask(v[off+f.size : off+2*f.size]).Size()
-			out = append(out, netip.PrefixFrom(a, ones))
-		}
-	}
-	s := fmt.Sprint(out)
-	if binary.LittleEndian.Uint32(v[valFlags:])&flagMAC != 0 {
-		s += " mac " + net.HardwareAddr(v[valMAC:valMAC+6]).String()
-	}
-	return s
-}
-
-// progLicense is the license the program declares to the kernel: its code
-// (this file) is Apache-2.0 or GPL-2.0, and bpf_fib_lookup is GPL-only.
-const progLicense = "GPL"
 
 // The forwarding fast path. A packet that passed the checks is looked up
 // in the kernel's FIB as the kernel's own input path would (the rules with
@@ -682,29 +337,6 @@ func (e *emitter) ip4HeaderValid(at int16, fail string) {
 	e.emit(asm.JNE.Imm(asm.R2, 0xffff, fail))
 }
 
-// forward4 is the IPv4 fast path; R8 holds the header's length.
-func (e *emitter) forward4() {
-	e.at("fwd4")
-	e.emit(asm.JNE.Imm(asm.R8, 20, "pass"))
-	e.ip4HeaderValid(b(ipStart), "pass")
-	e.emit(
-		asm.LoadMem(asm.R2, rCtx, skbPktType, asm.Word),
-		asm.JNE.Imm(asm.R2, 0, "pass"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip4Frag), asm.Half),
-		asm.And.Imm(asm.R2, le16FragMF4),
-		asm.JNE.Imm(asm.R2, 0, "pass"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+8), asm.Byte),
-		asm.JLE.Imm(asm.R2, 1, "pass"),
-		asm.LoadMem(asm.R3, asm.RFP, b(ip4Proto), asm.Byte),
-		asm.LoadMem(asm.R4, asm.RFP, b(ipStart+2), asm.Half),
-		asm.HostTo(asm.BE, asm.R4, asm.Half),
-	)
-	e.fibIPv4(b(ipStart), ipStart+24)
-	e.fibLookup("pass")
-	e.decrementTTL4(b(ipStart + 8))
-	e.redirect()
-}
-
 // decrementTTL4 decrements the TTL of the frame's IPv4 header, whose
 // TTL and protocol word is at the stack offset word. The two are one
 // 16-bit word, the TTL its low byte as loaded here; the header checksum
@@ -737,61 +369,4 @@ func (e *emitter) storeBytes(off, at, n int32) {
 		asm.FnSkbStoreBytes.Call(),
 		asm.JNE.Imm(asm.R0, 0, "drop"),
 	)
-}
-
-// forward6 is the IPv6 fast path: TCP, UDP and ICMPv6 echo without
-// extension headers, between addresses that are not link-local, to one
-// that is not multicast.
-func (e *emitter) forward6() {
-	e.at("fwd6")
-	e.emit(
-		asm.LoadMem(asm.R2, rCtx, skbPktType, asm.Word),
-		asm.JNE.Imm(asm.R2, 0, "pass"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+7), asm.Byte),
-		asm.JLE.Imm(asm.R2, 1, "pass"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6Dst), asm.Byte),
-		asm.JEq.Imm(asm.R2, 0xff, "pass"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6Dst), asm.Half),
-		asm.And.Imm(asm.R2, le16LLMask),
-		asm.JEq.Imm(asm.R2, le16LL, "pass"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6Src), asm.Half),
-		asm.And.Imm(asm.R2, le16LLMask),
-		asm.JEq.Imm(asm.R2, le16LL, "pass"),
-		asm.LoadMem(asm.R3, asm.RFP, b(ip6Next), asm.Byte),
-		asm.JEq.Imm(asm.R3, 6, "fwd6_ok"),
-		asm.JEq.Imm(asm.R3, 17, "fwd6_ok"),
-		asm.JNE.Imm(asm.R3, 58, "pass"),
-		asm.JLT.Imm(rLen, ip6L4+4, "pass"),
-		asm.LoadMem(asm.R2, asm.RFP, b(ip6L4), asm.Byte),
-		asm.JEq.Imm(asm.R2, icmp6EchoRequest, "fwd6_ok"),
-		asm.JNE.Imm(asm.R2, icmp6EchoReply, "pass"),
-	)
-	e.at("fwd6_ok")
-	e.emit(
-		asm.LoadMem(asm.R4, asm.RFP, b(ip6PayLen), asm.Half),
-		asm.HostTo(asm.BE, asm.R4, asm.Half),
-		asm.Add.Imm(asm.R4, 40),
-	)
-	e.fibStart(afInet6)
-	e.fibPorts(b(ip6L4), ip6L4+4)
-	e.emit(
-		asm.LoadMem(asm.R2, asm.RFP, b(ipStart), asm.Word),
-		asm.And.Imm(asm.R2, le32FlowInfo),
-		asm.StoreMem(asm.RFP, fib(fibTOS), asm.R2, asm.Word),
-	)
-	for off := int16(0); off < 32; off += 8 {
-		e.emit(
-			asm.LoadMem(asm.R2, asm.RFP, b(ip6Src)+off, asm.DWord),
-			asm.StoreMem(asm.RFP, fib(fibSrc)+off, asm.R2, asm.DWord),
-		)
-	}
-	e.fibLookup("pass")
-	// IPv6 has no header checksum.
-	e.emit(
-		asm.LoadMem(asm.R2, asm.RFP, b(ipStart+7), asm.Byte),
-		asm.Sub.Imm(asm.R2, 1),
-		asm.StoreMem(asm.RFP, tmpAt, asm.R2, asm.Byte),
-	)
-	e.storeBytes(ipStart+7, tmpAt, 1)
-	e.redirect()
 }

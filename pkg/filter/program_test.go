@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 )
@@ -64,25 +65,20 @@ func loadTestClassifier(t *testing.T, a Attachment) (*ebpf.Program, *ebpf.Map) {
 	if os.Geteuid() != 0 {
 		t.Skip("loading a BPF program needs root")
 	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: valueSize, MaxEntries: 4})
+	objs, err := loadClassifierNamed("gwtest")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: progLicense, Instructions: program(m.FD())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	t.Cleanup(func() { objs.Close() })
 	v, err := a.value()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A test run's packet arrives on the loopback device, index 1.
-	if err := m.Put(uint32(1), v); err != nil {
+	if err := objs.Attachments.Put(uint32(1), v); err != nil {
 		t.Fatal(err)
 	}
-	return p, m
+	return objs.Classify, objs.Attachments
 }
 
 var (
@@ -240,13 +236,34 @@ func TestAnAttachmentWithMoreSourcesThanTheClassifierHoldsIsRefused(t *testing.T
 	}
 }
 
-func TestTheProgramsNameCarriesItsCodesHash(t *testing.T) {
-	h, err := hashCode()
-	if err != nil {
-		t.Fatal(err)
+// The program's name carries the hash of the object that ships, so that
+// a node tells this build's program from another's (make
+// verify-generated checks that the object is bpf/classifier.c compiled).
+func TestTheProgramsNameCarriesItsObjectsHash(t *testing.T) {
+	if h := hashCode(); h != codeHash {
+		t.Fatalf("the classifier's object changed: set codeHash in classifier.go to %q", h)
 	}
-	if h != codeHash {
-		t.Fatalf("the classifier's code changed: set codeHash in classifier.go to %q", h)
+}
+
+// The map values the Go side writes are laid out as the C sources
+// declare them (bpf2go's types are the C structs).
+func TestTheMapValuesAreTheProgramsStructs(t *testing.T) {
+	var a classifierAttachment
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"attachment", unsafe.Sizeof(a), valueSize},
+		{"attachment.flags", unsafe.Offsetof(a.Flags), valFlags},
+		{"attachment.n4", unsafe.Offsetof(a.N4), valN4},
+		{"attachment.n6", unsafe.Offsetof(a.N6), valN6},
+		{"attachment.mac", unsafe.Offsetof(a.Mac), valMAC},
+		{"attachment.v4", unsafe.Offsetof(a.V4), valV4},
+		{"attachment.v6", unsafe.Offsetof(a.V6), valV6},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %d in the C source, %d in Go", c.name, c.got, c.want)
+		}
 	}
 }
 
