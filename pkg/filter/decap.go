@@ -13,14 +13,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The decapsulation fast path's tc filter on the underlay: its name, and a
-// priority after the small ones other agents' filters take, so that theirs
-// see the underlay's packets first.
+// The decapsulation fast path (bpf/decap.c), a tc program on the ingress
+// of the underlay interface: its filter's name, and a priority after the
+// small ones other agents' filters take, so that theirs see the underlay's
+// packets first.
 const (
 	decapFilterName = "gxdecap"
 	decapPriority   = 0xc000
-	// decapLicense: the program calls bpf_fib_lookup, GPL-only, as the classifier does.
-	decapLicense = "GPL"
+)
+
+// The VNI map's value, by VNI (its three bytes and a zero, as the VXLAN
+// header carries them), struct vxlan_device in the C source:
+//
+//	0   u32 the device's ifindex
+//	4   the device's local IPv4 address
+//	8   the device's MAC
+//
+// The VTEP map is keyed by IPv4 address.
+const (
+	decapValIndex = 0
+	decapValLocal = 4
+	decapValMAC   = 8
+	decapValSize  = 16
 )
 
 // decapper is a namespace's decapsulation program and its maps. Each
@@ -54,32 +68,24 @@ func currentDecapper() (*decapper, error) {
 }
 
 func loadDecapper() (*decapper, error) {
-	hash := func(name string, key, value, max uint32) (*ebpf.Map, error) {
-		return ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.Hash, KeySize: key, ValueSize: value, MaxEntries: max, Flags: unix.BPF_F_NO_PREALLOC})
-	}
-	vnis, err := hash("gxvni", 4, decapValSize, 1<<14)
+	spec, err := loadDecap()
 	if err != nil {
-		return nil, fmt.Errorf("creating the VXLAN decapsulation's maps: %w", err)
+		return nil, err
 	}
-	vteps, err := hash("gxvtep", 4, 1, 1<<16)
+	spec.Maps[decapMapVnis].Name = "gxvni"
+	spec.Maps[decapMapVteps].Name = "gxvtep"
+	spec.Programs[decapProgDecap].Name = "galactic_decap"
+	var objs decapObjects
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogDisabled: true}}); err != nil {
+		return nil, fmt.Errorf("loading the VXLAN decapsulation program: %w", err)
+	}
+	info, err := objs.Decap.Info()
 	if err != nil {
-		vnis.Close()
-		return nil, fmt.Errorf("creating the VXLAN decapsulation's maps: %w", err)
+		objs.Close()
+		return nil, err
 	}
-	p, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
-		Name: "galactic_decap", Type: ebpf.SchedCLS, License: decapLicense, Instructions: decapProgram(vnis.FD(), vteps.FD()),
-	}, ebpf.ProgramOptions{LogDisabled: true})
-	if err == nil {
-		var info *ebpf.ProgramInfo
-		if info, err = p.Info(); err == nil {
-			id, _ := info.ID()
-			return &decapper{prog: p, id: id, vnis: vnis, vteps: vteps}, nil
-		}
-		p.Close()
-	}
-	vnis.Close()
-	vteps.Close()
-	return nil, fmt.Errorf("loading the VXLAN decapsulation program: %w", err)
+	id, _ := info.ID()
+	return &decapper{prog: objs.Decap, id: id, vnis: objs.Vnis, vteps: objs.Vteps}, nil
 }
 
 // vxlanDevice is what the program needs of one of galactic-router's

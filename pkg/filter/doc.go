@@ -1,7 +1,7 @@
 // Package filter keeps galactic's packet filter: the workload classifier,
 // a tc eBPF program on the ingress of every workload host interface that
 // looks the interface's attachment up in a map keyed by ifindex
-// (classifier.go, program.go), and the nftables tables `inet galactic`
+// (bpf/classifier.c, classifier.go), and the nftables tables `inet galactic`
 // and `arp galactic` (ARP passes no inet hook), whose chains and rules are
 // fixed and whose sets hold what changes with the attachments on the node.
 // ADD and DEL write and delete one map entry and set elements, never

@@ -12,6 +12,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+// tc's verdict for what goes on to the kernel, and where a frame's IP
+// header starts.
+const (
+	actOK   = 0
+	ipStart = 14
+)
+
 // frame builds an Ethernet frame from src MAC with an IPv4 or IPv6
 // header from src to dst, protocol proto, and payload after it.
 func frame(mac net.HardwareAddr, src, dst netip.Addr, proto byte, payload []byte) []byte {
@@ -249,6 +256,7 @@ func TestTheProgramsNameCarriesItsObjectsHash(t *testing.T) {
 // declare them (bpf2go's types are the C structs).
 func TestTheMapValuesAreTheProgramsStructs(t *testing.T) {
 	var a classifierAttachment
+	var d decapVxlanDevice
 	for _, c := range []struct {
 		name      string
 		got, want uintptr
@@ -260,6 +268,10 @@ func TestTheMapValuesAreTheProgramsStructs(t *testing.T) {
 		{"attachment.mac", unsafe.Offsetof(a.Mac), valMAC},
 		{"attachment.v4", unsafe.Offsetof(a.V4), valV4},
 		{"attachment.v6", unsafe.Offsetof(a.V6), valV6},
+		{"vxlan_device", unsafe.Sizeof(d), decapValSize},
+		{"vxlan_device.ifindex", unsafe.Offsetof(d.Ifindex), decapValIndex},
+		{"vxlan_device.local", unsafe.Offsetof(d.Local), decapValLocal},
+		{"vxlan_device.mac", unsafe.Offsetof(d.Mac), decapValMAC},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %d in the C source, %d in Go", c.name, c.got, c.want)
