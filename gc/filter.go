@@ -22,11 +22,12 @@ func (k NodeKernel) SyncFilter() (filter.SyncResult, error) {
 		return filter.SyncResult{}, fmt.Errorf("taking the node lock: %w", err)
 	}
 	defer unlock()
+	f := filter.New()
 	recs, err := k.Host.Store().List()
 	if err != nil {
 		// Without every record, removing elements could cut off a live
 		// attachment; restoring the rules is still safe.
-		if _, eerr := filter.Ensure(); eerr != nil {
+		if _, eerr := f.Ensure(); eerr != nil {
 			return filter.SyncResult{}, eerr
 		}
 		return filter.SyncResult{}, fmt.Errorf("reading the node records: %w", err)
@@ -40,7 +41,7 @@ func (k NodeKernel) SyncFilter() (filter.SyncResult, error) {
 			atts = append(atts, a)
 		}
 	}
-	return filter.Sync(atts)
+	return f.Sync(atts)
 }
 
 func (c *Collector) syncFilter(r *Report, fail func(string, error)) {

@@ -11,7 +11,7 @@ import (
 // from those, and restores galactic's nftables table if another agent
 // removed it. Called with the node lock held; false when it failed.
 func (d *Daemon) syncFilter(vteps []netip.Addr) bool {
-	res, err := filter.SetVTEPs(vteps)
+	res, err := filter.New().SetVTEPs(vteps)
 	if err != nil {
 		d.log.Error("packet filter: VTEP sets", "error", err)
 		return false

@@ -16,7 +16,7 @@ func (o Options) removeFilter() {
 		fmt.Fprintf(out, "would remove nftables tables inet %s and arp %s\n", filter.TableName, filter.TableName)
 		return
 	}
-	if err := filter.Delete(); err != nil {
+	if err := filter.New().Delete(); err != nil {
 		fmt.Fprintf(out, "removing nftables tables inet %s and arp %s failed, uninstalling anyway: %v\n", filter.TableName, filter.TableName, err)
 		return
 	}

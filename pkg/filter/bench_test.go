@@ -23,15 +23,15 @@ func BenchmarkAddAndRemoveAt1000(b *testing.B) {
 					r.Sources = []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 5}), 32)}
 					atts = append(atts, r)
 				}
-				if _, err := Sync(atts); err != nil {
+				if _, err := k.Sync(atts); err != nil {
 					b.Fatal(err)
 				}
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if err := Add(a); err != nil {
+					if err := k.Add(a); err != nil {
 						b.Fatal(err)
 					}
-					if err := Remove(a.Interface, a); err != nil {
+					if err := k.Remove(a.Interface, a); err != nil {
 						b.Fatal(err)
 					}
 				}

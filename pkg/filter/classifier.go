@@ -117,9 +117,6 @@ func describeValue(v []byte) string {
 	return s
 }
 
-// ErrNoInterface is Add's error for an interface that does not exist.
-var ErrNoInterface = errors.New("no such interface")
-
 // filterName names galactic's tc filter on a workload interface's ingress.
 const filterName = "galactic"
 

@@ -122,7 +122,7 @@ func TestDecapsulationTakesOnlyWhatTheKernelWouldAccept(t *testing.T) {
 				frames = append(frames, slices.Clone(buf[:n]))
 			}
 		}
-		if _, err := SetVTEPs([]netip.Addr{vtep}); err != nil {
+		if _, err := k.SetVTEPs([]netip.Addr{vtep}); err != nil {
 			t.Fatal(err)
 		}
 		if f, err := decapFilter(u0); err != nil || f == nil {
@@ -222,7 +222,7 @@ func TestDecapsulationTakesOnlyWhatTheKernelWouldAccept(t *testing.T) {
 			}
 		}
 
-		if err := Delete(); err != nil {
+		if err := k.Delete(); err != nil {
 			t.Fatal(err)
 		}
 		if f, err := decapFilter(u0); err != nil || f != nil {

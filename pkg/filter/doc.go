@@ -1,9 +1,16 @@
-// Package filter keeps galactic's packet filter: the workload classifier,
-// a tc eBPF program on the ingress of every workload host interface that
-// looks the interface's attachment up in a map keyed by ifindex
-// (bpf/classifier.c, classifier.go), and the nftables tables `inet galactic`
-// and `arp galactic` (ARP passes no inet hook), whose chains and rules are
-// fixed and whose sets hold what changes with the attachments on the node.
+// Package filter keeps galactic's packet filter, behind the Filter
+// interface: New is the kernel's, Off a no-op for the benchmark's
+// reference build. The kernel's has three jobs: the nftables tables
+// (tables.go, rules.go, write.go), the two tc programs and their maps
+// (classifier.go, decap.go, C sources in bpf/), and the operations that
+// keep them in step for an attachment or the whole node (node.go).
+//
+// The filter is the workload classifier, a tc eBPF program on the
+// ingress of every workload host interface that looks the interface's
+// attachment up in a map keyed by ifindex, and the nftables tables `inet
+// galactic` and `arp galactic` (ARP passes no inet hook), whose chains and
+// rules are fixed and whose sets hold what changes with the attachments on
+// the node.
 // ADD and DEL write and delete one map entry and set elements, never
 // rules or programs, so the cost per packet is a few lookups whatever the
 // number of attachments.

@@ -1,19 +1,97 @@
 package filter
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
-	"sync"
-
-	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
+
+// Filter is the node's packet filter as galactic's programs use it: the
+// verbs of one attachment (galactic-cni's ADD, DEL and CHECK) and the
+// node-wide passes (galactic-gc's sync, galactic-router's VTEPs,
+// uninstall). Each call works in the network namespace of the calling
+// thread. New gives the kernel's; Off one that does nothing.
+type Filter interface {
+	// Add restores the tables if they are gone, adds a's elements and
+	// attaches the classifier with a's entry to a's interface. previous
+	// are what the node's records say the interface had before (a
+	// re-ADD, a replacement); their elements a does not have are removed
+	// in the same batch. Elements of the interface no record names (an
+	// ADD interrupted before its record was written) are left to the
+	// GC's pass, which removes whatever no record holds.
+	Add(a Attachment, previous ...Attachment) error
+	// StartAdd begins Add's work that needs no interface; the Adding it
+	// returns finishes it.
+	StartAdd(a Attachment, previous ...Attachment) Adding
+	// Remove removes every element of the interface and its classifier
+	// entry; what is already gone, the table included, is not an error.
+	// known are the attachments the node's records say the interface
+	// had: their elements are removed without reading the sets, unless
+	// the kernel refuses that (records and sets diverged).
+	Remove(iface string, known ...Attachment) error
+	// StartRemove begins removing the interface's elements, as Remove
+	// does, while the caller deletes the interface, which takes the
+	// classifier's filter with it; the GC prunes its map entry. The
+	// returned function waits and returns the error.
+	StartRemove(iface string, known ...Attachment) (wait func() error)
+	// Check describes what of a's filter the kernel lacks: the table, a
+	// chain or rules, one of its elements, its classifier or entry. Nil
+	// when everything is in place.
+	Check(a Attachment) error
+
+	// Sync makes the tables, the attachments' elements and the
+	// classifier's entries exactly atts: it restores what another agent
+	// flushed, attaches the classifier where it is missing, and removes
+	// what belongs to interfaces atts does not name. Attachments sharing
+	// an interface (a replacement and its predecessor) add up.
+	Sync(atts []Attachment) (SyncResult, error)
+	// SetVTEPs makes the VTEP sets and the decapsulation program's maps
+	// exactly vteps (galactic-router's installed next hops) and its
+	// VXLAN devices, restoring the tables first when they are missing.
+	SetVTEPs(vteps []netip.Addr) (SyncResult, error)
+	// Ensure puts galactic's tables, sets, chains and rules in place when
+	// any of them is missing or different, keeping the elements of sets
+	// that survive. It reports whether it rebuilt anything.
+	Ensure() (bool, error)
+	// Delete removes galactic's tables and detaches both programs
+	// (uninstall). What is already gone is not an error.
+	Delete() error
+}
+
+// Adding is an Add under way. Writing the sets' elements and finding the
+// namespace's classifier need no interface, so StartAdd begins both while
+// the caller creates it; Attach puts the interface's classifier entry and
+// filter in place while the caller configures it, and Finish waits for
+// all of it. An ADD then takes about as long as it would without the
+// filter, whose nftables commit is most of its cost.
+type Adding interface {
+	// Attach begins attaching the classifier to the interface, index, in
+	// the namespace of the calling thread. Finish calls it if the caller
+	// has not.
+	Attach(index int)
+	// Finish attaches the classifier to the interface, index, unless
+	// Attach did (then with Attach's index), and waits for it and for the
+	// elements.
+	Finish(index int) error
+	// Wait waits for the elements' write, and for the classifier's if
+	// Attach began it, and returns the elements' error; an ADD that fails
+	// before Finish calls it before undoing what StartAdd and Attach
+	// wrote.
+	Wait() error
+}
+
+// SyncResult counts what Sync or SetVTEPs changed.
+type SyncResult struct {
+	Rebuilt        bool
+	Added, Removed int
+	// Attached counts the interfaces the workload classifier was
+	// attached to (missing, or another build's).
+	Attached int
+}
+
+// ErrNoInterface is Add's error for an interface that does not exist.
+var ErrNoInterface = errors.New("no such interface")
 
 // Attachment is what the filter holds for one workload host interface.
 type Attachment struct {
@@ -31,21 +109,6 @@ type Attachment struct {
 	// Index is the interface's index when the caller has just looked the
 	// interface up (ADD); 0 makes Add look it up by name.
 	Index int
-}
-
-// element is one set element: the set's name, its key and, for an interval
-// set, the key's end.
-type element struct {
-	set      string
-	key, end []byte
-}
-
-func (e element) id() string { return e.set + "/" + string(e.key) + "/" + string(e.end) }
-
-func ifKey(name string) []byte {
-	b := make([]byte, unix.IFNAMSIZ)
-	copy(b, name)
-	return b
 }
 
 // lastAddr is the last address of p.
@@ -82,807 +145,4 @@ func Cover(ps []netip.Prefix) []netip.Prefix {
 		out = append(out, p)
 	}
 	return out
-}
-
-// elements are the set elements of a.
-func (a Attachment) elements() []element {
-	name := ifKey(a.Interface)
-	var out []element
-	// Host prefixes go to hash sets; only wider prefixes need an interval
-	// set, whose updates cost more the more elements it holds.
-	for _, p := range Cover(a.Sources) {
-		key := append(slices.Clone(name), p.Addr().AsSlice()...)
-		// IPv4 sources are also what the workload may claim in ARP.
-		switch {
-		case p.IsSingleIP() && p.Addr().Is4():
-			out = append(out, element{set: setSrc4, key: key}, element{set: setARPSrc, key: key})
-		case p.IsSingleIP():
-			out = append(out, element{set: setSrc6, key: key})
-		case p.Addr().Is4():
-			end := append(slices.Clone(name), lastAddr(p).AsSlice()...)
-			out = append(out, element{set: setNet4, key: key, end: end}, element{set: setARPNet, key: key, end: end})
-		default:
-			out = append(out, element{set: setNet6, key: key, end: append(slices.Clone(name), lastAddr(p).AsSlice()...)})
-		}
-	}
-	seen := map[netip.Addr]bool{}
-	for _, g := range a.Gateways {
-		if seen[g] {
-			continue
-		}
-		seen[g] = true
-		set := setGw4
-		if g.Is6() {
-			set = setGw6
-		}
-		out = append(out, element{set: set, key: append(slices.Clone(name), g.AsSlice()...)})
-	}
-	if len(a.MAC) == 6 {
-		key := append(append(slices.Clone(name), a.MAC...), 0, 0)
-		out = append(out, element{set: setMAC, key: key}, element{set: setARPMAC, key: key})
-	}
-	return out
-}
-
-// describe names an element the way `nft list` would show it.
-func (e element) describe() string {
-	name := string(bytes.TrimRight(e.key[:min(len(e.key), unix.IFNAMSIZ)], "\x00"))
-	rest := e.key[min(len(e.key), unix.IFNAMSIZ):]
-	switch e.set {
-	case setMAC, setARPMAC:
-		return fmt.Sprintf("%s . %s", name, net.HardwareAddr(rest[:6]))
-	case setVTEP4, setVTEP6:
-		a, _ := netip.AddrFromSlice(e.key)
-		return a.String()
-	}
-	a, _ := netip.AddrFromSlice(rest)
-	if len(e.end) == 0 {
-		return fmt.Sprintf("%s . %s", name, a)
-	}
-	b, _ := netip.AddrFromSlice(e.end[unix.IFNAMSIZ:])
-	if a == b {
-		return fmt.Sprintf("%s . %s", name, a)
-	}
-	return fmt.Sprintf("%s . %s-%s", name, a, b)
-}
-
-func (e element) iface() string {
-	if e.set == setVTEP4 || e.set == setVTEP6 || len(e.key) < unix.IFNAMSIZ {
-		return ""
-	}
-	return string(bytes.TrimRight(e.key[:unix.IFNAMSIZ], "\x00"))
-}
-
-func conn() (*nftables.Conn, error) {
-	c, err := nftables.New()
-	if err != nil {
-		return nil, fmt.Errorf("opening nftables netlink: %w", err)
-	}
-	return c, nil
-}
-
-// ruleTag marks each rule with its place, so a changed or partial ruleset
-// is told from galactic's own.
-func ruleTag(chain string, i int) []byte { return fmt.Appendf(nil, "galactic:%s:%d:v5", chain, i) }
-
-// Missing describes what of galactic's table, chains and rules the kernel
-// lacks; empty when everything is in place.
-func Missing() ([]string, error) {
-	if !enabled {
-		return nil, nil
-	}
-	c, err := conn()
-	if err != nil {
-		return nil, err
-	}
-	return missing(c)
-}
-
-func missing(c *nftables.Conn) ([]string, error) {
-	var out []string
-	present := map[*nftables.Table]bool{}
-	have := map[string]*nftables.Set{}
-	for _, t := range tables {
-		name := familyName(t) + " " + TableName
-		if _, err := c.ListTableOfFamily(TableName, t.Family); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				out = append(out, "nftables table "+name+" is missing")
-				continue
-			}
-			return nil, fmt.Errorf("reading nftables table %s: %w", name, err)
-		}
-		present[t] = true
-		ss, err := c.GetSets(t)
-		if err != nil {
-			return nil, fmt.Errorf("listing the sets of %s: %w", name, err)
-		}
-		for _, s := range ss {
-			have[s.Name] = s
-		}
-	}
-	ss := sets()
-	for _, name := range setOrder {
-		want := ss[name]
-		got, ok := have[name]
-		switch {
-		case !present[want.Table]:
-		case !ok:
-			out = append(out, fmt.Sprintf("set %s %s %s is missing", familyName(want.Table), TableName, name))
-		case got.HasTimeout != want.HasTimeout || got.Interval != want.Interval:
-			out = append(out, fmt.Sprintf("set %s %s %s has another definition than galactic's", familyName(want.Table), TableName, name))
-		}
-	}
-	all := chains()
-	foreign, err := foreignChains(c, all)
-	if err != nil {
-		return nil, err
-	}
-	for _, ch := range foreign {
-		out = append(out, fmt.Sprintf("chain %s %s %s is not galactic's", familyName(ch.Table), TableName, ch.Name))
-	}
-	for _, cs := range all {
-		if !present[cs.chain.Table] {
-			continue
-		}
-		where := fmt.Sprintf("chain %s %s %s", familyName(cs.chain.Table), TableName, cs.chain.Name)
-		rules, err := c.GetRules(cs.chain.Table, cs.chain)
-		if err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				out = append(out, where+" is missing")
-				continue
-			}
-			return nil, fmt.Errorf("listing %s: %w", where, err)
-		}
-		ok := len(rules) == len(cs.rules)
-		for i := 0; ok && i < len(rules); i++ {
-			ok = bytes.Equal(rules[i].UserData, ruleTag(cs.chain.Name, i))
-		}
-		if !ok {
-			out = append(out, fmt.Sprintf("%s does not hold galactic's %d rules (has %d)", where, len(cs.rules), len(rules)))
-		}
-	}
-	return out, nil
-}
-
-// foreignChains are the chains of galactic's tables that are not among
-// want: an earlier ruleset's, or another agent's.
-func foreignChains(c *nftables.Conn, want []chainSpec) ([]*nftables.Chain, error) {
-	ours := map[string]bool{}
-	for _, cs := range want {
-		ours[familyName(cs.chain.Table)+" "+cs.chain.Name] = true
-	}
-	var out []*nftables.Chain
-	for _, t := range tables {
-		have, err := c.ListChainsOfTableFamily(t.Family)
-		if err != nil {
-			return nil, fmt.Errorf("listing the chains of %s %s: %w", familyName(t), TableName, err)
-		}
-		for _, ch := range have {
-			if ch.Table.Name == TableName && !ours[familyName(t)+" "+ch.Name] {
-				out = append(out, ch)
-			}
-		}
-	}
-	return out, nil
-}
-
-func familyName(t *nftables.Table) string {
-	if t.Family == nftables.TableFamilyARP {
-		return "arp"
-	}
-	return "inet"
-}
-
-// Ensure puts galactic's table, sets, chains and rules in place when any
-// of them is missing or different, keeping the elements of sets that
-// survive. It reports whether it rebuilt anything.
-func Ensure() (bool, error) {
-	if !enabled {
-		return false, nil
-	}
-	c, err := conn()
-	if err != nil {
-		return false, err
-	}
-	return ensure(c)
-}
-
-func ensure(c *nftables.Conn) (bool, error) {
-	miss, err := missing(c)
-	if err != nil || len(miss) == 0 {
-		return false, err
-	}
-	if hasPrerouting(c) {
-		if err := classifyFromSets(c); err != nil {
-			return false, fmt.Errorf("attaching the workload classifier before the rebuild drops the prerouting rules: %w", err)
-		}
-	}
-	err = build(c)
-	if err == nil {
-		if miss, err = missing(c); err == nil && len(miss) > 0 {
-			err = errors.New(strings.Join(miss, "; "))
-		}
-	}
-	if err != nil {
-		// A set of an older definition cannot be changed in place: start
-		// the tables afresh; the callers put the elements back.
-		delTables(c)
-		if ferr := c.Flush(); ferr != nil && !errors.Is(ferr, unix.ENOENT) {
-			return false, fmt.Errorf("creating nftables tables inet and arp %s: %w (and deleting them to start afresh: %v)", TableName, err, ferr)
-		}
-		if err := build(c); err != nil {
-			return false, fmt.Errorf("creating nftables tables inet and arp %s: %w", TableName, err)
-		}
-	}
-	return true, nil
-}
-
-// hasPrerouting says the inet table has a prerouting chain: an earlier
-// build's ruleset, which filtered what workloads send there.
-func hasPrerouting(c *nftables.Conn) bool {
-	stale, err := foreignChains(c, chains())
-	return err == nil && slices.ContainsFunc(stale, func(ch *nftables.Chain) bool {
-		return ch.Table.Family == nftables.TableFamilyINet && ch.Name == "prerouting"
-	})
-}
-
-// build writes the table, sets, chains and rules in one batch; the table's
-// rules are flushed first, so concurrent builds leave one copy.
-func build(c *nftables.Conn) error {
-	for _, t := range tables {
-		c.AddTable(t)
-	}
-	ss := sets()
-	for _, name := range setOrder {
-		if err := c.AddSet(ss[name], nil); err != nil {
-			return err
-		}
-	}
-	all := chains()
-	for _, cs := range all {
-		c.AddChain(cs.chain)
-	}
-	// Chains an earlier ruleset had go, base chains above all: an empty
-	// hook still costs every packet it sees.
-	stale, err := foreignChains(c, all)
-	if err != nil {
-		return err
-	}
-	for _, t := range tables {
-		c.FlushTable(t)
-	}
-	for _, ch := range stale {
-		c.DelChain(ch)
-	}
-	for _, cs := range all {
-		for i, exprs := range cs.rules {
-			c.AddRule(&nftables.Rule{Table: cs.chain.Table, Chain: cs.chain, Exprs: exprs, UserData: ruleTag(cs.chain.Name, i)})
-		}
-	}
-	return c.Flush()
-}
-
-// Delete removes galactic's tables and detaches the workload classifier
-// from every workload interface (uninstall). A missing table is not an
-// error.
-func Delete() error {
-	if err := detachAll(); err != nil {
-		return err
-	}
-	links, err := netlink.LinkList()
-	if err != nil {
-		return fmt.Errorf("listing interfaces: %w", err)
-	}
-	if err := detachDecap(links, nil); err != nil {
-		return err
-	}
-	c, err := conn()
-	if err != nil {
-		return err
-	}
-	for _, t := range tables {
-		c.DelTable(t)
-		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("deleting nftables table %s %s: %w", familyName(t), TableName, err)
-		}
-	}
-	return nil
-}
-
-// delTables deletes both tables in one batch, on c's next Flush. A
-// table that is missing makes the kernel refuse the batch: delete only
-// the present ones.
-func delTables(c *nftables.Conn) {
-	for _, t := range tables {
-		if _, err := c.ListTableOfFamily(TableName, t.Family); err == nil {
-			c.DelTable(t)
-		}
-	}
-}
-
-// listElements returns the elements of the named sets, without those
-// being removed (an expiration set by a removal, not yet reached).
-func listElements(c *nftables.Conn, names ...string) ([]element, error) {
-	var out []element
-	for _, name := range names {
-		s := sets()[name]
-		elems, err := c.GetSetElements(s)
-		if err != nil {
-			return nil, fmt.Errorf("listing set %s %s %s: %w", familyName(s.Table), TableName, name, err)
-		}
-		for _, e := range elems {
-			if e.IntervalEnd || (s.HasTimeout && e.Expires < goneAfter) {
-				continue
-			}
-			el := element{set: name, key: e.Key}
-			if s.Interval {
-				el.end = e.KeyEnd
-			}
-			out = append(out, el)
-		}
-	}
-	return out, nil
-}
-
-var attachmentSets = []string{setSrc4, setSrc6, setNet4, setNet6, setGw4, setGw6, setMAC, setARPSrc, setARPNet, setARPMAC}
-
-func toSetElements(es []element) map[string][]nftables.SetElement {
-	out := map[string][]nftables.SetElement{}
-	for _, e := range es {
-		out[e.set] = append(out[e.set], nftables.SetElement{Key: e.key, KeyEnd: e.end})
-	}
-	return out
-}
-
-// apply adds and deletes VTEP elements in one batch. Attachment elements
-// go through writeElements.
-func apply(c *nftables.Conn, add, del []element) error {
-	if len(add) == 0 && len(del) == 0 {
-		return nil
-	}
-	ss := sets()
-	for name, es := range toSetElements(del) {
-		if err := c.SetDeleteElements(ss[name], es); err != nil {
-			return err
-		}
-	}
-	for name, es := range toSetElements(add) {
-		if err := c.SetAddElements(ss[name], es); err != nil {
-			return err
-		}
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("updating the sets of nftables table %s: %w", TableName, err)
-	}
-	return nil
-}
-
-// Add restores the table if it is gone and adds a's elements. previous
-// are what the node's records say the interface had before (a re-ADD, a
-// replacement); their elements a does not have are removed in the same
-// batch. Elements of the interface no record names (an ADD interrupted
-// before its record was written) are left to the GC's pass, which removes
-// whatever no record holds.
-func Add(a Attachment, previous ...Attachment) error {
-	return StartAdd(a, previous...).Finish(a.Index)
-}
-
-// Adding is an Add under way. Writing the sets' elements and finding the
-// namespace's classifier need no interface, so StartAdd begins both while
-// the caller creates it; Attach puts the interface's classifier entry and
-// filter in place while the caller configures it, and Finish waits for
-// all of it. An ADD then takes about as long as it would without the
-// filter, whose nftables commit is most of its cost.
-type Adding struct {
-	a   Attachment
-	err error // StartAdd's own, before anything began
-
-	rebuilt  bool
-	elements func() error
-	found    <-chan found
-	// attached is nil until Attach begins.
-	attached func() found
-}
-
-// found is the namespace's classifier, or why there is none.
-type found struct {
-	c   *classifier
-	err error
-}
-
-// StartAdd begins Add's work that needs no interface, in the namespace of
-// the calling thread. Finish or Wait must follow.
-func StartAdd(a Attachment, previous ...Attachment) *Adding {
-	p := &Adding{a: a}
-	if !enabled {
-		return p
-	}
-	ns, err := currentNetns()
-	if err != nil {
-		p.err = err
-		return p
-	}
-	ch := make(chan found, 1)
-	go func() {
-		c, err := currentIn(ns)
-		ch <- found{c, err}
-	}()
-	p.found = ch
-	done := goHere(func() error {
-		c, err := conn()
-		if err != nil {
-			return err
-		}
-		p.rebuilt, err = addElements(c, a, previous)
-		return err
-	})
-	p.elements = sync.OnceValue(func() error { return <-done })
-	return p
-}
-
-// Attach begins attaching the classifier to a's interface, index, in the
-// namespace of the calling thread. Finish calls it if the caller has not.
-func (p *Adding) Attach(index int) {
-	if !enabled || p.err != nil || p.attached != nil {
-		return
-	}
-	p.a.Index = index
-	a := p.a
-	ch := make(chan found, 1)
-	p.attached = sync.OnceValue(func() found { return <-ch })
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		ch <- found{err: fmt.Errorf("opening rtnetlink: %w", err)}
-		return
-	}
-	go func() {
-		defer h.Close()
-		f := <-p.found
-		if f.err == nil {
-			f.err = f.c.classify(h, a)
-		}
-		ch <- f
-	}()
-}
-
-// Finish attaches the classifier to a's interface, index, unless Attach
-// did (then with Attach's index), and waits for it and for the elements.
-func (p *Adding) Finish(index int) error {
-	if !enabled || p.err != nil {
-		return p.err
-	}
-	p.Attach(index)
-	werr := p.Wait()
-	at := p.attached()
-	if at.err != nil {
-		return at.err
-	}
-	if werr != nil || !p.rebuilt {
-		return werr
-	}
-	// A rebuild from an earlier build's ruleset writes the classifier
-	// entries from the sets, which may hold a's previous sources.
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("opening rtnetlink: %w", err)
-	}
-	defer h.Close()
-	return at.c.classify(h, p.a)
-}
-
-// Wait waits for the elements' write, and for the classifier's if Attach
-// began it, and returns the elements' error; an ADD that fails before
-// Finish calls it before undoing what StartAdd and Attach wrote.
-func (p *Adding) Wait() error {
-	if !enabled || p.err != nil {
-		return p.err
-	}
-	err := p.elements()
-	if p.attached != nil {
-		p.attached()
-	}
-	return err
-}
-
-// addElements restores the tables if they are gone (reporting whether it
-// rebuilt them) and writes a's elements, removing previous' that a has not.
-func addElements(c *nftables.Conn, a Attachment, previous []Attachment) (rebuilt bool, err error) {
-	if rebuilt, err = ensureQuick(c); err != nil {
-		return rebuilt, err
-	}
-	want := a.elements()
-	var stale []element
-	for _, p := range previous {
-		stale = append(stale, p.elements()...)
-	}
-	_, del := diff(stale, want, func(e element) bool { return e.iface() == a.Interface })
-	err = remove(want, dedupe(del))
-	if errors.Is(err, unix.ENOENT) {
-		// A table or set of an older galactic, or flushed since the check.
-		again, err := ensure(c)
-		if err != nil {
-			return rebuilt, err
-		}
-		rebuilt = rebuilt || again
-		err = remove(want, dedupe(del))
-	}
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return rebuilt, err
-	}
-	// The kernel refused an interval overlapping one the sets hold (a new
-	// prefix inside a removed one, or records and sets diverged): replace
-	// every element of the interface from what the sets hold, deleting
-	// the intervals outright.
-	have, err := listElements(c, attachmentSets...)
-	if err != nil {
-		return rebuilt, err
-	}
-	_, del = diff(have, want, func(e element) bool { return e.iface() == a.Interface })
-	expire, intervals := splitIntervals(del)
-	return rebuilt, writeElements(want, expire, intervals)
-}
-
-// splitIntervals separates interval elements from the others.
-func splitIntervals(es []element) (others, intervals []element) {
-	for _, e := range es {
-		if len(e.end) > 0 {
-			intervals = append(intervals, e)
-		} else {
-			others = append(others, e)
-		}
-	}
-	return others, intervals
-}
-
-func dedupe(es []element) []element {
-	seen := map[string]bool{}
-	var out []element
-	for _, e := range es {
-		if !seen[e.id()] {
-			seen[e.id()] = true
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// ensureQuick restores the table when it or its input rules are gone
-// (a flush): it counts the input chain's rules, the cheapest read that
-// tells a flushed table, instead of Ensure's full comparison, which CHECK,
-// the GC and the router make.
-func ensureQuick(c *nftables.Conn) (bool, error) {
-	for _, cs := range chains() {
-		if cs.chain.Name != "input" {
-			continue
-		}
-		if n, err := countRules(cs.chain); err == nil && n == len(cs.rules) {
-			return false, nil
-		}
-	}
-	return ensure(c)
-}
-
-// diff returns what to add and delete so that the elements of have for
-// which mine holds become want.
-func diff(have, want []element, mine func(element) bool) (add, del []element) {
-	wantIDs := map[string]bool{}
-	for _, e := range want {
-		wantIDs[e.id()] = true
-	}
-	haveIDs := map[string]bool{}
-	for _, e := range have {
-		if !mine(e) {
-			continue
-		}
-		haveIDs[e.id()] = true
-		if !wantIDs[e.id()] {
-			del = append(del, e)
-		}
-	}
-	for _, e := range want {
-		if !haveIDs[e.id()] {
-			add = append(add, e)
-			haveIDs[e.id()] = true
-		}
-	}
-	return add, del
-}
-
-// StartRemove begins removing the interface's elements, as Remove does,
-// in the namespace of the calling thread, while the caller deletes the
-// interface, which takes the classifier's filter with it; the GC prunes
-// its map entry. The returned function waits and returns the error.
-func StartRemove(iface string, known ...Attachment) (wait func() error) {
-	if !enabled {
-		return func() error { return nil }
-	}
-	done := goHere(func() error { return removeElements(iface, known) })
-	return func() error { return <-done }
-}
-
-// Remove removes every element of the interface; what is already gone,
-// the table included, is not an error. known are the attachments the
-// node's records say the interface had: their elements are removed
-// without reading the sets, unless the kernel refuses that (records and
-// sets diverged).
-func Remove(iface string, known ...Attachment) error {
-	if !enabled {
-		return nil
-	}
-	// The elements go on a thread of their own while the classifier's
-	// entry goes here, as Add writes them.
-	removed := StartRemove(iface, known...)
-	uerr := unclassify(iface)
-	if err := removed(); uerr == nil {
-		return err
-	}
-	return uerr
-}
-
-// removeElements removes the interface's elements: known's when the
-// kernel takes that, otherwise whatever the sets hold for it.
-func removeElements(iface string, known []Attachment) error {
-	var exact []element
-	for _, k := range known {
-		if k.Interface == iface {
-			exact = append(exact, k.elements()...)
-		}
-	}
-	if len(exact) > 0 {
-		err := remove(nil, dedupe(exact))
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return nil // ENOENT: no table, or no set: nothing to remove
-		}
-	}
-	c, err := conn()
-	if err != nil {
-		return err
-	}
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	have, err := listElements(c, attachmentSets...)
-	if err != nil {
-		return err
-	}
-	_, del := diff(have, nil, func(e element) bool { return e.iface() == iface })
-	return remove(nil, del)
-}
-
-// Check describes what of a's filter the kernel lacks: the table, a chain
-// or rules, or one of its elements. Nil when everything is in place.
-func Check(a Attachment) error {
-	if !enabled {
-		return nil
-	}
-	c, err := conn()
-	if err != nil {
-		return err
-	}
-	miss, err := missing(c)
-	if err != nil {
-		return err
-	}
-	if len(miss) == 0 {
-		have, err := listElements(c, attachmentSets...)
-		if err != nil {
-			return err
-		}
-		add, del := diff(have, a.elements(), func(e element) bool { return e.iface() == a.Interface })
-		for _, e := range add {
-			miss = append(miss, fmt.Sprintf("set %s %s %s lacks %s", familyName(sets()[e.set].Table), TableName, e.set, e.describe()))
-		}
-		for _, e := range del {
-			miss = append(miss, fmt.Sprintf("set %s %s %s has %s, which the attachment does not allow", familyName(sets()[e.set].Table), TableName, e.set, e.describe()))
-		}
-	}
-	miss = append(miss, checkClassifier(a)...)
-	if len(miss) > 0 {
-		return errors.New(strings.Join(miss, "; "))
-	}
-	return nil
-}
-
-// SyncResult counts what Sync changed.
-type SyncResult struct {
-	Rebuilt        bool
-	Added, Removed int
-	// Attached counts the interfaces the workload classifier was
-	// attached to (missing, or another build's).
-	Attached int
-}
-
-// Sync makes the table and the attachments' elements exactly atts:
-// it restores what another agent flushed and removes the elements of
-// interfaces atts does not name. Attachments sharing an interface (a
-// replacement and its predecessor) add up.
-func Sync(atts []Attachment) (SyncResult, error) {
-	if !enabled {
-		return SyncResult{}, nil
-	}
-	var res SyncResult
-	c, err := conn()
-	if err != nil {
-		return res, err
-	}
-	if res.Rebuilt, err = ensure(c); err != nil {
-		return res, err
-	}
-	have, err := listElements(c, attachmentSets...)
-	if err != nil {
-		return res, err
-	}
-	var want []element
-	for _, a := range atts {
-		want = append(want, a.elements()...)
-	}
-	add, del := diff(have, want, func(element) bool { return true })
-	res.Added, res.Removed = len(add), len(del)
-	if res.Attached, err = syncClassifiers(atts); err != nil {
-		return res, err
-	}
-	if err := remove(add, del); err == nil || errors.Is(err, unix.ENOENT) {
-		return res, err
-	}
-	// An interval overlapping one being removed: delete those outright.
-	expire, intervals := splitIntervals(del)
-	return res, writeElements(add, expire, intervals)
-}
-
-// SetVTEPs makes the VTEP sets exactly vteps (galactic-router's installed
-// next hops), restoring the table first when it is missing.
-func SetVTEPs(vteps []netip.Addr) (SyncResult, error) {
-	if !enabled {
-		return SyncResult{}, nil
-	}
-	var res SyncResult
-	c, err := conn()
-	if err != nil {
-		return res, err
-	}
-	if res.Rebuilt, err = ensure(c); err != nil {
-		return res, err
-	}
-	have, err := listElements(c, setVTEP4, setVTEP6)
-	if err != nil {
-		return res, err
-	}
-	var want []element
-	for _, v := range vteps {
-		v = v.Unmap()
-		set := setVTEP4
-		if v.Is6() {
-			set = setVTEP6
-		}
-		want = append(want, element{set: set, key: v.AsSlice()})
-	}
-	add, del := diff(have, want, func(element) bool { return true })
-	res.Added, res.Removed = len(add), len(del)
-	if err := apply(c, add, del); err != nil {
-		return res, err
-	}
-	// The sets first: the fast path takes no VTEP the rules do not.
-	return res, syncDecap(vteps)
-}
-
-// Elements counts the elements of every set of the tables; a missing
-// table counts none.
-func Elements() (int, error) {
-	c, err := conn()
-	if err != nil {
-		return 0, err
-	}
-	var names []string
-	for _, t := range tables {
-		if _, err := c.ListTableOfFamily(TableName, t.Family); errors.Is(err, unix.ENOENT) {
-			continue
-		}
-		for _, name := range setOrder {
-			if sets()[name].Table == t {
-				names = append(names, name)
-			}
-		}
-	}
-	es, err := listElements(c, names...)
-	return len(es), err
 }

@@ -34,6 +34,9 @@ func TestLastAddrIsTheEndOfThePrefix(t *testing.T) {
 	}
 }
 
+// k is the kernel's filter the tests change, as galactic's binaries do.
+var k = New()
+
 // inNetns runs f in a fresh network namespace; it needs root.
 func inNetns(t *testing.T, f func()) { inNetnsB(t, f) }
 
@@ -63,22 +66,22 @@ func blue() Attachment {
 func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 	inNetns(t, func() {
 		hostIf(t, "gv0123456789abc", "gt0123456789abc")
-		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "table inet galactic is missing") {
+		if err := k.Check(blue()); err == nil || !strings.Contains(err.Error(), "table inet galactic is missing") {
 			t.Fatalf("CHECK before any ADD should name the missing table, got %v", err)
 		}
-		if err := Add(blue()); err != nil {
+		if err := k.Add(blue()); err != nil {
 			t.Fatal(err)
 		}
 		red := Attachment{Interface: "gt0123456789abc", Sources: []netip.Prefix{netip.MustParsePrefix("10.30.0.5/32")}, Gateways: []netip.Addr{netip.MustParseAddr("10.30.0.1")}}
-		if err := Add(red); err != nil {
+		if err := k.Add(red); err != nil {
 			t.Fatal(err)
 		}
 		// A second ADD is idempotent.
-		if err := Add(blue()); err != nil {
+		if err := k.Add(blue()); err != nil {
 			t.Fatal(err)
 		}
 		for _, a := range []Attachment{blue(), red} {
-			if err := Check(a); err != nil {
+			if err := k.Check(a); err != nil {
 				t.Fatalf("CHECK after ADD: %v", err)
 			}
 		}
@@ -88,35 +91,35 @@ func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 		// A re-ADD with other sources replaces those of the previous record.
 		narrowed := blue()
 		narrowed.Sources = narrowed.Sources[:2]
-		if err := Add(narrowed, blue()); err != nil {
+		if err := k.Add(narrowed, blue()); err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "lacks gv0123456789abc . 192.168.0.0-192.168.255.255") {
+		if err := k.Check(blue()); err == nil || !strings.Contains(err.Error(), "lacks gv0123456789abc . 192.168.0.0-192.168.255.255") {
 			t.Fatalf("CHECK should name the missing source prefix, got %v", err)
 		}
 		// Without the previous record, an overlapping leftover is found by
 		// reading the sets.
 		overlapping := narrowed
 		overlapping.Sources = append(slices.Clone(narrowed.Sources), netip.MustParsePrefix("192.168.1.0/24"))
-		if err := Add(blue()); err != nil {
+		if err := k.Add(blue()); err != nil {
 			t.Fatal(err)
 		}
-		if err := Add(overlapping); err != nil {
+		if err := k.Add(overlapping); err != nil {
 			t.Fatalf("an ADD over an overlapping leftover: %v", err)
 		}
-		if err := Check(overlapping); err != nil {
+		if err := k.Check(overlapping); err != nil {
 			t.Fatal(err)
 		}
-		if err := Remove(narrowed.Interface, overlapping); err != nil {
+		if err := k.Remove(narrowed.Interface, overlapping); err != nil {
 			t.Fatal(err)
 		}
-		if err := Remove(narrowed.Interface); err != nil {
+		if err := k.Remove(narrowed.Interface); err != nil {
 			t.Fatalf("a second Remove: %v", err)
 		}
 		if n, err := Elements(); err != nil || n != 3 {
 			t.Fatalf("elements after removing blue = %d, %v; want red's 3", n, err)
 		}
-		if err := Check(red); err != nil {
+		if err := k.Check(red); err != nil {
 			t.Fatalf("red's filter after blue's DEL: %v", err)
 		}
 	})
@@ -125,7 +128,7 @@ func TestAddCheckRemoveChangeOnlyTheAttachmentsElements(t *testing.T) {
 func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 	inNetns(t, func() {
 		hostIf(t, "gv0123456789abc", "gv-gone")
-		if err := Add(blue()); err != nil {
+		if err := k.Add(blue()); err != nil {
 			t.Fatal(err)
 		}
 		c, err := nftables.New()
@@ -136,24 +139,24 @@ func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "missing") {
+		if err := k.Check(blue()); err == nil || !strings.Contains(err.Error(), "missing") {
 			t.Fatalf("CHECK after a flush should name what is missing, got %v", err)
 		}
 		leftover := Attachment{Interface: "gv-gone", Sources: []netip.Prefix{netip.MustParsePrefix("10.20.0.9/32")}}
-		if err := Add(leftover); err != nil {
+		if err := k.Add(leftover); err != nil {
 			t.Fatal(err)
 		}
 		if err := netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "gv-gone"}}); err != nil {
 			t.Fatal(err)
 		}
-		res, err := Sync([]Attachment{blue()})
+		res, err := k.Sync([]Attachment{blue()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Rebuilt || res.Added != 9 || res.Removed != 2 {
 			t.Fatalf("Sync = %+v, want 9 added and the leftover's 2 removed (the table was rebuilt by the leftover's ADD)", res)
 		}
-		if err := Check(blue()); err != nil {
+		if err := k.Check(blue()); err != nil {
 			t.Fatalf("CHECK after Sync: %v", err)
 		}
 		// Another agent's change to one chain is found and undone, and a
@@ -167,16 +170,16 @@ func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 		if miss, err := Missing(); err != nil || len(miss) != 2 || !strings.Contains(miss[0], "chain inet galactic forward is not galactic's") || !strings.Contains(miss[1], "chain inet galactic input") {
 			t.Fatalf("Missing = %v, %v", miss, err)
 		}
-		if rebuilt, err := Ensure(); err != nil || !rebuilt {
+		if rebuilt, err := k.Ensure(); err != nil || !rebuilt {
 			t.Fatalf("Ensure = %v, %v", rebuilt, err)
 		}
-		if err := Check(blue()); err != nil {
+		if err := k.Check(blue()); err != nil {
 			t.Fatalf("CHECK after Ensure: %v", err)
 		}
-		if err := Delete(); err != nil {
+		if err := k.Delete(); err != nil {
 			t.Fatal(err)
 		}
-		if err := Delete(); err != nil {
+		if err := k.Delete(); err != nil {
 			t.Fatalf("a second Delete: %v", err)
 		}
 		if n, err := Elements(); err != nil || n != 0 {
@@ -188,10 +191,10 @@ func TestAFlushedRulesetIsReportedAndRestoredBySync(t *testing.T) {
 func TestSetVTEPsKeepsExactlyTheNextHops(t *testing.T) {
 	inNetns(t, func() {
 		a, b, c6 := netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.13"), netip.MustParseAddr("2001:db8::13")
-		if res, err := SetVTEPs([]netip.Addr{a, b, c6, a}); err != nil || res.Added != 3 {
+		if res, err := k.SetVTEPs([]netip.Addr{a, b, c6, a}); err != nil || res.Added != 3 {
 			t.Fatalf("SetVTEPs = %+v, %v", res, err)
 		}
-		if res, err := SetVTEPs([]netip.Addr{b}); err != nil || res.Added != 0 || res.Removed != 2 {
+		if res, err := k.SetVTEPs([]netip.Addr{b}); err != nil || res.Added != 0 || res.Removed != 2 {
 			t.Fatalf("SetVTEPs = %+v, %v", res, err)
 		}
 		if n, err := Elements(); err != nil || n != 1 {
@@ -203,7 +206,7 @@ func TestSetVTEPsKeepsExactlyTheNextHops(t *testing.T) {
 func TestARemovedElementExpiresAtOnce(t *testing.T) {
 	inNetns(t, func() {
 		hostIf(t, "gv0123456789abc")
-		if err := Add(blue()); err != nil {
+		if err := k.Add(blue()); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range blue().elements() {
@@ -211,7 +214,7 @@ func TestARemovedElementExpiresAtOnce(t *testing.T) {
 				t.Fatalf("%s %s after Add: expires in %v, %v", e.set, e.describe(), left, err)
 			}
 		}
-		if err := Remove(blue().Interface, blue()); err != nil {
+		if err := k.Remove(blue().Interface, blue()); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range blue().elements() {
@@ -233,7 +236,7 @@ func TestStartAddWritesInItsCallersNamespaceWhileTheCallerIsElsewhere(t *testing
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := StartAdd(blue())
+		p := k.StartAdd(blue())
 		inNetns(t, func() {
 			if err := p.Wait(); err != nil {
 				t.Fatal(err)
@@ -245,7 +248,7 @@ func TestStartAddWritesInItsCallersNamespaceWhileTheCallerIsElsewhere(t *testing
 		if err := p.Finish(l.Attrs().Index); err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(blue()); err != nil {
+		if err := k.Check(blue()); err != nil {
 			t.Fatalf("CHECK after StartAdd and Finish: %v", err)
 		}
 	})
@@ -253,11 +256,11 @@ func TestStartAddWritesInItsCallersNamespaceWhileTheCallerIsElsewhere(t *testing
 
 func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
 	inNetns(t, func() {
-		if err := Add(blue()); !errors.Is(err, ErrNoInterface) {
+		if err := k.Add(blue()); !errors.Is(err, ErrNoInterface) {
 			t.Fatalf("ADD on a missing interface = %v, want ErrNoInterface", err)
 		}
 		hostIf(t, "gv0123456789abc")
-		if err := Add(blue()); err != nil {
+		if err := k.Add(blue()); err != nil {
 			t.Fatal(err)
 		}
 		link, err := netlink.LinkByName(blue().Interface)
@@ -269,13 +272,13 @@ func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
 		if err := netlink.QdiscDel(q); err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "has no workload classifier on its ingress") {
+		if err := k.Check(blue()); err == nil || !strings.Contains(err.Error(), "has no workload classifier on its ingress") {
 			t.Fatalf("CHECK without the classifier = %v", err)
 		}
-		if res, err := Sync([]Attachment{blue()}); err != nil || res.Attached != 1 {
+		if res, err := k.Sync([]Attachment{blue()}); err != nil || res.Attached != 1 {
 			t.Fatalf("Sync = %+v, %v; want the classifier attached once", res, err)
 		}
-		if err := Check(blue()); err != nil {
+		if err := k.Check(blue()); err != nil {
 			t.Fatalf("CHECK after Sync: %v", err)
 		}
 		// An ADD given the interface's index, as the plugin's is, puts
@@ -285,29 +288,29 @@ func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
 		}
 		withIndex := blue()
 		withIndex.Index = link.Attrs().Index
-		if err := Add(withIndex, blue()); err != nil {
+		if err := k.Add(withIndex, blue()); err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(blue()); err != nil {
+		if err := k.Check(blue()); err != nil {
 			t.Fatalf("CHECK after an ADD by index: %v", err)
 		}
 		// An entry that is not the attachment's is named, and a re-ADD
 		// replaces it.
 		narrowed := blue()
 		narrowed.Sources = narrowed.Sources[:1]
-		if err := Add(narrowed, blue()); err != nil {
+		if err := k.Add(narrowed, blue()); err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(blue()); err == nil || !strings.Contains(err.Error(), "the workload classifier's entry for gv0123456789abc allows") {
+		if err := k.Check(blue()); err == nil || !strings.Contains(err.Error(), "the workload classifier's entry for gv0123456789abc allows") {
 			t.Fatalf("CHECK of the wider attachment = %v", err)
 		}
-		if err := Remove(narrowed.Interface, narrowed); err != nil {
+		if err := k.Remove(narrowed.Interface, narrowed); err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(narrowed); err == nil || !strings.Contains(err.Error(), "has no entry for gv0123456789abc") {
+		if err := k.Check(narrowed); err == nil || !strings.Contains(err.Error(), "has no entry for gv0123456789abc") {
 			t.Fatalf("CHECK after DEL = %v", err)
 		}
-		if err := Delete(); err != nil {
+		if err := k.Delete(); err != nil {
 			t.Fatal(err)
 		}
 		if f, err := attached(link); err != nil || f != nil {
@@ -319,7 +322,7 @@ func TestTheClassifierGoesOnAtAddIsCheckedAndIsPutBackBySync(t *testing.T) {
 func TestARebuildFromAPreroutingRulesetAttachesTheClassifierFromTheSourceSets(t *testing.T) {
 	inNetns(t, func() {
 		hostIf(t, "gv0123456789abc")
-		if err := Add(blue()); err != nil {
+		if err := k.Add(blue()); err != nil {
 			t.Fatal(err)
 		}
 		link, err := netlink.LinkByName(blue().Interface)
@@ -340,10 +343,10 @@ func TestARebuildFromAPreroutingRulesetAttachesTheClassifierFromTheSourceSets(t 
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if rebuilt, err := Ensure(); err != nil || !rebuilt {
+		if rebuilt, err := k.Ensure(); err != nil || !rebuilt {
 			t.Fatalf("Ensure = %v, %v", rebuilt, err)
 		}
-		if err := Check(blue()); err != nil {
+		if err := k.Check(blue()); err != nil {
 			t.Fatalf("CHECK after the rebuild: %v", err)
 		}
 	})

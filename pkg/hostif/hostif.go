@@ -112,6 +112,9 @@ type Host struct {
 	// Live reports whether a container's netns still exists (liveness.Netns).
 	Live func(netns string) bool
 	Now  func() time.Time
+	// Filter is the node's packet filter; nil is the kernel's
+	// (filter.New).
+	Filter filter.Filter
 }
 
 // Store is the node record store.
@@ -177,7 +180,7 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 
 	// The filter's elements need no interface: they are written while it
 	// is made, once it is this ADD's to make.
-	var adding *filter.Adding
+	var adding filter.Adding
 	defer func() {
 		if adding != nil {
 			_ = adding.Wait() // Finish reported it, or the ADD failed first
@@ -185,11 +188,11 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 	}()
 	startFilter := func(sandboxMAC net.HardwareAddr, adopted bool) {
 		name := spec.HostInterface()
-		adding = filter.StartAdd(spec.filterAttachment(sandboxMAC), h.recordedFilters(name)...)
+		adding = h.filter().StartAdd(spec.filterAttachment(sandboxMAC), h.recordedFilters(name)...)
 		if !adopted {
 			rollback.push(func() error {
 				_ = adding.Wait()
-				return filter.Remove(name)
+				return h.filter().Remove(name)
 			})
 		}
 	}
@@ -279,6 +282,13 @@ func (h Host) now() time.Time {
 }
 
 func (h Host) live(netns string) bool { return h.Live != nil && h.Live(netns) }
+
+func (h Host) filter() filter.Filter {
+	if h.Filter == nil {
+		return filter.New()
+	}
+	return h.Filter
+}
 
 func prefixStrings(ps []netip.Prefix) []string {
 	var out []string
@@ -607,7 +617,7 @@ func (h Host) Teardown(rec state.Record) error {
 	}
 	if other == nil && listErr == nil {
 		known := append(filtersOf(recs, name), RecordFilter(rec))
-		errs = append(errs, removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses), known))
+		errs = append(errs, h.removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses), known))
 	}
 	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
 		errs = append(errs, fmt.Errorf("deleting the node record: %w", err))
@@ -645,14 +655,14 @@ func (h Host) RemoveInterface(name string) error {
 			return &BusyError{Interface: name, Holders: st.Holders}
 		}
 	}
-	return errors.Join(removeInterface(name, vpc, attachment, nil, nil), h.removeDomainIfUnused(vpc))
+	return errors.Join(h.removeInterface(name, vpc, attachment, nil, nil), h.removeDomainIfUnused(vpc))
 }
 
 // removeInterface deletes a host interface of vpc/attachment, the rules
 // and host routes that lead to it (those of addrs and those the domain's
 // table routes to it) and its packet filter elements (known: what the
 // records say they are).
-func removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []filter.Attachment) error {
+func (h Host) removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []filter.Attachment) error {
 	d, err := routing.Find(vpc)
 	if err != nil {
 		return err
@@ -666,7 +676,7 @@ func removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []f
 	}
 	// Deleting the interface is most of a DEL; the filter's elements go
 	// meanwhile.
-	filtered := filter.StartRemove(name, known...)
+	filtered := h.filter().StartRemove(name, known...)
 	var errs []error
 	if l != nil {
 		if d != nil {
@@ -809,7 +819,7 @@ func (h Host) Check(spec Spec) error {
 		sandboxDiffs, mac = checkSandbox(spec, l)
 		diffs = append(diffs, sandboxDiffs...)
 	}
-	if err := filter.Check(spec.filterAttachment(mac)); err != nil {
+	if err := h.filter().Check(spec.filterAttachment(mac)); err != nil {
 		diffs = append(diffs, "packet filter: "+err.Error())
 	}
 	for _, s := range hostSysctls {

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/liveness"
 )
 
@@ -30,11 +31,25 @@ usage: galactic-cni available|unavailable --vpc VPC --attachment ATTACHMENT --co
        galactic-cni release|promote --vpc VPC --attachment ATTACHMENT --container ID [flags]
 Run "galactic-cni <command> -h" for a command's flags.`
 
+// filterOff is set at link time, to "true", only by the benchmark's
+// reference build (test/bench), which measures ADD and DEL without the
+// packet filter. Nothing at run time selects it: not the node settings,
+// the environment, a CNI config or a workload's arguments.
+var filterOff string
+
+func packetFilter() filter.Filter {
+	if filterOff == "true" {
+		return filter.Off()
+	}
+	return filter.New()
+}
+
 func main() {
 	p := &plugin{
 		getenv: os.Getenv,
 		now:    time.Now,
 		live:   liveness.Netns,
+		filter: packetFilter(),
 	}
 	if isCommand(os.Getenv, os.Args) {
 		os.Exit(p.runCommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))

@@ -115,7 +115,7 @@ func (p *plugin) releaseCommand(c *command, stdout io.Writer) int {
 			return c.fail(exitFailed, "%v", err)
 		}
 	}
-	host := hostif.Host{StateDir: c.node.StateDir, Live: p.live, Now: p.now}
+	host := hostif.Host{StateDir: c.node.StateDir, Live: p.live, Now: p.now, Filter: p.filter}
 	if _, _, err := host.UpdateRecord(rec.ContainerID, rec.IfName, func(r *state.Record) { r.Holder = "" }); err != nil {
 		return c.fail(exitFailed, "the lease is released, but the node record could not be written (run release again): %v", err)
 	}
@@ -181,7 +181,7 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	acquired := p.now()
 	c.log.Info("handoff lease acquired", "holder", g.Holder, "token", g.Token, "waited", acquired.Sub(start).String())
 
-	host := hostif.Host{StateDir: c.node.StateDir, Live: p.live, Now: p.now}
+	host := hostif.Host{StateDir: c.node.StateDir, Live: p.live, Now: p.now, Filter: p.filter}
 	if _, err := host.Activate(rec.ContainerID, rec.IfName, func(r *state.Record) {
 		r.Standby, r.Holder, r.HolderGeneration = false, g.Holder, g.Token
 	}); err != nil {

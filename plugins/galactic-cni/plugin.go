@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/hostif"
 	"github.com/galactic-cni/galactic/pkg/logging"
 	"github.com/galactic-cni/galactic/pkg/names"
@@ -31,6 +32,8 @@ type plugin struct {
 	now    func() time.Time
 	// live reports whether a container netns still exists.
 	live func(netns string) bool
+	// filter is the node's packet filter; nil is the kernel's.
+	filter filter.Filter
 }
 
 // invocation is what every verb sets up first: node settings and the log.
@@ -47,7 +50,7 @@ func (p *plugin) begin(verb string, args *skel.CmdArgs) (*invocation, func(), *t
 	node, err := settings.Load(p.getenv)
 	attrs := []any{"plugin", "galactic-cni", "verb", verb, "containerID", args.ContainerID, "ifName", args.IfName}
 	log, closeLog := logging.Open(node.LogFile, attrs...)
-	inv := &invocation{node: node, log: log, host: hostif.Host{StateDir: node.StateDir, Live: p.live, Now: p.now}}
+	inv := &invocation{node: node, log: log, host: hostif.Host{StateDir: node.StateDir, Live: p.live, Now: p.now, Filter: p.filter}}
 	if err != nil {
 		return inv, closeLog, types.NewError(types.ErrPluginNotAvailable, "galactic node settings are unreadable: "+err.Error(), "")
 	}

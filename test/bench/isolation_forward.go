@@ -82,15 +82,15 @@ func (fn *forwardNode) filterOn() error {
 		atts = append(atts, hostif.RecordFilter(r))
 	}
 	return fn.Do(func() error {
-		if _, err := filter.Sync(atts); err != nil {
+		if _, err := filter.New().Sync(atts); err != nil {
 			return err
 		}
-		_, err := filter.SetVTEPs([]netip.Addr{fn.peer})
+		_, err := filter.New().SetVTEPs([]netip.Addr{fn.peer})
 		return err
 	})
 }
 
-func (fn *forwardNode) filterOff() error { return fn.Do(filter.Delete) }
+func (fn *forwardNode) filterOff() error { return fn.Do(filter.New().Delete) }
 
 // forwarding runs the forwarding half of the "tenant isolation" section.
 func (b *bench) forwarding() error {

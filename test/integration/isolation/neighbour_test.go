@@ -97,7 +97,7 @@ func TestAWorkloadClaimsOnlyItsOwnAddressesAndMACInARPAndNeighbourDiscovery(t *t
 	}
 	// Without galactic's tables the same frames do enter it, so the test
 	// shows what the filter stops.
-	if err := n.Do(filter.Delete); err != nil {
+	if err := n.Do(filter.New().Delete); err != nil {
 		t.Fatal(err)
 	}
 	// No pings here: the veth's own traffic would put its real MAC back.

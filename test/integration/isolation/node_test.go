@@ -455,7 +455,7 @@ func TestGuestRouterAdvertisementsAndRedirectsChangeNoRouteOrAddressOfTheNode(t 
 	// The same packets with galactic's table removed do change the node
 	// (with the accepting sysctls set above), so the test shows what the
 	// filter stops.
-	if err := n.Do(filter.Delete); err != nil {
+	if err := n.Do(filter.New().Delete); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the unfiltered RA takes effect", func() error {
@@ -549,7 +549,7 @@ func TestAFlushedRulesetFailsCheckNamingWhatIsMissingAndTheNextGCPassRestoresIt(
 		if err := netlink.LinkAdd(gone); err != nil {
 			return err
 		}
-		if err := filter.Add(filter.Attachment{Interface: "gv00000000gone", Sources: []netip.Prefix{netip.MustParsePrefix("10.20.0.99/32")}}); err != nil {
+		if err := filter.New().Add(filter.Attachment{Interface: "gv00000000gone", Sources: []netip.Prefix{netip.MustParsePrefix("10.20.0.99/32")}}); err != nil {
 			return err
 		}
 		return netlink.LinkDel(gone)

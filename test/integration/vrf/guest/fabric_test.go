@@ -75,7 +75,7 @@ func program(t *testing.T, n *node, p dataplane.Plane, vpc string, vni uint32, r
 		for _, r := range remotes {
 			vteps = append(vteps, r.NextHop)
 		}
-		_, err = filter.SetVTEPs(vteps)
+		_, err = filter.New().SetVTEPs(vteps)
 		return err
 	})
 	return dev

@@ -118,7 +118,7 @@ func TestInAVRFAWorkloadSendsOnlyAsItselfAndReachesNoNodeSocket(t *testing.T) {
 
 	// The same connection succeeds once galactic's table is gone: the
 	// filter is what kept the workload out.
-	n.do(t, filter.Delete)
+	n.do(t, filter.New().Delete)
 	if err := dialFrom(c1, "10.20.0.1:7070"); err != nil {
 		t.Errorf("without the filter the listener should be reachable (the test's control): %v", err)
 	}
