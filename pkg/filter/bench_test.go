@@ -16,6 +16,8 @@ func BenchmarkAddAndRemoveAt1000(b *testing.B) {
 	for name, a := range map[string]Attachment{"addresses": hosts, "with-prefix": blue()} {
 		b.Run(name, func(b *testing.B) {
 			inNetnsB(b, func() {
+				// Add attaches the classifier: the interface must exist.
+				hostIf(b, a.Interface)
 				var atts []Attachment
 				for i := 0; i < 1000; i++ {
 					r := blue()

@@ -44,7 +44,7 @@ func inNetnsB(t testing.TB, f func()) { netnstest.Run(t, f) }
 
 // hostIf creates the named veths in the current namespace, standing for
 // workload host interfaces: ADD attaches the classifier to them.
-func hostIf(t *testing.T, names ...string) {
+func hostIf(t testing.TB, names ...string) {
 	t.Helper()
 	for i, name := range names {
 		l := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: fmt.Sprintf("peer%d", i)}
