@@ -11,10 +11,16 @@ import (
 )
 
 // nfSocket is a blocking nftables netlink socket of the calling thread's
-// network namespace. An exchange on it costs a system call a message:
-// mdlayher/netlink's sockets go through Go's poller, which made one
-// short exchange (the input chain's rule count) take ten times as long
-// in a plugin's ADD.
+// network namespace, for what ADD and DEL exchange: the element batches,
+// the input chain's rule count and the read-back of a removed element, a
+// system call a message. google/nftables' own batching (mdlayher/netlink
+// sockets, which wait in Go's poller, and an ack read per message) was
+// measured against it, interleaved in one run on the 2-core test machine
+// at a load average of 15 to 25: in-process the rule count took 2.0–2.5 ms
+// against 0.22–0.36 ms, an ADD's batch 2.6–3.9 ms against 0.35–0.67 ms, a
+// DEL's expiry 1.9–3.8 ms against 0.09–0.17 ms, and galactic-cni's ADD and
+// DEL p50 rose 2.5–9.3 ms. The filter's budget is 1 ms, so ADD and DEL
+// keep this socket; the rules and the VTEP sets use google/nftables.
 type nfSocket struct {
 	fd  int
 	seq uint32
