@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/galactic-cni/galactic/pkg/advert"
 	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/hostif"
@@ -39,8 +41,10 @@ func NewCollector(node settings.Node, log *slog.Logger) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	kernel := NodeKernel{Host: hostif.Host{StateDir: node.StateDir, Live: liveness.Netns, Now: time.Now}}
+	clk := clock.RealClock{}
+	kernel := NodeKernel{Host: hostif.Host{StateDir: node.StateDir, Live: liveness.Netns, Now: clk.Now}}
 	return &Collector{
+		Clock:    clk,
 		StateDir: node.StateDir,
 		Kernel:   kernel,
 		Filter:   kernel.SyncFilter,
@@ -55,24 +59,25 @@ func NewCollector(node settings.Node, log *slog.Logger) (*Collector, error) {
 // pass's error is returned; otherwise errors are logged and counted and the
 // loop goes on.
 func Run(ctx context.Context, c *Collector, opts Options) error {
-	metrics := NewMetrics(3*opts.Interval+opts.PassTimeout, time.Now())
+	clk := c.passClock()
+	metrics := NewMetrics(3*opts.Interval+opts.PassTimeout, clk.Now())
 	if opts.MetricsAddress != "" {
 		ln, err := net.Listen("tcp", opts.MetricsAddress)
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: metrics.Handler(time.Now), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: metrics.Handler(clk.Now), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		opts.Log.Info("serving metrics and health", "address", ln.Addr().String())
 	}
 	for {
-		start := time.Now()
+		start := clk.Now()
 		passCtx, cancel := context.WithTimeout(ctx, opts.PassTimeout)
 		r, err := c.Pass(passCtx)
 		cancel()
-		took := time.Since(start)
-		metrics.Observe(r, err, took, time.Now())
+		took := clk.Since(start)
+		metrics.Observe(r, err, took, clk.Now())
 		attrs := []any{"duration", took.String(), "entriesPruned", r.EntriesPruned, "advertisementsDeleted", r.AdvertisementsDeleted,
 			"recordsRemoved", r.RecordsRemoved, "tapsDetached", r.TapsDetached, "tapsReclaimed", r.TapsReclaimed,
 			"tapsKept", r.TapsKept, "leasesRenewed", r.LeasesRenewed, "leasesReleased", r.LeasesReleased,
@@ -91,7 +96,7 @@ func Run(ctx context.Context, c *Collector, opts Options) error {
 				return nil
 			}
 			return ctx.Err()
-		case <-time.After(opts.Interval):
+		case <-clk.After(opts.Interval):
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"k8s.io/utils/clock"
+
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -87,6 +89,15 @@ type Collector struct {
 	// Filter restores the packet filter; nil skips it.
 	Filter FilterSync
 	Log    *slog.Logger
+	// Clock times the passes and spaces them; nil is the real clock.
+	Clock clock.Clock
+}
+
+func (c *Collector) passClock() clock.Clock {
+	if c.Clock == nil {
+		return clock.RealClock{}
+	}
+	return c.Clock
 }
 
 // Report is what one pass did.

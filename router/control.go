@@ -110,7 +110,7 @@ func (d *Daemon) drain(ctx context.Context) error {
 	}
 	if marked > 0 {
 		// The marking reaches receivers before the withdrawal would.
-		time.Sleep(drainSpacing)
+		d.clock.Sleep(drainSpacing)
 	}
 	for k := range d.announced {
 		if err := d.spk.Withdraw(ctx, k); err != nil {
@@ -121,7 +121,7 @@ func (d *Daemon) drain(ctx context.Context) error {
 	}
 	errs = append(errs, d.removeKernel(), d.store.Forget())
 	// Give the withdrawals a moment on the wire before the Cease.
-	time.Sleep(drainSpacing)
+	d.clock.Sleep(drainSpacing)
 	errs = append(errs, d.spk.Stop(ctx))
 	d.log.Info("drained", "marked", marked)
 	return errors.Join(errs...)

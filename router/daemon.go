@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
@@ -62,8 +63,8 @@ type Options struct {
 	Speaker func(context.Context, speaker.Options) (speaker.Speaker, error)
 	// BootID reads the kernel's boot ID; nil reads BootIDPath.
 	BootID func() (string, error)
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
+	// Clock is every time and timer of the daemon; nil is the real clock.
+	Clock clock.Clock
 }
 
 // BootIDPath is where the kernel tells its boot ID: a new one after every
@@ -91,6 +92,7 @@ type Daemon struct {
 	o       Options
 	cfg     *config.Config
 	log     *slog.Logger
+	clock   clock.Clock
 	spk     speaker.Speaker
 	plane   dataplane.Plane
 	store   Store
@@ -184,11 +186,11 @@ func New(o Options) (*Daemon, error) {
 			return strings.TrimSpace(string(b)), err
 		}
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	d := &Daemon{
-		o: o, cfg: o.Config, log: o.Log,
+		o: o, cfg: o.Config, log: o.Log, clock: o.Clock,
 		plane:        dataplane.Plane{Underlay: o.Config.Underlay, Node: o.Node},
 		store:        NewStore(o.StateDir),
 		kick:         make(chan struct{}, 1),
@@ -202,7 +204,7 @@ func New(o Options) (*Daemon, error) {
 		watchBuffer:  defaultWatchBuffer,
 		holder:       Holder{Hold: o.Config.WithdrawHold},
 		imp:          Importer{RTASN: o.Config.RouteTargetASN, RouterID: o.Config.RouterID, Underlay: o.Config.Underlay},
-		metrics:      NewMetrics(),
+		metrics:      NewMetrics(o.Clock),
 	}
 	d.imp.Adj = &d.adj
 	d.scale = &scaleCollector{d: d}
@@ -220,7 +222,7 @@ func (d *Daemon) trigger() {
 // onEvent queues one event of the speaker's stream, in order, for the
 // next pass; only events that can change the selection start one.
 func (d *Daemon) onEvent(ev speaker.Event) {
-	at := d.o.Now()
+	at := d.clock.Now()
 	d.mu.Lock()
 	d.events = append(d.events, timedEvent{at, ev})
 	changed := true
@@ -275,7 +277,7 @@ func (d *Daemon) watchKernel(ctx context.Context) {
 	lost, wait := false, time.Duration(0)
 	for {
 		if (routes == nil || links == nil) && retry == nil {
-			retry = time.After(wait)
+			retry = d.clock.After(wait)
 		}
 		select {
 		case <-ctx.Done():
@@ -421,15 +423,15 @@ func ptrEqual[T comparable](a, b *T) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
-func listWatch[T runtime.Object](list func(context.Context, metav1.ListOptions) (T, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector string) *cache.ListWatch {
+func listWatch[T runtime.Object](clk clock.Clock, list func(context.Context, metav1.ListOptions) (T, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector string) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
-			return untilReached(ctx, reconnectEvery, func(ctx context.Context) (T, error) { return list(ctx, o) })
+			return untilReached(ctx, clk, reconnectEvery, func(ctx context.Context) (T, error) { return list(ctx, o) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
-			return untilReached(ctx, reconnectEvery, func(ctx context.Context) (watch.Interface, error) { return w(ctx, o) })
+			return untilReached(ctx, clk, reconnectEvery, func(ctx context.Context) (watch.Interface, error) { return w(ctx, o) })
 		},
 	}
 }
@@ -444,7 +446,7 @@ const reconnectEvery = 500 * time.Millisecond
 // sees those failures backs off exponentially up to 30 s before it asks
 // again, and what changed right after an outage (an upgrade's new entry)
 // would wait that long. Other errors are returned.
-func untilReached[T any](ctx context.Context, interval time.Duration, call func(context.Context) (T, error)) (T, error) {
+func untilReached[T any](ctx context.Context, clk clock.Clock, interval time.Duration, call func(context.Context) (T, error)) (T, error) {
 	for {
 		v, err := call(ctx)
 		if err == nil || !unreachable(err) {
@@ -453,7 +455,7 @@ func untilReached[T any](ctx context.Context, interval time.Duration, call func(
 		select {
 		case <-ctx.Done():
 			return v, err
-		case <-time.After(interval):
+		case <-clk.After(interval):
 		}
 	}
 }
@@ -471,7 +473,7 @@ func unreachable(err error) bool {
 // closing sessions with a Cease, so a restart is graceful; Drain is the
 // way to withdraw on purpose.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.start = d.o.Now()
+	d.start = d.clock.Now()
 	loaded, ok, err := d.store.Load()
 	if err != nil {
 		return fmt.Errorf("reading the router state: %w", err)
@@ -488,7 +490,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Info("starting fresh: the saved state is not this boot's and identity's", "reason", why, "discardedPaths", len(loaded.Paths))
 	}
 	d.spk, err = d.o.Speaker(ctx, speaker.Options{
-		Config: d.cfg, Restarting: restarting && d.cfg.GracefulRestart, Log: d.log,
+		Config: d.cfg, Restarting: restarting && d.cfg.GracefulRestart, Log: d.log, Clock: d.clock,
 		OnEvent:    d.onEvent,
 		Membership: savedMembership(d.cfg.RouteTargetASN, d.saved.VNIs), RTCPeers: loadRTCPeers(d.o.StateDir),
 	})
@@ -528,7 +530,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		},
 		DeleteFunc: func(any) { d.apiChanged() },
 	}
-	d.advInf = cache.NewSharedIndexInformer(listWatch(d.o.Adverts.List, d.o.Adverts.Watch, names.NodeSelector(d.o.Node)),
+	d.advInf = cache.NewSharedIndexInformer(listWatch(d.clock, d.o.Adverts.List, d.o.Adverts.Watch, names.NodeSelector(d.o.Node)),
 		&v1alpha1.BGPAdvertisement{}, 0, cache.Indexers{})
 	if _, err := d.advInf.AddEventHandler(handler); err != nil {
 		return err
@@ -539,7 +541,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go d.watchKernel(ctx)
 	}
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
-		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
+		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.clock, d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
 			&coordinationv1.Lease{}, 0, cache.Indexers{})
 		counted := func() { d.metrics.leaseEvents.Inc(); d.apiChanged() }
 		// A renewal changes only the renew time, which no judgement reads.
@@ -561,39 +563,45 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go d.leaseInf.RunWithContext(ctx)
 	}
 
-	timer := time.NewTimer(0)
+	timer := d.clock.NewTimer(d.o.Resync)
 	defer timer.Stop()
 	for {
+		wait := d.wait(d.pass(ctx))
+		if !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-d.kick:
-		case <-timer.C:
+		case <-timer.C():
 		case done := <-d.drainReq:
 			err := d.drain(ctx)
 			done <- err
 			return err
 		}
-		next := d.pass(ctx)
-		wait := d.o.Resync
-		if !next.IsZero() {
-			wait = min(wait, next.Sub(d.o.Now())+10*time.Millisecond)
-		}
-		if !d.ribReady {
-			wait = min(wait, time.Second)
-		}
-		if d.failures > 0 {
-			// Local errors are retried with backoff, up to the resync.
-			wait = min(wait, time.Duration(1<<min(d.failures-1, 6))*500*time.Millisecond)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(max(wait, 10*time.Millisecond))
 	}
+}
+
+// wait is how long the loop sleeps after a pass whose next hold or bound
+// ends at next, unless an event comes first.
+func (d *Daemon) wait(next time.Time) time.Duration {
+	wait := d.o.Resync
+	if !next.IsZero() {
+		wait = min(wait, next.Sub(d.clock.Now())+10*time.Millisecond)
+	}
+	if !d.ribReady {
+		wait = min(wait, time.Second)
+	}
+	if d.failures > 0 {
+		// Local errors are retried with backoff, up to the resync.
+		wait = min(wait, time.Duration(1<<min(d.failures-1, 6))*500*time.Millisecond)
+	}
+	return max(wait, 10*time.Millisecond)
 }
 
 // seedKernel hands the routes a previous run installed to the hold, so
@@ -681,9 +689,8 @@ func StartSynced(since time.Duration, anySynced, allSynced bool, wait, stale tim
 // on a resync) and applies the difference. It returns when the next hold
 // or bound ends.
 func (d *Daemon) pass(ctx context.Context) time.Time {
-	began := time.Now()
-	defer func() { d.metrics.observePass(time.Since(began)) }()
-	now := d.o.Now()
+	now := d.clock.Now()
+	defer func() { d.metrics.observePass(d.clock.Since(now)) }()
 	changes, anyPeer, synced, established, next := d.snapshot(now)
 	d.imp.Apply(changes)
 	d.ribSize.Store(int64(d.imp.Len()))
@@ -694,9 +701,9 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	d.checkDuplicates(ctx)
 	// Taken whatever else makes the pass full, so one request is one resync.
 	asked := d.resyncNow.Swap(false)
-	full := asked || d.lastFull.IsZero() || time.Since(d.lastFull) >= d.o.Resync || d.failures > 0
+	full := asked || d.lastFull.IsZero() || d.clock.Since(d.lastFull) >= d.o.Resync || d.failures > 0
 	if full {
-		d.lastFull = time.Now()
+		d.lastFull = d.clock.Now()
 	}
 	apiSynced := d.apiSynced()
 	adverts, vnis, apiMoved := d.fromAPI(apiSynced, full)
@@ -847,8 +854,8 @@ const rejectedEvery = 5 * time.Second
 // started, is asked again: after every at least, and after fifty times
 // what it took, so that a node of many paths spends at most a fiftieth of
 // its time on it.
-func askAgain(started time.Time, every time.Duration) time.Time {
-	return started.Add(max(every, 50*time.Since(started)))
+func askAgain(clk clock.PassiveClock, started time.Time, every time.Duration) time.Time {
+	return started.Add(max(every, 50*clk.Since(started)))
 }
 
 // checkDuplicates reports other nodes whose paths carry this node's
@@ -857,12 +864,12 @@ func (d *Daemon) checkDuplicates(ctx context.Context) {
 	// Over a reflector the other node's paths carry this router ID as
 	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too,
 	// every rejectedEvery (asking costs a count of every received path).
-	if now := time.Now(); !now.Before(d.rejectedNext) {
+	if now := d.clock.Now(); !now.Before(d.rejectedNext) {
 		rejected, err := d.spk.Rejected(ctx)
 		if err != nil {
 			d.log.Warn("reading refused paths", "error", err)
 		}
-		d.rejected, d.rejectedNext = rejected, askAgain(now, rejectedEvery)
+		d.rejected, d.rejectedNext = rejected, askAgain(d.clock, now, rejectedEvery)
 	}
 	rejected := d.rejected
 	dups := d.imp.Duplicates()
@@ -905,7 +912,7 @@ func (d *Daemon) rd(vpc string) speaker.RD {
 // writes the advertisements' conditions where they moved.
 func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisement, vnis map[string]uint32, devices map[string]*dataplane.Device, anyPeer bool) {
 	want, verdicts := Desired(ExportInput{
-		Adverts: adverts, Live: d.live(d.o.Now()), Available: d.available, VNIs: vnis, RD: d.rd,
+		Adverts: adverts, Live: d.live(d.clock.Now()), Available: d.available, VNIs: vnis, RD: d.rd,
 		RouterMAC: func(vpc string) net.HardwareAddr {
 			if dev := devices[vpc]; dev != nil {
 				return dev.MAC

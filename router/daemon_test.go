@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/router/config"
@@ -264,7 +267,7 @@ func TestListsAndWatchesAreRetriedUntilTheAPIServerAnswers(t *testing.T) {
 	ctx := context.Background()
 	calls := 0
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
-	v, err := untilReached(ctx, time.Millisecond, func(context.Context) (int, error) {
+	v, err := untilReached(ctx, clock.RealClock{}, time.Millisecond, func(context.Context) (int, error) {
 		calls++
 		switch calls {
 		case 1:
@@ -278,7 +281,7 @@ func TestListsAndWatchesAreRetriedUntilTheAPIServerAnswers(t *testing.T) {
 		t.Fatalf("got %d, %v after %d calls", v, err, calls)
 	}
 	calls = 0
-	_, err = untilReached(ctx, time.Millisecond, func(context.Context) (int, error) {
+	_, err = untilReached(ctx, clock.RealClock{}, time.Millisecond, func(context.Context) (int, error) {
 		calls++
 		return 0, apierrors.NewForbidden(schema.GroupResource{Resource: "leases"}, "x", errors.New("no"))
 	})
@@ -287,8 +290,37 @@ func TestListsAndWatchesAreRetriedUntilTheAPIServerAnswers(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := untilReached(cctx, time.Hour, func(context.Context) (int, error) { return 0, refused }); err == nil {
+	if _, err := untilReached(cctx, clock.RealClock{}, time.Hour, func(context.Context) (int, error) { return 0, refused }); err == nil {
 		t.Fatal("an ended context still retried")
+	}
+}
+
+// While the API server cannot be reached a list or watch is asked again
+// every interval of the clock, not sooner.
+func TestAnUnreachableAPIServerIsAskedAgainEveryInterval(t *testing.T) {
+	clk := testingclock.NewFakeClock(epoch)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	var calls atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		_, err := untilReached(context.Background(), clk, reconnectEvery, func(context.Context) (int, error) {
+			if calls.Add(1) < 3 {
+				return 0, refused
+			}
+			return 1, nil
+		})
+		done <- err
+	}()
+	for want := int32(1); want <= 2; want++ {
+		waitFor(t, "the call waiting for the clock", func() bool { return calls.Load() == want && clk.HasWaiters() })
+		clk.Step(reconnectEvery - time.Millisecond)
+		if !clk.HasWaiters() || calls.Load() != want {
+			t.Fatalf("asked again %d times before the interval passed", calls.Load()-1)
+		}
+		clk.Step(time.Millisecond)
+	}
+	if err := <-done; err != nil || calls.Load() != 3 {
+		t.Fatalf("%v after %d calls, want the third answered", err, calls.Load())
 	}
 }
 

@@ -437,7 +437,7 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 			kp.lockErr = err
 			return
 		}
-		began := time.Now()
+		began := d.clock.Now()
 		for vpc, pl := range kp.plans {
 			if pl.Writes() == 0 {
 				continue
@@ -479,7 +479,7 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 			}
 		}
 		unlock()
-		kp.cost.locked = time.Since(began)
+		kp.cost.locked = d.clock.Since(began)
 		kp.cost.writes = writes
 	}
 	for vpc := range kp.dirty {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"k8s.io/utils/clock"
 
 	"github.com/galactic-cni/galactic/pkg/netnstest"
 	"github.com/galactic-cni/galactic/pkg/routing"
@@ -26,16 +27,16 @@ type kernelNode struct {
 
 var benchUnderlay = netip.MustParseAddr("198.51.100.1")
 
-func newKernelNode(tb testing.TB, n, perVPC int) *kernelNode {
+// underlayUp brings up the test namespace's loopback and an underlay
+// device with benchUnderlay.
+func underlayUp(tb testing.TB) {
 	tb.Helper()
-	for _, args := range [][]string{{"lo"}} {
-		l, err := netlink.LinkByName(args[0])
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			tb.Fatal(err)
-		}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		tb.Fatal(err)
 	}
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ul0", MTU: 1500}, PeerName: "ul1"}
 	if err := netlink.LinkAdd(veth); err != nil {
@@ -51,11 +52,17 @@ func newKernelNode(tb testing.TB, n, perVPC int) *kernelNode {
 	if err := netlink.LinkSetUp(ul); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+func newKernelNode(tb testing.TB, n, perVPC int) *kernelNode {
+	tb.Helper()
+	underlayUp(tb)
 	d := &Daemon{
 		o:          Options{StateDir: tb.TempDir()},
 		log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		plane:      dataplane.Plane{Underlay: benchUnderlay, Node: "bench"},
-		metrics:    NewMetrics(),
+		clock:      clock.RealClock{},
+		metrics:    NewMetrics(clock.RealClock{}),
 		deviceErrs: map[string]error{},
 		synced:     map[string]synced{},
 	}

@@ -116,7 +116,7 @@ const adjInFor = time.Second
 func (c *scaleCollector) adjIn(ctx context.Context, spk *speaker.GoBGP) (int, error) {
 	c.inMu.Lock()
 	defer c.inMu.Unlock()
-	now := time.Now()
+	now := c.d.clock.Now()
 	if now.Before(c.inNext) {
 		return c.in, nil
 	}
@@ -124,7 +124,7 @@ func (c *scaleCollector) adjIn(ctx context.Context, spk *speaker.GoBGP) (int, er
 	if err != nil {
 		return 0, err
 	}
-	c.in, c.inNext = in, askAgain(now, adjInFor)
+	c.in, c.inNext = in, askAgain(c.d.clock, now, adjInFor)
 	return in, nil
 }
 

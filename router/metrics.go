@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/clock"
 )
 
 // Metrics are galactic-router's Prometheus metrics.
@@ -30,15 +31,17 @@ type Metrics struct {
 	kernelWrites  prometheus.Counter
 	lockHeld      prometheus.Histogram
 	lastCost      *prometheus.GaugeVec
+	clock         clock.PassiveClock
 	lastPass      atomic.Int64
 	// established is the number of sessions up at the last pass.
 	established atomic.Int64
 }
 
-// NewMetrics registers the metrics in a registry of their own.
-func NewMetrics() *Metrics {
+// NewMetrics registers the metrics in a registry of their own; clk
+// dates the passes for /healthz.
+func NewMetrics(clk clock.PassiveClock) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg: prometheus.NewRegistry(), clock: clk,
 		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "galactic_router_peers",
 			Help: "Configured BGP peers by session state (established or not)."}, []string{"state"}),
 		announced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "galactic_router_paths_announced",
@@ -84,7 +87,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) observePass(d time.Duration) {
 	m.passDuration.Observe(d.Seconds())
 	m.lastCost.WithLabelValues("seconds").Set(d.Seconds())
-	m.lastPass.Store(time.Now().UnixNano())
+	m.lastPass.Store(m.clock.Now().UnixNano())
 }
 
 func (m *Metrics) observeCost(c passCost) {
@@ -140,7 +143,7 @@ func (m *Metrics) Handler(stale time.Duration) http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	alive := func(w http.ResponseWriter) bool {
 		last := time.Unix(0, m.lastPass.Load())
-		if time.Since(last) > stale {
+		if m.clock.Since(last) > stale {
 			http.Error(w, "no reconcile pass since "+last.Format(time.RFC3339), http.StatusServiceUnavailable)
 			return false
 		}

@@ -5,10 +5,13 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func TestHealthzIsLivenessAndReadyzAlsoWantsAnEstablishedSession(t *testing.T) {
-	m := NewMetrics()
+	clk := testingclock.NewFakeClock(epoch)
+	m := NewMetrics(clk)
 	h := m.Handler(time.Minute)
 	code := func(path string) int {
 		rec := httptest.NewRecorder()
@@ -30,6 +33,6 @@ func TestHealthzIsLivenessAndReadyzAlsoWantsAnEstablishedSession(t *testing.T) {
 	check("passes run, no session", 200, 503)
 	m.set(0, 0, map[string]bool{"192.0.2.1": false, "192.0.2.2": true})
 	check("passes run, one session up", 200, 200)
-	m.lastPass.Store(time.Now().Add(-2 * time.Minute).UnixNano())
+	clk.Step(2 * time.Minute)
 	check("no pass for longer than the limit", 503, 503)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
+	"k8s.io/utils/clock"
 
 	"github.com/galactic-cni/galactic/router/config"
 )
@@ -49,14 +50,17 @@ type Options struct {
 	// gets them all in its first burst of UPDATEs instead of one UPDATE
 	// per Announce while the sessions run.
 	Routes []Route
+	// Clock stamps the paths announced; nil is the real clock.
+	Clock clock.PassiveClock
 }
 
 // GoBGP is the embedded GoBGP server behind the Speaker interface.
 type GoBGP struct {
-	s   *server.BgpServer
-	cfg *config.Config
-	log *slog.Logger
-	mu  sync.Mutex
+	s     *server.BgpServer
+	cfg   *config.Config
+	log   *slog.Logger
+	clock clock.PassiveClock
+	mu    sync.Mutex
 	// own are the paths announced, by key: a withdrawal names its path,
 	// which GoBGP finds directly, where a UUID makes it walk its whole
 	// RIB formatting every path's key.
@@ -87,7 +91,10 @@ const (
 func Start(ctx context.Context, o Options) (*GoBGP, error) {
 	c := o.Config
 	s := newServer(o.Log)
-	g := &GoBGP{s: s, cfg: c, log: o.Log, own: map[Key]*apiutil.Path{}}
+	g := &GoBGP{s: s, cfg: c, log: o.Log, clock: o.Clock, own: map[Key]*apiutil.Path{}}
+	if g.clock == nil {
+		g.clock = clock.RealClock{}
+	}
 	global := &api.Global{
 		Asn: c.ASN, RouterId: c.RouterID.String(), ListenPort: c.ListenPort,
 	}
@@ -168,6 +175,7 @@ func (g *GoBGP) Announce(ctx context.Context, r Route) error {
 	if err != nil {
 		return err
 	}
+	p.Age = g.clock.Now().Unix()
 	if _, err := g.s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
 		return fmt.Errorf("announcing %s: %w", r.Key(), err)
 	}
@@ -274,6 +282,7 @@ func (g *GoBGP) Stop(ctx context.Context) error {
 	return g.s.StopBgp(ctx, &api.StopBgpRequest{})
 }
 
+// toPath is r as GoBGP's path, unstamped: Announce gives it its age.
 func toPath(r Route) (*apiutil.Path, error) {
 	if !r.Prefix.IsValid() || !r.NextHop.IsValid() || !r.RD.Admin.Is4() {
 		return nil, fmt.Errorf("route %s: prefix, next hop and RD are required", r.Key())
@@ -309,7 +318,7 @@ func toPath(r Route) (*apiutil.Path, error) {
 		bgp.NewPathAttributeExtendedCommunities(ecs),
 		bgp.NewPathAttributeLargeCommunities(large),
 	}
-	return &apiutil.Path{Family: evpn, Nlri: nlri, Attrs: attrs, Age: time.Now().Unix()}, nil
+	return &apiutil.Path{Family: evpn, Nlri: nlri, Attrs: attrs}, nil
 }
 
 // adjIn is what peer sent of l2vpn-evpn (its Adj-RIB-In, before the

@@ -9,6 +9,7 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/server"
+	"k8s.io/utils/clock"
 
 	"github.com/galactic-cni/galactic/router/config"
 )
@@ -30,6 +31,8 @@ type ReflectorOptions struct {
 	Log    *slog.Logger
 	// OnPeer is called when a client's session changes state.
 	OnPeer func(PeerState)
+	// Clock stamps the default membership; nil is the real clock.
+	Clock clock.PassiveClock
 }
 
 // StartReflector runs the reflector: clients of the config's clientRanges
@@ -82,6 +85,10 @@ func StartReflector(ctx context.Context, o ReflectorOptions) (*Reflector, error)
 	if err != nil {
 		return fail(err)
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	def.Age = o.Clock.Now().Unix()
 	if _, err := s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{def}}); err != nil {
 		return fail(fmt.Errorf("announcing the default membership: %w", err))
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
@@ -244,6 +243,7 @@ func (g *GoBGP) SetMembership(ctx context.Context, rts []RouteTarget) error {
 			if err != nil {
 				return err
 			}
+			p.Age = g.clock.Now().Unix()
 			paths = append(paths, p)
 		}
 		if _, err := g.s.AddPath(apiutil.AddPathRequest{Paths: paths}); err != nil {
@@ -320,7 +320,8 @@ func (g *GoBGP) Membership() []RouteTarget {
 }
 
 // rtcPath is the membership NLRI <asn>:<rt>; a nil rt is the default
-// membership (every route target) a reflector offers its clients.
+// membership (every route target) a reflector offers its clients. Its
+// announcer stamps its age.
 func rtcPath(asn uint32, rt *RouteTarget, nextHop netip.Addr) (*apiutil.Path, error) {
 	var nlri *bgp.RouteTargetMembershipNLRI
 	if rt == nil {
@@ -337,7 +338,7 @@ func rtcPath(asn uint32, rt *RouteTarget, nextHop netip.Addr) (*apiutil.Path, er
 		return nil, fmt.Errorf("membership %v: %w", rt, err)
 	}
 	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), reach}
-	return &apiutil.Path{Family: rtc, Nlri: nlri, Attrs: attrs, Age: time.Now().Unix()}, nil
+	return &apiutil.Path{Family: rtc, Nlri: nlri, Attrs: attrs}, nil
 }
 
 // AdjIn counts the l2vpn-evpn paths the configured peers sent (their
