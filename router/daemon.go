@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +27,6 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
-	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/router/dataplane"
 	"github.com/galactic-cni/galactic/router/speaker"
@@ -151,22 +148,14 @@ type Daemon struct {
 	// aliveAt is when each entry's netns was last seen to exist; see live.
 	aliveAt map[string]time.Time
 	// synced is what each VPC's kernel state was made at its last sync,
-	// marks what the kernel watches saw change since, vteps the packet
-	// filter's last VTEP set: a pass reads and writes only what moved.
+	// vteps the packet filter's last VTEP set: a pass reads and writes
+	// only what moved.
 	synced   map[string]synced
-	marks    kernelMarks
 	vteps    []netip.Addr
 	lastFull time.Time
-	// resyncNow asks the next pass to read everything: a kernel watch
-	// was down, so its marks are incomplete.
-	resyncNow atomic.Bool
-	// watchBuffer is the watches' receive buffer (defaultWatchBuffer
-	// unless a test makes it overflow).
-	watchBuffer int
-	// removeKernel is RemoveKernelState but in unit tests, which also
-	// leave the host's routes unwatched.
+	watch    kernelWatch
+	// removeKernel is RemoveKernelState but in unit tests.
 	removeKernel func() error
-	noRouteWatch bool
 }
 
 // New prepares a daemon; Run starts it.
@@ -201,12 +190,12 @@ func New(o Options) (*Daemon, error) {
 		deviceErrs:   map[string]error{},
 		synced:       map[string]synced{},
 		removeKernel: RemoveKernelState,
-		watchBuffer:  defaultWatchBuffer,
 		holder:       Holder{Hold: o.Config.WithdrawHold},
 		imp:          Importer{RTASN: o.Config.RouteTargetASN, RouterID: o.Config.RouterID, Underlay: o.Config.Underlay},
 		metrics:      NewMetrics(o.Clock),
 	}
 	d.imp.Adj = &d.adj
+	d.watch = kernelWatch{log: o.Log, clock: o.Clock, kick: d.trigger, buffer: defaultWatchBuffer}
 	d.scale = &scaleCollector{d: d}
 	d.metrics.reg.MustRegister(d.scale)
 	return d, nil
@@ -255,162 +244,6 @@ type timedEvent struct {
 	at time.Time
 	ev speaker.Event
 }
-
-// watchKernel marks for the next pass the tables whose routes others
-// change and notices changes of the VPCs' devices, so a pass reads the
-// kernel only for what moved. A route of another protocol that leaves a
-// VPC table starts a pass at once: a local host route that went may
-// uncover a remote route of the same prefix, which local always beats.
-//
-// A subscription ends when its socket overflows (the router's own route
-// writes come back as notifications, 100,000 of them when a node joins
-// every VPC): the watch then subscribes again and the next pass reads
-// everything, since what changed meanwhile is unknown.
-func (d *Daemon) watchKernel(ctx context.Context) {
-	var routes chan netlink.RouteUpdate
-	var links chan netlink.LinkUpdate
-	// Each subscription's socket is closed when its stopper stops: an
-	// ended subscription's socket would otherwise stay open, and fill.
-	var routesSub, linksSub stopper
-	defer func() { routesSub.stop(); linksSub.stop() }()
-	var retry <-chan time.Time
-	lost, wait := false, time.Duration(0)
-	for {
-		if (routes == nil || links == nil) && retry == nil {
-			retry = d.clock.After(wait)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-retry:
-			retry = nil
-			if routes == nil {
-				done := routesSub.next(ctx)
-				routes = subscribe(d, "routes", 1024, func(ch chan netlink.RouteUpdate, force bool) error {
-					return netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{
-						ErrorCallback: d.watchError("routes"), ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: force})
-				})
-			}
-			if links == nil {
-				done := linksSub.next(ctx)
-				links = subscribe(d, "links", 256, func(ch chan netlink.LinkUpdate, force bool) error {
-					return netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
-						ErrorCallback: d.watchError("links"), ReceiveBufferSize: d.watchBuffer, ReceiveBufferForceSize: force})
-				})
-			}
-			if routes == nil || links == nil {
-				// Retried; meanwhile the periodic resync reads what the
-				// watch would have marked.
-				wait = min(max(2*wait, time.Second), 30*time.Second)
-				continue
-			}
-			wait = 0
-			if lost {
-				// Whatever changed while a watch was down is unknown.
-				lost = false
-				d.resyncNow.Store(true)
-				d.trigger()
-			}
-		case u, ok := <-routes:
-			if !ok {
-				if ctx.Err() != nil {
-					return
-				}
-				d.log.Warn("watching routes: the kernel ended the subscription; subscribing again")
-				routesSub.stop()
-				routes, lost = nil, true
-				continue
-			}
-			if u.Table <= unix.RT_TABLE_MAIN || u.Table == unix.RT_TABLE_LOCAL {
-				continue
-			}
-			ours := int(u.Protocol) == dataplane.Protocol
-			if u.Type == unix.RTM_NEWROUTE && ours {
-				continue
-			}
-			if p, ok := markerOf(u.Route); ok {
-				// A domain came or went.
-				d.marks.marker(p)
-				d.trigger()
-				continue
-			}
-			d.marks.table(u.Table)
-			if u.Type == unix.RTM_DELROUTE && !ours {
-				d.trigger()
-			}
-		case u, ok := <-links:
-			if !ok {
-				if ctx.Err() != nil {
-					return
-				}
-				d.log.Warn("watching links: the kernel ended the subscription; subscribing again")
-				linksSub.stop()
-				links, lost = nil, true
-				continue
-			}
-			if name := u.Attrs().Name; len(name) == 15 && (strings.HasPrefix(name, "gx") || strings.HasPrefix(name, "gr")) {
-				d.marks.link(name)
-				d.trigger()
-			}
-		}
-	}
-}
-
-// defaultWatchBuffer is the kernel watches' socket receive buffer: a burst of
-// route writes queues a notification each (about 1 KiB of buffer apiece)
-// faster than a loaded router may read them.
-const defaultWatchBuffer = 8 << 20
-
-// subscribe makes a channel of capacity n and runs sub on it with the
-// receive buffer forced past rmem_max, which takes CAP_NET_ADMIN, and
-// else as rmem_max allows; nil when the kernel refused both.
-func subscribe[U any](d *Daemon, what string, n int, sub func(ch chan U, force bool) error) chan U {
-	ch := make(chan U, n)
-	err := sub(ch, true)
-	if err != nil {
-		err = sub(ch, false)
-	}
-	if err != nil {
-		d.log.Warn("watching "+what+": kernel changes wait for the resync", "error", err)
-		return nil
-	}
-	return ch
-}
-
-// stopper ends one kernel subscription at a time.
-type stopper struct{ cancel context.CancelFunc }
-
-// next stops the previous subscription and returns the done channel of
-// the next, which ends with ctx too.
-func (s *stopper) next(ctx context.Context) <-chan struct{} {
-	s.stop()
-	c, cancel := context.WithCancel(ctx)
-	s.cancel = cancel
-	return c.Done()
-}
-
-func (s *stopper) stop() {
-	if s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
-	}
-}
-
-// watchError is a watch's error callback: every VPC's devices are read
-// again. An error that ends the subscription also closes its channel,
-// after which the watch subscribes again and asks for a resync.
-func (d *Daemon) watchError(what string) func(error) {
-	return func(err error) { d.log.Warn("watching "+what, "error", err); d.marks.device(); d.trigger() }
-}
-
-// markerOf is r's prefix when r is a routing domain's marker route:
-// galactic's protocol, a /128 in 100::/64.
-func markerOf(r netlink.Route) (netip.Prefix, bool) {
-	p, ok := routing.PrefixOf(r.Dst)
-	return p, ok && int(r.Protocol) == routing.Protocol && p.Bits() == 128 && p.Addr().Is6() && markerNet.Contains(p.Addr())
-}
-
-var markerNet = netip.MustParsePrefix("100::/64")
 
 // sameJudgement reports whether two versions of a lease judge a holder
 // alike: same holder, token and annotations.
@@ -537,8 +370,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	go d.advInf.RunWithContext(ctx)
 	go d.writeStatus(ctx)
-	if !d.noRouteWatch {
-		go d.watchKernel(ctx)
+	if !d.watch.off {
+		go d.watch.run(ctx)
 	}
 	if d.o.Leases != nil && d.o.LeaseSelector != "" {
 		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.clock, d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
@@ -700,7 +533,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	}
 	d.checkDuplicates(ctx)
 	// Taken whatever else makes the pass full, so one request is one resync.
-	asked := d.resyncNow.Swap(false)
+	asked := d.watch.resyncNow.Swap(false)
 	full := asked || d.lastFull.IsZero() || d.clock.Since(d.lastFull) >= d.o.Resync || d.failures > 0
 	if full {
 		d.lastFull = d.clock.Now()

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -27,76 +25,6 @@ type synced struct {
 	remotes remotesSum
 	// neighs and fdb are the device's entries as last written.
 	neighs, fdb []netlink.Neigh
-}
-
-// kernelMarks are what the kernel watches saw change since the last pass:
-// tables whose routes others changed (their VPCs' routes are read again),
-// galactic's devices by name and domains by marker (their VPCs' devices
-// are read again), and devices whatever they are (every VPC is).
-type kernelMarks struct {
-	mu      sync.Mutex
-	tables  map[int]bool
-	names   map[string]bool
-	markers map[netip.Prefix]bool
-	devices bool
-}
-
-// marked is what kernelMarks.take returns.
-type marked struct {
-	tables  map[int]bool
-	names   map[string]bool
-	markers map[netip.Prefix]bool
-	devices bool
-}
-
-func (m *kernelMarks) link(name string)      { markIn(&m.mu, &m.names, name) }
-func (m *kernelMarks) marker(p netip.Prefix) { markIn(&m.mu, &m.markers, p) }
-func (m *kernelMarks) table(t int)           { markIn(&m.mu, &m.tables, t) }
-
-func markIn[K comparable](mu *sync.Mutex, set *map[K]bool, k K) {
-	mu.Lock()
-	defer mu.Unlock()
-	if *set == nil {
-		*set = map[K]bool{}
-	}
-	(*set)[k] = true
-}
-
-func (m *kernelMarks) device() {
-	m.mu.Lock()
-	m.devices = true
-	m.mu.Unlock()
-}
-
-func (m *kernelMarks) take() marked {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := marked{tables: m.tables, names: m.names, markers: m.markers, devices: m.devices}
-	m.tables, m.names, m.markers, m.devices = nil, nil, nil, false
-	return out
-}
-
-// touched are the VPCs whose devices or domain the watches saw change; a
-// VXLAN device of no VPC here (one the router removes) counts as every
-// VPC's.
-func (mk marked) touched(vnis map[string]uint32) (vpcs map[string]bool, all bool) {
-	if len(mk.names) == 0 && len(mk.markers) == 0 {
-		return nil, mk.devices
-	}
-	vpcs = map[string]bool{}
-	ours := map[string]bool{}
-	for vpc := range vnis {
-		vx := routing.VXLANDeviceName(vpc)
-		ours[vx] = true
-		if mk.names[vx] || mk.names[routing.DeviceName(vpc)] || mk.markers[routing.Marker(vpc)] || mk.markers[routing.VRFMarker(vpc)] {
-			vpcs[vpc] = true
-		}
-	}
-	all = mk.devices
-	for name := range mk.names {
-		all = all || strings.HasPrefix(name, "gx") && !ours[name]
-	}
-	return vpcs, all
 }
 
 // passCost is what one pass did to the kernel.
@@ -153,7 +81,7 @@ func (kp *kernelPass) read() {
 func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
 	kp := &kernelPass{d: d, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
 		failedBefore: d.deviceErrs}
-	mk := d.marks.take()
+	mk := d.watch.marks.take()
 	tables := mk.tables
 	touched, devicesMoved := mk.touched(vnis)
 	known := map[int]bool{}
@@ -460,7 +388,7 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 			}
 			if pl.Skipped > 0 {
 				// A route of galactic-cni's came after the read: read again.
-				d.marks.table(kp.next[vpc].dom.Table)
+				d.watch.marks.table(kp.next[vpc].dom.Table)
 				d.trigger()
 			}
 		}

@@ -131,21 +131,21 @@ func TestAPassReadsAndWritesOnlyWhatChanged(t *testing.T) {
 		if err != nil || dom == nil {
 			t.Fatal(dom, err)
 		}
-		kn.d.marks.table(dom.Table)
+		kn.d.watch.marks.table(dom.Table)
 		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
 			t.Fatalf("a marked table: %+v; want its VPC read, nothing written", c)
 		}
 		// A change of one VPC's device or domain reads that VPC again; a
 		// VXLAN device of no VPC here, every VPC.
-		kn.d.marks.link(routing.VXLANDeviceName("v1"))
+		kn.d.watch.marks.link(routing.VXLANDeviceName("v1"))
 		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
 			t.Fatalf("v1's device changed: %+v; want v1 read, nothing written", c)
 		}
-		kn.d.marks.marker(routing.Marker("v2"))
+		kn.d.watch.marks.marker(routing.Marker("v2"))
 		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
 			t.Fatalf("v2's domain changed: %+v; want v2 read, nothing written", c)
 		}
-		kn.d.marks.link(routing.VXLANDeviceName("gone"))
+		kn.d.watch.marks.link(routing.VXLANDeviceName("gone"))
 		if c := kn.pass(false); c.vpcs != 3 || c.writes != 0 {
 			t.Fatalf("a device of no VPC here changed: %+v; want every VPC read, nothing written", c)
 		}

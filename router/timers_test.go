@@ -159,7 +159,7 @@ func (n *timedNode) start(hold, stale int) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.d.removeKernel, n.d.noRouteWatch = func() error { return nil }, true
+	n.d.removeKernel, n.d.watch.off = func() error { return nil }, true
 	here, err := netns.Get()
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func TestTheRouteWatchComesBackAfterItsSocketOverflows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.watchBuffer = 2048 // the kernel's least: a few notifications
+		d.watch.buffer = 2048 // the kernel's least: a few notifications
 		here, err := netns.Get()
 		if err != nil {
 			t.Fatal(err)
@@ -45,7 +45,7 @@ func TestTheRouteWatchComesBackAfterItsSocketOverflows(t *testing.T) {
 			if err := netns.Set(here); err != nil {
 				return
 			}
-			d.watchKernel(ctx)
+			d.watch.run(ctx)
 		}()
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
@@ -72,20 +72,20 @@ func TestTheRouteWatchComesBackAfterItsSocketOverflows(t *testing.T) {
 			_ = netlink.RouteAdd(route(0, netlink.RouteProtocol(4)))
 			_ = netlink.RouteDel(route(0, netlink.RouteProtocol(4)))
 			time.Sleep(time.Millisecond)
-			return d.marks.take().tables[table]
+			return d.watch.marks.take().tables[table]
 		}
 		// The watch is up when a foreign route's change is marked.
 		until("the first subscription", foreign)
 		// The router's own writes: notifications the watch skips.
-		for i := 1; i < 20000 && !d.resyncNow.Load(); i++ {
+		for i := 1; i < 20000 && !d.watch.resyncNow.Load(); i++ {
 			if err := netlink.RouteAdd(route(i, netlink.RouteProtocol(dataplane.Protocol))); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if !d.resyncNow.Load() {
+		if !d.watch.resyncNow.Load() {
 			t.Fatal("20,000 route writes did not overflow a 2 KiB watch; nothing tested")
 		}
-		d.marks.take()
+		d.watch.marks.take()
 		until("a foreign change marked after the overflow", foreign)
 	})
 }
