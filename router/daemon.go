@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -18,15 +17,11 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
-	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/router/dataplane"
 	"github.com/galactic-cni/galactic/router/speaker"
@@ -98,8 +93,7 @@ type Daemon struct {
 	metrics *Metrics
 	scale   *scaleCollector
 
-	advInf   cache.SharedIndexInformer
-	leaseInf cache.SharedIndexInformer
+	api apiStage
 
 	kick     chan struct{}
 	drainReq chan chan error
@@ -132,14 +126,6 @@ type Daemon struct {
 	// again from rejectedNext.
 	rejected     []speaker.Received
 	rejectedNext time.Time
-	// apiEvents counts the informers' events that can change what is
-	// announced; listed is the last listing of the advertisements.
-	apiEvents atomic.Uint64
-	listed    struct {
-		adverts          []*v1alpha1.BGPAdvertisement
-		vnis             map[string]uint32
-		events, savedGen uint64
-	}
 	// exported fingerprints export's other inputs when it last ran, at
 	// exportedAt; savedGen counts the saved states written.
 	exported   uint64
@@ -195,6 +181,7 @@ func New(o Options) (*Daemon, error) {
 		metrics:      NewMetrics(o.Clock),
 	}
 	d.imp.Adj = &d.adj
+	d.api = apiStage{node: o.Node, namespace: o.Namespace, judge: o.Judge, clock: o.Clock, kick: d.trigger, leaseEvents: d.metrics.leaseEvents}
 	d.watch = kernelWatch{log: o.Log, clock: o.Clock, kick: d.trigger, buffer: defaultWatchBuffer}
 	d.scale = &scaleCollector{d: d}
 	d.metrics.reg.MustRegister(d.scale)
@@ -245,63 +232,6 @@ type timedEvent struct {
 	ev speaker.Event
 }
 
-// sameJudgement reports whether two versions of a lease judge a holder
-// alike: same holder, token and annotations.
-func sameJudgement(a, b *coordinationv1.Lease) bool {
-	return ptrEqual(a.Spec.HolderIdentity, b.Spec.HolderIdentity) && ptrEqual(a.Spec.LeaseTransitions, b.Spec.LeaseTransitions) &&
-		maps.Equal(a.Annotations, b.Annotations) && maps.Equal(a.Labels, b.Labels)
-}
-
-func ptrEqual[T comparable](a, b *T) bool {
-	return a == nil && b == nil || a != nil && b != nil && *a == *b
-}
-
-func listWatch[T runtime.Object](clk clock.Clock, list func(context.Context, metav1.ListOptions) (T, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector string) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return untilReached(ctx, clk, reconnectEvery, func(ctx context.Context) (T, error) { return list(ctx, o) })
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return untilReached(ctx, clk, reconnectEvery, func(ctx context.Context) (watch.Interface, error) { return w(ctx, o) })
-		},
-	}
-}
-
-// reconnectEvery is how often a list or watch is retried while the API
-// server cannot be reached.
-const reconnectEvery = 500 * time.Millisecond
-
-// untilReached retries call every interval while it fails for want of the
-// API server (connection errors, timeouts, 5xx, 429), so an informer
-// resyncs within an interval of the server's return. An informer that
-// sees those failures backs off exponentially up to 30 s before it asks
-// again, and what changed right after an outage (an upgrade's new entry)
-// would wait that long. Other errors are returned.
-func untilReached[T any](ctx context.Context, clk clock.Clock, interval time.Duration, call func(context.Context) (T, error)) (T, error) {
-	for {
-		v, err := call(ctx)
-		if err == nil || !unreachable(err) {
-			return v, err
-		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-clk.After(interval):
-		}
-	}
-}
-
-func unreachable(err error) bool {
-	if apierrors.ReasonForError(err) == metav1.StatusReasonUnknown {
-		// Not a status from the server: it was not reached.
-		return true
-	}
-	return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
-		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
-}
-
 // Run serves until ctx ends. It returns without withdrawing anything or
 // closing sessions with a Cease, so a restart is graceful; Drain is the
 // way to withdraw on purpose.
@@ -349,51 +279,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("started", "restarting", restarting, "savedPaths", len(d.saved.Paths), "asn", d.cfg.ASN, "routerID", d.cfg.RouterID, "underlay", d.cfg.Underlay)
 
-	// The router's own status writes come back as updates: only a changed
-	// spec or labels can change what is announced.
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { d.apiChanged() },
-		UpdateFunc: func(o, n any) {
-			a, okA := o.(*v1alpha1.BGPAdvertisement)
-			b, okB := n.(*v1alpha1.BGPAdvertisement)
-			if okA && okB && a.Generation == b.Generation && a.Generation != 0 && maps.Equal(a.Labels, b.Labels) {
-				return
-			}
-			d.apiChanged()
-		},
-		DeleteFunc: func(any) { d.apiChanged() },
-	}
-	d.advInf = cache.NewSharedIndexInformer(listWatch(d.clock, d.o.Adverts.List, d.o.Adverts.Watch, names.NodeSelector(d.o.Node)),
-		&v1alpha1.BGPAdvertisement{}, 0, cache.Indexers{})
-	if _, err := d.advInf.AddEventHandler(handler); err != nil {
+	if err := d.api.start(ctx, d.o); err != nil {
 		return err
 	}
-	go d.advInf.RunWithContext(ctx)
 	go d.writeStatus(ctx)
 	if !d.watch.off {
 		go d.watch.run(ctx)
-	}
-	if d.o.Leases != nil && d.o.LeaseSelector != "" {
-		d.leaseInf = cache.NewSharedIndexInformer(listWatch(d.clock, d.o.Leases.List, d.o.Leases.Watch, d.o.LeaseSelector),
-			&coordinationv1.Lease{}, 0, cache.Indexers{})
-		counted := func() { d.metrics.leaseEvents.Inc(); d.apiChanged() }
-		// A renewal changes only the renew time, which no judgement reads.
-		leaseHandler := cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { counted() },
-			UpdateFunc: func(o, n any) {
-				a, okA := o.(*coordinationv1.Lease)
-				b, okB := n.(*coordinationv1.Lease)
-				if okA && okB && sameJudgement(a, b) {
-					return
-				}
-				counted()
-			},
-			DeleteFunc: func(any) { counted() },
-		}
-		if _, err := d.leaseInf.AddEventHandler(leaseHandler); err != nil {
-			return err
-		}
-		go d.leaseInf.RunWithContext(ctx)
 	}
 
 	timer := d.clock.NewTimer(d.o.Resync)
@@ -460,33 +351,6 @@ func (d *Daemon) seedKernel() error {
 	return nil
 }
 
-func (d *Daemon) apiSynced() bool {
-	return d.advInf.HasSynced() && (d.leaseInf == nil || d.leaseInf.HasSynced())
-}
-
-func (d *Daemon) adverts() []*v1alpha1.BGPAdvertisement {
-	var out []*v1alpha1.BGPAdvertisement
-	for _, o := range d.advInf.GetStore().List() {
-		if a, ok := o.(*v1alpha1.BGPAdvertisement); ok && a.Spec.Node == d.o.Node {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// available judges a whenAvailable advertisement from the lease of its
-// attachment, as cached by the lease watch.
-func (d *Daemon) available(adv *v1alpha1.BGPAdvertisement, e v1alpha1.ContainerEntry) (metav1.ConditionStatus, string, string) {
-	if d.o.Judge == nil || d.leaseInf == nil {
-		return metav1.ConditionUnknown, "NoLeaseWatch", "the router does not watch handoff leases"
-	}
-	var lease *coordinationv1.Lease
-	if o, ok, _ := d.leaseInf.GetStore().GetByKey(d.o.Namespace + "/" + names.Lease(adv.Spec.VPC, adv.Spec.Attachment)); ok {
-		lease, _ = o.(*coordinationv1.Lease)
-	}
-	return d.o.Judge(lease, names.Holder(d.o.Node, e.ContainerID), e.HolderGeneration)
-}
-
 // snapshot applies the speaker's queued events and the stale bounds and
 // returns the RIB view's changes, whether a session is established,
 // whether the RIB counts as synced for a start, the peers' sessions and
@@ -538,8 +402,8 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	if full {
 		d.lastFull = d.clock.Now()
 	}
-	apiSynced := d.apiSynced()
-	adverts, vnis, apiMoved := d.fromAPI(apiSynced, full)
+	apiSynced := d.api.synced()
+	adverts, vnis, apiMoved := d.api.list(apiSynced, full, d.saved.VNIs, d.savedGen)
 	kp, devices := d.devicesStage(vnis, full)
 	// The selection follows the RIB's changes exactly, so a resync only
 	// reads the kernel again.
@@ -625,30 +489,6 @@ func (d *Daemon) live(now time.Time) func(string) bool {
 		d.aliveAt[netns] = now
 		return true
 	}
-}
-
-// apiChanged notes an informer event that can change what is announced
-// and starts a pass.
-func (d *Daemon) apiChanged() {
-	d.apiEvents.Add(1)
-	d.trigger()
-}
-
-// fromAPI is the node's advertisements and the VPCs' VNIs, listed again
-// only when the informers saw a change, the saved VNIs changed or on a
-// resync; moved says whether they were.
-func (d *Daemon) fromAPI(synced, full bool) (adverts []*v1alpha1.BGPAdvertisement, vnis map[string]uint32, moved bool) {
-	if !synced {
-		return nil, d.saved.VNIs, false
-	}
-	ev := d.apiEvents.Load()
-	if full || d.listed.adverts == nil || ev != d.listed.events || d.listed.savedGen != d.savedGen {
-		d.listed.adverts = d.adverts()
-		d.listed.vnis = ResolveVNIs(d.listed.adverts, d.saved.VNIs)
-		d.listed.events, d.listed.savedGen = ev, d.savedGen
-		moved = true
-	}
-	return d.listed.adverts, d.listed.vnis, moved
 }
 
 // exportInputs fingerprints what export reads besides the API: each
@@ -745,7 +585,7 @@ func (d *Daemon) rd(vpc string) speaker.RD {
 // writes the advertisements' conditions where they moved.
 func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisement, vnis map[string]uint32, devices map[string]*dataplane.Device, anyPeer bool) {
 	want, verdicts := Desired(ExportInput{
-		Adverts: adverts, Live: d.live(d.clock.Now()), Available: d.available, VNIs: vnis, RD: d.rd,
+		Adverts: adverts, Live: d.live(d.clock.Now()), Available: d.api.available, VNIs: vnis, RD: d.rd,
 		RouterMAC: func(vpc string) net.HardwareAddr {
 			if dev := devices[vpc]; dev != nil {
 				return dev.MAC
