@@ -312,27 +312,6 @@ func (a *Adj) Established() map[string]bool {
 	return out
 }
 
-// carriesRouterID reports whether r is another node's path (another next
-// hop) with this node's router ID in its RD.
-func carriesRouterID(r speaker.Received, routerID, underlay netip.Addr) bool {
-	return r.RD.Admin == routerID && r.NextHop != underlay && r.NextHop.IsValid()
-}
-
-// Duplicates are the next hops (VTEPs) of other nodes' paths that carry
-// this node's router ID in their RD: another node is configured with it.
-func Duplicates(rib RIB, routerID, underlay netip.Addr) []netip.Addr {
-	seen := map[netip.Addr]bool{}
-	var out []netip.Addr
-	for _, r := range rib {
-		if carriesRouterID(r, routerID, underlay) && !seen[r.NextHop] {
-			seen[r.NextHop] = true
-			out = append(out, r.NextHop)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
-	return out
-}
-
 // adjPath is a received path as the Adj keeps it: its key is the map's,
 // its peer the table's, and its router MAC and route targets are shared
 // with every other path carrying the same.

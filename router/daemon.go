@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +93,7 @@ type Daemon struct {
 	scale   *scaleCollector
 
 	api apiStage
+	ids identityCheck
 
 	kick     chan struct{}
 	drainReq chan chan error
@@ -121,11 +121,6 @@ type Daemon struct {
 	// the last pass, failures how many passes in a row had one.
 	deviceErrs map[string]error
 	failures   int
-	dups       []netip.Addr
-	// rejected is what the speaker last said it refused; it is asked
-	// again from rejectedNext.
-	rejected     []speaker.Received
-	rejectedNext time.Time
 	// exported fingerprints export's other inputs when it last ran, at
 	// exportedAt; savedGen counts the saved states written.
 	exported   uint64
@@ -182,6 +177,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.imp.Adj = &d.adj
 	d.api = apiStage{node: o.Node, namespace: o.Namespace, judge: o.Judge, clock: o.Clock, kick: d.trigger, leaseEvents: d.metrics.leaseEvents}
+	d.ids = identityCheck{routerID: o.Config.RouterID, underlay: o.Config.Underlay, log: o.Log, clock: o.Clock, metrics: d.metrics}
 	d.watch = kernelWatch{log: o.Log, clock: o.Clock, kick: d.trigger, buffer: defaultWatchBuffer}
 	d.scale = &scaleCollector{d: d}
 	d.metrics.reg.MustRegister(d.scale)
@@ -395,7 +391,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.ribReady = true
 		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
 	}
-	d.checkDuplicates(ctx)
+	d.ids.check(ctx, d.spk, d.imp.Duplicates())
 	// Taken whatever else makes the pass full, so one request is one resync.
 	asked := d.watch.resyncNow.Swap(false)
 	full := asked || d.lastFull.IsZero() || d.clock.Since(d.lastFull) >= d.o.Resync || d.failures > 0
@@ -507,7 +503,7 @@ func (d *Daemon) exportInputs(devices map[string]*dataplane.Device, anyPeer bool
 	for vpc := range d.deviceErrs {
 		sum += maphash.String(exportSeed, "error "+vpc)
 	}
-	for _, v := range d.dups {
+	for _, v := range d.ids.dups {
 		sum += maphash.String(exportSeed, "duplicate "+v.String())
 	}
 	if anyPeer {
@@ -517,59 +513,6 @@ func (d *Daemon) exportInputs(devices map[string]*dataplane.Device, anyPeer bool
 }
 
 var exportSeed = maphash.MakeSeed()
-
-// rejectedEvery is how often checkDuplicates asks the speaker what it
-// refused, unless asking takes long: a misconfigured router ID is
-// reported within it.
-const rejectedEvery = 5 * time.Second
-
-// askAgain is when a question to GoBGP that walks its tables, asked at
-// started, is asked again: after every at least, and after fifty times
-// what it took, so that a node of many paths spends at most a fiftieth of
-// its time on it.
-func askAgain(clk clock.PassiveClock, started time.Time, every time.Duration) time.Time {
-	return started.Add(max(every, 50*clk.Since(started)))
-}
-
-// checkDuplicates reports other nodes whose paths carry this node's
-// router ID: their RDs and this node's collide at the reflectors.
-func (d *Daemon) checkDuplicates(ctx context.Context) {
-	// Over a reflector the other node's paths carry this router ID as
-	// ORIGINATOR_ID, so the speaker refuses them as a loop: read those too,
-	// every rejectedEvery (asking costs a count of every received path).
-	if now := d.clock.Now(); !now.Before(d.rejectedNext) {
-		rejected, err := d.spk.Rejected(ctx)
-		if err != nil {
-			d.log.Warn("reading refused paths", "error", err)
-		}
-		d.rejected, d.rejectedNext = rejected, askAgain(d.clock, now, rejectedEvery)
-	}
-	rejected := d.rejected
-	dups := d.imp.Duplicates()
-	if len(rejected) > 0 {
-		seen := RIB{}
-		for _, r := range rejected {
-			seen[speaker.Key{RD: r.RD, Prefix: r.Prefix}] = r
-		}
-		for _, v := range Duplicates(seen, d.cfg.RouterID, d.cfg.Underlay) {
-			if !slices.Contains(dups, v) {
-				dups = append(dups, v)
-			}
-		}
-		slices.SortFunc(dups, netip.Addr.Compare)
-	}
-	if slices.Equal(dups, d.dups) {
-		return
-	}
-	for _, v := range dups {
-		if !slices.Contains(d.dups, v) {
-			d.log.Error("another node uses this node's router ID: give every node its own routerID in router.json",
-				"routerID", d.cfg.RouterID, "otherVTEP", v)
-		}
-	}
-	d.metrics.setDuplicates(d.dups, dups)
-	d.dups = dups
-}
 
 func (d *Daemon) rd(vpc string) speaker.RD {
 	_, had := d.saved.RDs[vpc]
@@ -643,9 +586,9 @@ func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisemen
 			continue
 		}
 		switch err := d.deviceErrs[adv.Spec.VPC]; {
-		case len(d.dups) > 0:
+		case len(d.ids.dups) > 0:
 			v.Announced, v.Reason = false, ReasonDuplicateRouterID
-			v.Message = fmt.Sprintf("announced, but router ID %s is also used by the VTEP(s) %v: give every node its own routerID in router.json", d.cfg.RouterID, d.dups)
+			v.Message = fmt.Sprintf("announced, but router ID %s is also used by the VTEP(s) %v: give every node its own routerID in router.json", d.cfg.RouterID, d.ids.dups)
 		case err != nil:
 			v.Announced, v.Reason = false, ReasonDeviceError
 			v.Message = "the VPC's VXLAN device failed (retrying; what peers already have stays announced): " + err.Error()
