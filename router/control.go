@@ -94,37 +94,41 @@ func (d *Daemon) Drain(ctx context.Context) error {
 // installed in the kernel, forgets the saved paths and ends every session
 // with a Cease.
 func (d *Daemon) drain(ctx context.Context) error {
-	var errs []error
-	marked := 0
-	for k, r := range d.announced {
-		if r.Drained {
-			continue
-		}
-		r.Drained = true
-		if err := d.spk.Announce(ctx, r); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		d.announced[k] = r
-		marked++
-	}
-	if marked > 0 {
-		// The marking reaches receivers before the withdrawal would.
-		d.clock.Sleep(drainSpacing)
-	}
-	for k := range d.announced {
-		if err := d.spk.Withdraw(ctx, k); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		delete(d.announced, k)
-	}
-	errs = append(errs, d.removeKernel(), d.store.Forget())
+	marked, errs := d.exp.drain(ctx)
+	errs = append(errs, d.removeKernel(), d.exp.store.Forget())
 	// Give the withdrawals a moment on the wire before the Cease.
 	d.clock.Sleep(drainSpacing)
 	errs = append(errs, d.spk.Stop(ctx))
 	d.log.Info("drained", "marked", marked)
 	return errors.Join(errs...)
+}
+
+// drain re-announces every path drained, then withdraws them all.
+func (e *exportStage) drain(ctx context.Context) (marked int, errs []error) {
+	for k, r := range e.announced {
+		if r.Drained {
+			continue
+		}
+		r.Drained = true
+		if err := e.spk.Announce(ctx, r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e.announced[k] = r
+		marked++
+	}
+	if marked > 0 {
+		// The marking reaches receivers before the withdrawal would.
+		e.clock.Sleep(drainSpacing)
+	}
+	for k := range e.announced {
+		if err := e.spk.Withdraw(ctx, k); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(e.announced, k)
+	}
+	return marked, errs
 }
 
 // drainSpacing separates a drain's marking, withdrawals and Cease on the

@@ -3,13 +3,10 @@ package router
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,18 +83,15 @@ type Daemon struct {
 	clock   clock.Clock
 	spk     speaker.Speaker
 	plane   dataplane.Plane
-	store   Store
-	saved   Saved
-	bootID  string
 	metrics *Metrics
 	scale   *scaleCollector
 
 	api apiStage
 	ids identityCheck
+	exp exportStage
 
 	kick     chan struct{}
 	drainReq chan chan error
-	status   statusQueue
 
 	// mu guards the events the speaker delivered since the last pass
 	// took them, and the sessions' last state.
@@ -106,28 +100,19 @@ type Daemon struct {
 	peerUp map[string]bool
 
 	// Only the loop touches these. The Importer reads the Adj in place.
-	adj       Adj
-	announced map[speaker.Key]speaker.Route
-	imp       Importer
-	holder    Holder
+	adj    Adj
+	imp    Importer
+	holder Holder
 	// ribSize is the RIB view's paths at the last pass, adjCurrent the
 	// live sessions' paths the RIB view holds, for the metrics.
 	ribSize    atomic.Int64
 	adjCurrent atomic.Int64
 	start      time.Time
 	ribReady   bool
-	rdsDirty   bool
 	// deviceErrs are the VPCs whose VXLAN device could not be ensured on
 	// the last pass, failures how many passes in a row had one.
 	deviceErrs map[string]error
 	failures   int
-	// exported fingerprints export's other inputs when it last ran, at
-	// exportedAt; savedGen counts the saved states written.
-	exported   uint64
-	exportedAt time.Time
-	savedGen   uint64
-	// aliveAt is when each entry's netns was last seen to exist; see live.
-	aliveAt map[string]time.Time
 	// synced is what each VPC's kernel state was made at its last sync,
 	// vteps the packet filter's last VTEP set: a pass reads and writes
 	// only what moved.
@@ -162,12 +147,9 @@ func New(o Options) (*Daemon, error) {
 	d := &Daemon{
 		o: o, cfg: o.Config, log: o.Log, clock: o.Clock,
 		plane:        dataplane.Plane{Underlay: o.Config.Underlay, Node: o.Node},
-		store:        NewStore(o.StateDir),
 		kick:         make(chan struct{}, 1),
 		drainReq:     make(chan chan error),
-		status:       statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)},
 		adj:          Adj{Stale: o.Config.StaleRoutes, Sync: o.RIBWait},
-		announced:    map[speaker.Key]speaker.Route{},
 		deviceErrs:   map[string]error{},
 		synced:       map[string]synced{},
 		removeKernel: RemoveKernelState,
@@ -177,6 +159,9 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.imp.Adj = &d.adj
 	d.api = apiStage{node: o.Node, namespace: o.Namespace, judge: o.Judge, clock: o.Clock, kick: d.trigger, leaseEvents: d.metrics.leaseEvents}
+	d.exp = exportStage{cfg: o.Config, log: o.Log, clock: o.Clock, metrics: d.metrics, store: NewStore(o.StateDir),
+		exists: o.Live, deviceMAC: d.plane.DeviceMAC, announced: map[speaker.Key]speaker.Route{},
+		status: statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)}}
 	d.ids = identityCheck{routerID: o.Config.RouterID, underlay: o.Config.Underlay, log: o.Log, clock: o.Clock, metrics: d.metrics}
 	d.watch = kernelWatch{log: o.Log, clock: o.Clock, kick: d.trigger, buffer: defaultWatchBuffer}
 	d.scale = &scaleCollector{d: d}
@@ -233,7 +218,7 @@ type timedEvent struct {
 // way to withdraw on purpose.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.start = d.clock.Now()
-	loaded, ok, err := d.store.Load()
+	loaded, ok, err := d.exp.store.Load()
 	if err != nil {
 		return fmt.Errorf("reading the router state: %w", err)
 	}
@@ -244,41 +229,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Warn("reading the boot ID", "path", BootIDPath, "error", err)
 	}
 	saved, restarting, why := Resume(loaded, ok, boot, Identity(d.cfg))
-	d.saved, d.bootID = saved, boot
+	d.exp.saved, d.exp.bootID = saved, boot
 	if ok && !restarting {
 		d.log.Info("starting fresh: the saved state is not this boot's and identity's", "reason", why, "discardedPaths", len(loaded.Paths))
 	}
 	d.spk, err = d.o.Speaker(ctx, speaker.Options{
 		Config: d.cfg, Restarting: restarting && d.cfg.GracefulRestart, Log: d.log, Clock: d.clock,
 		OnEvent:    d.onEvent,
-		Membership: savedMembership(d.cfg.RouteTargetASN, d.saved.VNIs), RTCPeers: loadRTCPeers(d.o.StateDir),
+		Membership: savedMembership(d.cfg.RouteTargetASN, d.exp.saved.VNIs), RTCPeers: loadRTCPeers(d.o.StateDir),
 	})
 	if err != nil {
 		return err
 	}
-	// Re-announce the last desired paths before anything else, so a
-	// restart that cannot reach the API server still sends the same routes
-	// with the same RDs.
-	for _, p := range d.saved.Paths {
-		r, err := p.route()
-		if err != nil {
-			continue
-		}
-		if err := d.spk.Announce(ctx, r); err != nil {
-			d.log.Warn("re-announcing a saved path", "error", err)
-			continue
-		}
-		d.announced[r.Key()] = r
-	}
+	d.exp.spk = d.spk
+	d.exp.replay(ctx)
 	if err := d.seedKernel(); err != nil {
 		d.log.Warn("reading the routes installed before this start", "error", err)
 	}
-	d.log.Info("started", "restarting", restarting, "savedPaths", len(d.saved.Paths), "asn", d.cfg.ASN, "routerID", d.cfg.RouterID, "underlay", d.cfg.Underlay)
+	d.log.Info("started", "restarting", restarting, "savedPaths", len(d.exp.saved.Paths), "asn", d.cfg.ASN, "routerID", d.cfg.RouterID, "underlay", d.cfg.Underlay)
 
 	if err := d.api.start(ctx, d.o); err != nil {
 		return err
 	}
-	go d.writeStatus(ctx)
+	go d.exp.writeStatus(ctx, d.o.Adverts)
 	if !d.watch.off {
 		go d.watch.run(ctx)
 	}
@@ -399,7 +372,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 		d.lastFull = d.clock.Now()
 	}
 	apiSynced := d.api.synced()
-	adverts, vnis, apiMoved := d.api.list(apiSynced, full, d.saved.VNIs, d.savedGen)
+	adverts, vnis, apiMoved := d.api.list(apiSynced, full, d.exp.saved.VNIs, d.exp.savedGen)
 	kp, devices := d.devicesStage(vnis, full)
 	// The selection follows the RIB's changes exactly, so a resync only
 	// reads the kernel again.
@@ -436,207 +409,14 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	d.metrics.observeCost(kp.cost)
 	d.syncMembership(ctx, vnis, devices)
 
-	// Export and the saved state follow the API, the devices, the
-	// sessions and the entries' netns: a pass for remote routes alone
-	// changes none of them, so it skips both, but for the liveness of the
-	// entries, looked at again every liveEvery.
-	in := d.exportInputs(devices, anyPeer)
-	if apiSynced && (full || apiMoved || in != d.exported || now.Sub(d.exportedAt) >= liveEvery) {
-		d.export(ctx, adverts, vnis, devices, anyPeer)
-		d.exported, d.exportedAt = in, now
-		d.save(vnis, devices)
-	} else if !apiSynced || d.rdsDirty {
-		d.save(vnis, devices)
-	}
+	d.exp.sync(ctx, exportView{adverts: adverts, vnis: vnis, devices: devices, deviceErrs: d.deviceErrs, dups: d.ids.dups,
+		anyPeer: anyPeer, available: d.api.available}, apiSynced, apiMoved, full, now)
 	if len(d.deviceErrs) > 0 {
 		d.failures++
 	} else {
 		d.failures = 0
 	}
-	d.metrics.set(len(d.announced), installed, established)
+	d.metrics.set(len(d.exp.announced), installed, established)
 	d.metrics.deviceErrors.Set(float64(len(d.deviceErrs)))
 	return next
-}
-
-// liveEvery is how often a pass that changes nothing else looks at the
-// entries' netns again (a workload gone without a DEL).
-const liveEvery = time.Second
-
-// live is the liveness check of an export at now: a netns seen to exist
-// less than liveEvery ago is not looked at again, so the exports that
-// each ADD's API events start cost the new entries' checks, not every
-// entry's on the node. One not seen to exist is looked at every time.
-func (d *Daemon) live(now time.Time) func(string) bool {
-	if d.aliveAt == nil {
-		d.aliveAt = map[string]time.Time{}
-	}
-	for p, at := range d.aliveAt {
-		if now.Sub(at) >= liveEvery {
-			delete(d.aliveAt, p)
-		}
-	}
-	return func(netns string) bool {
-		if _, ok := d.aliveAt[netns]; ok {
-			return true
-		}
-		if !d.o.Live(netns) {
-			return false
-		}
-		d.aliveAt[netns] = now
-		return true
-	}
-}
-
-// exportInputs fingerprints what export reads besides the API: each
-// device's VPC, index and MAC, the VPCs whose device failed, the other
-// VTEPs with this router ID and whether a session is up.
-func (d *Daemon) exportInputs(devices map[string]*dataplane.Device, anyPeer bool) uint64 {
-	var sum uint64
-	for vpc, dev := range devices {
-		var h maphash.Hash
-		h.SetSeed(exportSeed)
-		h.WriteString(vpc)
-		h.WriteString(strconv.Itoa(dev.Index))
-		h.Write(dev.MAC)
-		sum += h.Sum64()
-	}
-	for vpc := range d.deviceErrs {
-		sum += maphash.String(exportSeed, "error "+vpc)
-	}
-	for _, v := range d.ids.dups {
-		sum += maphash.String(exportSeed, "duplicate "+v.String())
-	}
-	if anyPeer {
-		sum++
-	}
-	return sum
-}
-
-var exportSeed = maphash.MakeSeed()
-
-func (d *Daemon) rd(vpc string) speaker.RD {
-	_, had := d.saved.RDs[vpc]
-	n, err := AllocateRD(d.saved.RDs, vpc)
-	d.rdsDirty = d.rdsDirty || !had
-	if err != nil {
-		d.log.Error("allocating an RD", "vpc", vpc, "error", err)
-	}
-	return speaker.RD{Admin: d.cfg.RouterID, Assigned: n}
-}
-
-// export announces what changed, withdraws what is no longer desired and
-// writes the advertisements' conditions where they moved.
-func (d *Daemon) export(ctx context.Context, adverts []*v1alpha1.BGPAdvertisement, vnis map[string]uint32, devices map[string]*dataplane.Device, anyPeer bool) {
-	want, verdicts := Desired(ExportInput{
-		Adverts: adverts, Live: d.live(d.clock.Now()), Available: d.api.available, VNIs: vnis, RD: d.rd,
-		RouterMAC: func(vpc string) net.HardwareAddr {
-			if dev := devices[vpc]; dev != nil {
-				return dev.MAC
-			}
-			// A local error never withdraws: the device's MAC is derived,
-			// so the paths stay what peers already have.
-			if _, failed := d.deviceErrs[vpc]; failed {
-				return d.plane.DeviceMAC(vpc)
-			}
-			return nil
-		},
-		Underlay: d.cfg.Underlay, RTASN: d.cfg.RouteTargetASN, Announced: d.announced,
-	})
-	// A VPC whose device failed keeps what peers have, and gets nothing
-	// new until the device works: traffic to a new path would be dropped.
-	if len(d.deviceErrs) > 0 {
-		for k := range want {
-			if _, had := d.announced[k]; had {
-				continue
-			}
-			for vpc := range d.deviceErrs {
-				if n, ok := d.saved.RDs[vpc]; ok && n == k.RD.Assigned {
-					delete(want, k)
-				}
-			}
-		}
-	}
-	for k, r := range want {
-		if cur, ok := d.announced[k]; ok && cur.Equal(r) {
-			continue
-		}
-		if err := d.spk.Announce(ctx, r); err != nil {
-			d.log.Error("announce", "route", k.String(), "error", err)
-			continue
-		}
-		d.announced[k] = r
-		d.metrics.updates.WithLabelValues("announce").Inc()
-		d.log.Info("announced", "route", k.String(), "generation", r.Generation, "drained", r.Drained)
-	}
-	for k := range d.announced {
-		if _, ok := want[k]; ok {
-			continue
-		}
-		if err := d.spk.Withdraw(ctx, k); err != nil {
-			d.log.Error("withdraw", "route", k.String(), "error", err)
-			continue
-		}
-		delete(d.announced, k)
-		d.metrics.updates.WithLabelValues("withdraw").Inc()
-		d.log.Info("withdrew", "route", k.String())
-	}
-	for _, adv := range adverts {
-		v, ok := verdicts[adv.Name]
-		if !ok || !v.Announced {
-			continue
-		}
-		switch err := d.deviceErrs[adv.Spec.VPC]; {
-		case len(d.ids.dups) > 0:
-			v.Announced, v.Reason = false, ReasonDuplicateRouterID
-			v.Message = fmt.Sprintf("announced, but router ID %s is also used by the VTEP(s) %v: give every node its own routerID in router.json", d.cfg.RouterID, d.ids.dups)
-		case err != nil:
-			v.Announced, v.Reason = false, ReasonDeviceError
-			v.Message = "the VPC's VXLAN device failed (retrying; what peers already have stays announced): " + err.Error()
-		}
-		verdicts[adv.Name] = v
-	}
-	d.status.mu.Lock()
-	for _, adv := range adverts {
-		if v, ok := verdicts[adv.Name]; ok {
-			// The cached object is the last status written (or one whose
-			// write failed): queue only what it does not say yet.
-			if want := Conditions(v, anyPeer); conditionsDiffer(adv, want) {
-				d.status.pending[adv.Name] = statusItem{adv: adv, want: want}
-			} else {
-				delete(d.status.pending, adv.Name)
-			}
-		}
-	}
-	d.status.mu.Unlock()
-	select {
-	case d.status.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Reasons of Programmed=False this package adds to the API's.
-const (
-	ReasonDeviceError       = "DeviceError"
-	ReasonDuplicateRouterID = "DuplicateRouterID"
-)
-
-func (d *Daemon) save(vnis map[string]uint32, devices map[string]*dataplane.Device) {
-	next := Saved{RDs: d.saved.RDs, VNIs: map[string]uint32{}, BootID: d.bootID, Identity: Identity(d.cfg)}
-	for vpc, v := range vnis {
-		if _, ok := devices[vpc]; ok || d.saved.VNIs[vpc] == v {
-			next.VNIs[vpc] = v
-		}
-	}
-	for _, r := range d.announced {
-		next.Paths = append(next.Paths, savedPath(r))
-	}
-	if !d.rdsDirty && equalSaved(next, d.saved) {
-		return
-	}
-	if err := d.store.Save(next); err != nil {
-		d.log.Error("saving the router state", "error", err)
-		return
-	}
-	d.saved, d.rdsDirty = next, false
-	d.savedGen++
 }

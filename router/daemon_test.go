@@ -329,10 +329,10 @@ func TestAnUnreachableAPIServerIsAskedAgainEveryInterval(t *testing.T) {
 // a netns not seen alive is checked every time.
 func TestAnExportLooksAtANetnsSeenAliveAtMostOnceASecond(t *testing.T) {
 	checks := map[string]int{}
-	d := &Daemon{o: Options{Live: func(p string) bool { checks[p]++; return p == "/live" }}}
+	e := &exportStage{exists: func(p string) bool { checks[p]++; return p == "/live" }}
 	t0 := time.Unix(1000, 0)
 	for _, at := range []time.Duration{0, 300 * time.Millisecond, 900 * time.Millisecond, time.Second, 1500 * time.Millisecond} {
-		live := d.live(t0.Add(at))
+		live := e.live(t0.Add(at))
 		if !live("/live") || !live("/live") || live("/gone") {
 			t.Fatalf("at %s: the liveness answers changed", at)
 		}

@@ -108,22 +108,44 @@ type statusQueue struct {
 	kick    chan struct{}
 }
 
+// queue hands the writer the conditions of the verdicts that the cached
+// advertisements do not say yet.
+func (q *statusQueue) queue(adverts []*v1alpha1.BGPAdvertisement, verdicts map[string]Verdict, anyPeer bool) {
+	q.mu.Lock()
+	for _, adv := range adverts {
+		if v, ok := verdicts[adv.Name]; ok {
+			// The cached object is the last status written (or one whose
+			// write failed): queue only what it does not say yet.
+			if want := Conditions(v, anyPeer); conditionsDiffer(adv, want) {
+				q.pending[adv.Name] = statusItem{adv: adv, want: want}
+			} else {
+				delete(q.pending, adv.Name)
+			}
+		}
+	}
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
 // writeStatus writes the conditions that changed until ctx ends. A write
 // that fails (a conflict, an outage) is not retried here: the next pass
 // queues the advertisement again from a newer cached object.
-func (d *Daemon) writeStatus(ctx context.Context) {
+func (e *exportStage) writeStatus(ctx context.Context, w StatusWriter) {
 	superseded := map[string]string{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.status.kick:
+		case <-e.status.kick:
 		}
-		d.status.mu.Lock()
-		batch := d.status.pending
-		d.status.pending = map[string]statusItem{}
-		d.status.mu.Unlock()
-		now := metav1.Now()
+		e.status.mu.Lock()
+		batch := e.status.pending
+		e.status.pending = map[string]statusItem{}
+		e.status.mu.Unlock()
+		now := metav1.NewTime(e.clock.Now())
 		for name, it := range batch {
 			// An object this writer already wrote over: its own write has
 			// not reached the watch yet, and the next pass brings it.
@@ -131,13 +153,13 @@ func (d *Daemon) writeStatus(ctx context.Context) {
 				continue
 			}
 			delete(superseded, name)
-			wrote, err := WriteStatus(ctx, d.o.Adverts, it.adv, it.want, now)
+			wrote, err := WriteStatus(ctx, w, it.adv, it.want, now)
 			if err != nil {
-				d.log.Warn("status", "advertisement", name, "error", err)
+				e.log.Warn("status", "advertisement", name, "error", err)
 				continue
 			}
 			if wrote {
-				d.metrics.statusWrites.Inc()
+				e.metrics.statusWrites.Inc()
 				superseded[name] = it.adv.ResourceVersion
 			}
 		}
