@@ -95,7 +95,7 @@ func (d *Daemon) Drain(ctx context.Context) error {
 // with a Cease.
 func (d *Daemon) drain(ctx context.Context) error {
 	marked, errs := d.exp.drain(ctx)
-	errs = append(errs, d.removeKernel(), d.exp.store.Forget())
+	errs = append(errs, d.kernel.remove(), d.exp.store.Forget())
 	// Give the withdrawals a moment on the wire before the Cease.
 	d.clock.Sleep(drainSpacing)
 	errs = append(errs, d.spk.Stop(ctx))

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -75,7 +72,10 @@ type LeaseClient interface {
 // MetricsHandler serves /metrics, /healthz and /readyz.
 func (d *Daemon) MetricsHandler() http.Handler { return d.metrics.Handler(3 * d.o.Resync) }
 
-// Daemon is one node's galactic-router.
+// Daemon is one node's galactic-router: a loop of passes over stages
+// that each own their state. The API stage and the kernel watch run
+// beside the loop and mark what changed; the speaker queues what peers
+// send; each pass takes those in and applies the difference.
 type Daemon struct {
 	o       Options
 	cfg     *config.Config
@@ -86,42 +86,16 @@ type Daemon struct {
 	metrics *Metrics
 	scale   *scaleCollector
 
-	api apiStage
-	ids identityCheck
-	exp exportStage
+	api     apiStage
+	watch   kernelWatch
+	rib     ribStage
+	ids     identityCheck
+	kernel  kernelStage
+	exp     exportStage
+	cadence cadence
 
 	kick     chan struct{}
 	drainReq chan chan error
-
-	// mu guards the events the speaker delivered since the last pass
-	// took them, and the sessions' last state.
-	mu     sync.Mutex
-	events []timedEvent
-	peerUp map[string]bool
-
-	// Only the loop touches these. The Importer reads the Adj in place.
-	adj    Adj
-	imp    Importer
-	holder Holder
-	// ribSize is the RIB view's paths at the last pass, adjCurrent the
-	// live sessions' paths the RIB view holds, for the metrics.
-	ribSize    atomic.Int64
-	adjCurrent atomic.Int64
-	start      time.Time
-	ribReady   bool
-	// deviceErrs are the VPCs whose VXLAN device could not be ensured on
-	// the last pass, failures how many passes in a row had one.
-	deviceErrs map[string]error
-	failures   int
-	// synced is what each VPC's kernel state was made at its last sync,
-	// vteps the packet filter's last VTEP set: a pass reads and writes
-	// only what moved.
-	synced   map[string]synced
-	vteps    []netip.Addr
-	lastFull time.Time
-	watch    kernelWatch
-	// removeKernel is RemoveKernelState but in unit tests.
-	removeKernel func() error
 }
 
 // New prepares a daemon; Run starts it.
@@ -144,31 +118,36 @@ func New(o Options) (*Daemon, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	cfg := o.Config
 	d := &Daemon{
-		o: o, cfg: o.Config, log: o.Log, clock: o.Clock,
-		plane:        dataplane.Plane{Underlay: o.Config.Underlay, Node: o.Node},
-		kick:         make(chan struct{}, 1),
-		drainReq:     make(chan chan error),
-		adj:          Adj{Stale: o.Config.StaleRoutes, Sync: o.RIBWait},
-		deviceErrs:   map[string]error{},
-		synced:       map[string]synced{},
-		removeKernel: RemoveKernelState,
-		holder:       Holder{Hold: o.Config.WithdrawHold},
-		imp:          Importer{RTASN: o.Config.RouteTargetASN, RouterID: o.Config.RouterID, Underlay: o.Config.Underlay},
-		metrics:      NewMetrics(o.Clock),
+		o: o, cfg: cfg, log: o.Log, clock: o.Clock,
+		plane:    dataplane.Plane{Underlay: cfg.Underlay, Node: o.Node},
+		metrics:  NewMetrics(o.Clock),
+		kick:     make(chan struct{}, 1),
+		drainReq: make(chan chan error),
+		cadence:  cadence{resync: o.Resync},
 	}
-	d.imp.Adj = &d.adj
 	d.api = apiStage{node: o.Node, namespace: o.Namespace, judge: o.Judge, clock: o.Clock, kick: d.trigger, leaseEvents: d.metrics.leaseEvents}
-	d.exp = exportStage{cfg: o.Config, log: o.Log, clock: o.Clock, metrics: d.metrics, store: NewStore(o.StateDir),
+	d.watch = kernelWatch{log: o.Log, clock: o.Clock, kick: d.trigger, buffer: defaultWatchBuffer}
+	d.rib = ribStage{adj: Adj{Stale: cfg.StaleRoutes, Sync: o.RIBWait}, holder: Holder{Hold: cfg.WithdrawHold},
+		imp:  Importer{RTASN: cfg.RouteTargetASN, RouterID: cfg.RouterID, Underlay: cfg.Underlay},
+		wait: o.RIBWait, stale: cfg.StaleRoutes}
+	d.rib.imp.Adj = &d.rib.adj
+	for _, p := range cfg.Peers {
+		d.rib.peers = append(d.rib.peers, p.Address.String())
+	}
+	d.ids = identityCheck{routerID: cfg.RouterID, underlay: cfg.Underlay, log: o.Log, clock: o.Clock, metrics: d.metrics}
+	d.kernel = kernelStage{plane: d.plane, stateDir: o.StateDir, log: o.Log, clock: o.Clock, metrics: d.metrics,
+		marks: &d.watch.marks, kick: d.trigger, synced: map[string]synced{}, deviceErrs: map[string]error{}, remove: RemoveKernelState}
+	d.exp = exportStage{cfg: cfg, log: o.Log, clock: o.Clock, metrics: d.metrics, store: NewStore(o.StateDir),
 		exists: o.Live, deviceMAC: d.plane.DeviceMAC, announced: map[speaker.Key]speaker.Route{},
 		status: statusQueue{pending: map[string]statusItem{}, kick: make(chan struct{}, 1)}}
-	d.ids = identityCheck{routerID: o.Config.RouterID, underlay: o.Config.Underlay, log: o.Log, clock: o.Clock, metrics: d.metrics}
-	d.watch = kernelWatch{log: o.Log, clock: o.Clock, kick: d.trigger, buffer: defaultWatchBuffer}
 	d.scale = &scaleCollector{d: d}
 	d.metrics.reg.MustRegister(d.scale)
 	return d, nil
 }
 
+// trigger starts a pass as soon as the loop is free.
 func (d *Daemon) trigger() {
 	select {
 	case d.kick <- struct{}{}:
@@ -176,48 +155,28 @@ func (d *Daemon) trigger() {
 	}
 }
 
-// onEvent queues one event of the speaker's stream, in order, for the
-// next pass; only events that can change the selection start one.
-func (d *Daemon) onEvent(ev speaker.Event) {
-	at := d.clock.Now()
-	d.mu.Lock()
-	d.events = append(d.events, timedEvent{at, ev})
-	changed := true
-	if ev.Kind == speaker.EventPeer {
-		// Only a session's coming up or going down is read by a pass.
-		if d.peerUp == nil {
-			d.peerUp = map[string]bool{}
-		}
-		changed = d.peerUp[ev.Peer] != ev.State.Established
-		d.peerUp[ev.Peer] = ev.State.Established
-	}
-	d.mu.Unlock()
-	switch ev.Kind {
-	case speaker.EventPaths:
-		d.metrics.received.Add(float64(len(ev.Paths)))
-	case speaker.EventEndOfRIB:
-		d.log.Info("End-of-RIB", "peer", ev.Peer)
-	case speaker.EventPeer:
-		if changed {
-			d.log.Info("peer", "address", ev.Peer, "state", ev.State.State, "established", ev.State.Established)
-		}
-	}
-	if changed {
-		d.trigger()
-	}
-}
-
-// timedEvent is a speaker event and when it arrived.
-type timedEvent struct {
-	at time.Time
-	ev speaker.Event
-}
-
 // Run serves until ctx ends. It returns without withdrawing anything or
 // closing sessions with a Cease, so a restart is graceful; Drain is the
 // way to withdraw on purpose.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.start = d.clock.Now()
+	if err := d.begin(ctx); err != nil {
+		return err
+	}
+	if err := d.api.start(ctx, d.o); err != nil {
+		return err
+	}
+	go d.exp.writeStatus(ctx, d.o.Adverts)
+	if !d.watch.off {
+		go d.watch.run(ctx)
+	}
+	return d.loop(ctx)
+}
+
+// begin resumes from the saved state: a restart of this boot and
+// identity replays the saved paths with the graceful-restart bits, and
+// every start holds the routes it finds in the kernel.
+func (d *Daemon) begin(ctx context.Context) error {
+	d.rib.start = d.clock.Now()
 	loaded, ok, err := d.exp.store.Load()
 	if err != nil {
 		return fmt.Errorf("reading the router state: %w", err)
@@ -236,26 +195,23 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.spk, err = d.o.Speaker(ctx, speaker.Options{
 		Config: d.cfg, Restarting: restarting && d.cfg.GracefulRestart, Log: d.log, Clock: d.clock,
 		OnEvent:    d.onEvent,
-		Membership: savedMembership(d.cfg.RouteTargetASN, d.exp.saved.VNIs), RTCPeers: loadRTCPeers(d.o.StateDir),
+		Membership: savedMembership(d.cfg.RouteTargetASN, saved.VNIs), RTCPeers: loadRTCPeers(d.o.StateDir),
 	})
 	if err != nil {
 		return err
 	}
 	d.exp.spk = d.spk
 	d.exp.replay(ctx)
-	if err := d.seedKernel(); err != nil {
+	if err := d.rib.seed(d.plane); err != nil {
 		d.log.Warn("reading the routes installed before this start", "error", err)
 	}
-	d.log.Info("started", "restarting", restarting, "savedPaths", len(d.exp.saved.Paths), "asn", d.cfg.ASN, "routerID", d.cfg.RouterID, "underlay", d.cfg.Underlay)
+	d.log.Info("started", "restarting", restarting, "savedPaths", len(saved.Paths), "asn", d.cfg.ASN, "routerID", d.cfg.RouterID, "underlay", d.cfg.Underlay)
+	return nil
+}
 
-	if err := d.api.start(ctx, d.o); err != nil {
-		return err
-	}
-	go d.exp.writeStatus(ctx, d.o.Adverts)
-	if !d.watch.off {
-		go d.watch.run(ctx)
-	}
-
+// loop runs a pass, then sleeps until an event, the pass's next bound or
+// the resync; a drain ends it.
+func (d *Daemon) loop(ctx context.Context) error {
 	timer := d.clock.NewTimer(d.o.Resync)
 	defer timer.Stop()
 	for {
@@ -278,145 +234,4 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 	}
-}
-
-// wait is how long the loop sleeps after a pass whose next hold or bound
-// ends at next, unless an event comes first.
-func (d *Daemon) wait(next time.Time) time.Duration {
-	wait := d.o.Resync
-	if !next.IsZero() {
-		wait = min(wait, next.Sub(d.clock.Now())+10*time.Millisecond)
-	}
-	if !d.ribReady {
-		wait = min(wait, time.Second)
-	}
-	if d.failures > 0 {
-		// Local errors are retried with backoff, up to the resync.
-		wait = min(wait, time.Duration(1<<min(d.failures-1, 6))*500*time.Millisecond)
-	}
-	return max(wait, 10*time.Millisecond)
-}
-
-// seedKernel hands the routes a previous run installed to the hold, so
-// they stay until the RIB confirms or replaces them.
-func (d *Daemon) seedKernel() error {
-	k, err := d.plane.ReadDevices()
-	if err != nil {
-		return err
-	}
-	// One table at a time: a node of many routes holds one VPC's while it
-	// reads, not every VPC's.
-	for vpc := range k.Devices() {
-		dom, err := k.Domain(vpc)
-		if err != nil || dom == nil {
-			continue
-		}
-		if err := k.ReadTables([]int{dom.Table}); err != nil {
-			return err
-		}
-		d.holder.Seed(vpc, k.Installed(vpc, dom))
-		k.Forget([]int{dom.Table})
-	}
-	return nil
-}
-
-// snapshot applies the speaker's queued events and the stale bounds and
-// returns the RIB view's changes, whether a session is established,
-// whether the RIB counts as synced for a start, the peers' sessions and
-// when a bound ends next.
-func (d *Daemon) snapshot(now time.Time) (changes []ribChange, anyPeer, synced bool, established map[string]bool, next time.Time) {
-	d.mu.Lock()
-	evs := d.events
-	d.events = nil
-	d.mu.Unlock()
-	for _, e := range evs {
-		d.adj.Apply(e.at, e.ev)
-	}
-	next = d.adj.Expire(now)
-	changes = d.adj.TakeChanges()
-	d.adjCurrent.Store(int64(d.adj.Current()))
-	peers := make([]string, 0, len(d.cfg.Peers))
-	for _, p := range d.cfg.Peers {
-		peers = append(peers, p.Address.String())
-	}
-	anyPeer, anySynced, allSynced := d.adj.Sessions(peers)
-	return changes, anyPeer, StartSynced(now.Sub(d.start), anySynced, allSynced, d.o.RIBWait, d.cfg.StaleRoutes), d.adj.Established(), next
-}
-
-// StartSynced says whether a started router may judge the routes it found
-// in the kernel: once every peer sent its End-of-RIB, or one did and wait
-// has passed; with no End-of-RIB at all (reflectors unreachable) only when
-// the stale bound (at least wait) has passed.
-func StartSynced(since time.Duration, anySynced, allSynced bool, wait, stale time.Duration) bool {
-	return allSynced || anySynced && since >= wait || since >= max(wait, stale)
-}
-
-// pass brings the desired state up to date with what changed (everything
-// on a resync) and applies the difference. It returns when the next hold
-// or bound ends.
-func (d *Daemon) pass(ctx context.Context) time.Time {
-	now := d.clock.Now()
-	defer func() { d.metrics.observePass(d.clock.Since(now)) }()
-	changes, anyPeer, synced, established, next := d.snapshot(now)
-	d.imp.Apply(changes)
-	d.ribSize.Store(int64(d.imp.Len()))
-	if !d.ribReady && synced {
-		d.ribReady = true
-		d.log.Info("RIB synced", "after", now.Sub(d.start).Round(time.Millisecond))
-	}
-	d.ids.check(ctx, d.spk, d.imp.Duplicates())
-	// Taken whatever else makes the pass full, so one request is one resync.
-	asked := d.watch.resyncNow.Swap(false)
-	full := asked || d.lastFull.IsZero() || d.clock.Since(d.lastFull) >= d.o.Resync || d.failures > 0
-	if full {
-		d.lastFull = d.clock.Now()
-	}
-	apiSynced := d.api.synced()
-	adverts, vnis, apiMoved := d.api.list(apiSynced, full, d.exp.saved.VNIs, d.exp.savedGen)
-	kp, devices := d.devicesStage(vnis, full)
-	// The selection follows the RIB's changes exactly, so a resync only
-	// reads the kernel again.
-	d.imp.SetVNIs(vnis)
-	selChanges := d.imp.Select()
-	managed := map[string]bool{}
-	for vpc := range devices {
-		managed[vpc] = true
-	}
-	// A VPC whose device failed keeps what the holder knows of it: its
-	// kernel routes are left as they are until the device is back.
-	for vpc := range d.deviceErrs {
-		managed[vpc] = true
-	}
-	holdEnd := d.holder.Update(now, &d.imp, d.imp.Fences(), managed, !d.ribReady, selChanges)
-	if !holdEnd.IsZero() && (next.IsZero() || holdEnd.Before(next)) {
-		next = holdEnd
-	}
-	kp.routesStage(devices, &d.holder)
-	// The membership goes out before the writes, so the peers send a new
-	// VPC's routes while its device is made (a node of many new VPCs
-	// spends seconds on devices); a device that fails leaves it again below.
-	d.syncMembership(ctx, vnis, devices)
-	kp.apply(devices, &d.holder)
-	if kp.lockErr != nil {
-		d.failures++
-		return next
-	}
-	d.holder.Synced()
-	installed := 0
-	for vpc := range devices {
-		installed += d.holder.Count(vpc)
-	}
-	d.metrics.observeCost(kp.cost)
-	d.syncMembership(ctx, vnis, devices)
-
-	d.exp.sync(ctx, exportView{adverts: adverts, vnis: vnis, devices: devices, deviceErrs: d.deviceErrs, dups: d.ids.dups,
-		anyPeer: anyPeer, available: d.api.available}, apiSynced, apiMoved, full, now)
-	if len(d.deviceErrs) > 0 {
-		d.failures++
-	} else {
-		d.failures = 0
-	}
-	d.metrics.set(len(d.exp.announced), installed, established)
-	d.metrics.deviceErrors.Set(float64(len(d.deviceErrs)))
-	return next
 }

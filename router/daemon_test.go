@@ -119,7 +119,7 @@ func startDaemon(t *testing.T, stateDir, boot string, fs *fakeSpeaker) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.removeKernel, d.watch.off = func() error { return nil }, true
+	d.kernel.remove, d.watch.off = func() error { return nil }, true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()

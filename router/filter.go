@@ -10,14 +10,14 @@ import (
 // of the remote routes installed (vteps), so VXLAN is decapsulated only
 // from those, and restores galactic's nftables table if another agent
 // removed it. Called with the node lock held; false when it failed.
-func (d *Daemon) syncFilter(vteps []netip.Addr) bool {
+func (ks *kernelStage) syncFilter(vteps []netip.Addr) bool {
 	res, err := filter.New().SetVTEPs(vteps)
 	if err != nil {
-		d.log.Error("packet filter: VTEP sets", "error", err)
+		ks.log.Error("packet filter: VTEP sets", "error", err)
 		return false
 	}
 	if res.Rebuilt || res.Added > 0 || res.Removed > 0 {
-		d.log.Info("packet filter: VTEP sets", "rebuilt", res.Rebuilt, "added", res.Added, "removed", res.Removed, "vteps", len(vteps))
+		ks.log.Info("packet filter: VTEP sets", "rebuilt", res.Rebuilt, "added", res.Added, "removed", res.Removed, "vteps", len(vteps))
 	}
 	return true
 }

@@ -3,12 +3,14 @@ package router
 import (
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"k8s.io/utils/clock"
 
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -27,6 +29,29 @@ type synced struct {
 	neighs, fdb []netlink.Neigh
 }
 
+// kernelStage is what the router made of the kernel: per VPC what its
+// last sync wrote, the packet filter's VTEP set and the VPCs whose
+// VXLAN device failed. A pass reads and writes only what moved since.
+type kernelStage struct {
+	plane    dataplane.Plane
+	stateDir string
+	log      *slog.Logger
+	clock    clock.Clock
+	metrics  *Metrics
+	// marks are the kernel watch's; kick starts a pass.
+	marks *kernelMarks
+	kick  func()
+	// synced is what each VPC's kernel state was made at its last sync,
+	// vteps the packet filter's last VTEP set.
+	synced map[string]synced
+	vteps  []netip.Addr
+	// deviceErrs are the VPCs whose VXLAN device could not be ensured on
+	// the last pass.
+	deviceErrs map[string]error
+	// remove is RemoveKernelState but in unit tests.
+	remove func() error
+}
+
 // passCost is what one pass did to the kernel.
 type passCost struct {
 	read, writes int
@@ -37,7 +62,7 @@ type passCost struct {
 // kernelPass reads the kernel when a VPC may need a change, plans the
 // writes without the node lock and takes the lock only to run them.
 type kernelPass struct {
-	d       *Daemon
+	ks      *kernelStage
 	full    bool
 	k       *dataplane.Kernel
 	readErr error
@@ -65,9 +90,9 @@ func (kp *kernelPass) read() {
 	if kp.k != nil || kp.readErr != nil {
 		return
 	}
-	kp.k, kp.readErr = kp.d.plane.ReadDevices()
+	kp.k, kp.readErr = kp.ks.plane.ReadDevices()
 	if kp.readErr != nil {
-		kp.d.log.Error("reading the kernel", "error", kp.readErr)
+		kp.ks.log.Error("reading the kernel", "error", kp.readErr)
 		return
 	}
 	kp.cost.read = kp.k.Objects
@@ -78,14 +103,14 @@ func (kp *kernelPass) read() {
 // any when the watches saw a device or domain change. It reads the kernel
 // once for them, plans their devices and returns the devices the pass
 // works with.
-func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
-	kp := &kernelPass{d: d, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
-		failedBefore: d.deviceErrs}
-	mk := d.watch.marks.take()
+func (ks *kernelStage) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
+	kp := &kernelPass{ks: ks, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
+		failedBefore: ks.deviceErrs}
+	mk := ks.marks.take()
 	tables := mk.tables
 	touched, devicesMoved := mk.touched(vnis)
 	known := map[int]bool{}
-	for _, s := range d.synced {
+	for _, s := range ks.synced {
 		if s.dom != nil {
 			known[s.dom.Table] = true
 		}
@@ -96,15 +121,15 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 		unknown = unknown || !known[t]
 	}
 	for vpc, vni := range vnis {
-		s, ok := d.synced[vpc]
-		if full || devicesMoved || touched[vpc] || !ok || s.vni != vni || d.deviceErrs[vpc] != nil || s.dom == nil && unknown {
+		s, ok := ks.synced[vpc]
+		if full || devicesMoved || touched[vpc] || !ok || s.vni != vni || ks.deviceErrs[vpc] != nil || s.dom == nil && unknown {
 			kp.dirty[vpc] = true
 		}
 		if ok && s.dom != nil && tables[s.dom.Table] {
 			kp.marked[vpc] = true
 		}
 	}
-	for vpc := range d.synced {
+	for vpc := range ks.synced {
 		if _, ok := vnis[vpc]; !ok {
 			kp.dirty[vpc] = true
 		}
@@ -120,7 +145,7 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 	errs := map[string]error{}
 	for vpc, vni := range vnis {
 		if !kp.dirty[vpc] {
-			if s := d.synced[vpc]; s.dev != nil {
+			if s := ks.synced[vpc]; s.dev != nil {
 				devices[vpc] = s.dev
 			}
 			continue
@@ -131,7 +156,7 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 		}
 		dom, err := kp.k.Domain(vpc)
 		if err != nil {
-			d.log.Error("reading the routing domain", "vpc", vpc, "error", err)
+			ks.log.Error("reading the routing domain", "vpc", vpc, "error", err)
 			errs[vpc] = fmt.Errorf("reading the routing domain: %w", err)
 			continue
 		}
@@ -143,10 +168,10 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 			continue
 		}
 		pl := &dataplane.Plan{}
-		dev, err := d.plane.PlanDevice(vpc, vni, dom, kp.k, pl)
+		dev, err := ks.plane.PlanDevice(vpc, vni, dom, kp.k, pl)
 		if err != nil {
-			if d.deviceErrs[vpc] == nil || d.deviceErrs[vpc].Error() != err.Error() {
-				d.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", err)
+			if ks.deviceErrs[vpc] == nil || ks.deviceErrs[vpc].Error() != err.Error() {
+				ks.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", err)
 			}
 			errs[vpc] = err
 			continue
@@ -166,12 +191,12 @@ func (d *Daemon) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, m
 
 // carry keeps the errors of the VPCs this pass did not read.
 func (kp *kernelPass) carry(errs map[string]error) {
-	for vpc, err := range kp.d.deviceErrs {
+	for vpc, err := range kp.ks.deviceErrs {
 		if !kp.dirty[vpc] {
 			errs[vpc] = err
 		}
 	}
-	kp.d.deviceErrs = errs
+	kp.ks.deviceErrs = errs
 }
 
 // wanted is the routes a pass wants installed: per VPC, whether they may
@@ -198,7 +223,7 @@ func (m remoteMap) VTEPs() []netip.Addr                  { return vtepsOf(m) }
 // what was synced. With no device read it reads only those VPCs' tables
 // and devices.
 func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted) {
-	d := kp.d
+	ks := kp.ks
 	// A VPC's routes are copied out of w only while its chunk is planned.
 	sums := map[string]remotesSum{}
 	for vpc := range devices {
@@ -206,12 +231,12 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 			continue
 		}
 		sums[vpc] = w.Sum(vpc)
-		if !kp.dirty[vpc] && !kp.marked[vpc] && d.synced[vpc].remotes == sums[vpc] {
+		if !kp.dirty[vpc] && !kp.marked[vpc] && ks.synced[vpc].remotes == sums[vpc] {
 			continue
 		}
 		kp.routes[vpc] = true
 		if !kp.dirty[vpc] {
-			kp.next[vpc] = d.synced[vpc]
+			kp.next[vpc] = ks.synced[vpc]
 		}
 	}
 	// The tables are read a few at a time and let go once planned, so a
@@ -229,7 +254,7 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 		}
 		kp.readTables(tables, chunk)
 		if kp.readErr != nil {
-			d.log.Error("reading the kernel", "error", kp.readErr)
+			ks.log.Error("reading the kernel", "error", kp.readErr)
 			break
 		}
 		for _, vpc := range chunk {
@@ -239,7 +264,7 @@ func (kp *kernelPass) routesStage(devices map[string]*dataplane.Device, w wanted
 				kp.plans[vpc] = pl
 			}
 			s := kp.next[vpc]
-			d.plane.PlanRoutes(devices[vpc], s.dom, w.Routes(vpc), kp.k, pl)
+			ks.plane.PlanRoutes(devices[vpc], s.dom, w.Routes(vpc), kp.k, pl)
 			s.neighs, s.fdb = pl.Neighs, pl.FDB
 			s.remotes = sums[vpc]
 			kp.next[vpc] = s
@@ -264,7 +289,7 @@ func (kp *kernelPass) readTables(tables []int, chunk []string) {
 	if kp.k != nil {
 		kp.readErr = kp.k.ReadTables(tables)
 	} else {
-		kp.k, kp.readErr = kp.d.plane.ReadRoutes(tables)
+		kp.k, kp.readErr = kp.ks.plane.ReadRoutes(tables)
 		kp.routesOnly = true
 	}
 	if kp.readErr != nil {
@@ -273,7 +298,7 @@ func (kp *kernelPass) readTables(tables []int, chunk []string) {
 	kp.cost.read = kp.k.Objects
 	if kp.routesOnly {
 		for _, vpc := range chunk {
-			s := kp.d.synced[vpc]
+			s := kp.ks.synced[vpc]
 			kp.k.Neighs[s.dev.Index], kp.k.FDB[s.dev.Index] = s.neighs, s.fdb
 		}
 	}
@@ -330,13 +355,13 @@ func vtepsOf(remotes map[string][]dataplane.Remote) []netip.Addr {
 // the plans and records what the kernel now holds. A VPC whose device
 // could not be made leaves devices and joins the device errors.
 func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
-	d := kp.d
+	ks := kp.ks
 	// The VTEPs move only with a VPC's routes.
 	var vteps []netip.Addr
 	filterDue := false
 	if kp.full || len(kp.dirty) > 0 || len(kp.routes) > 0 {
 		vteps = w.VTEPs()
-		filterDue = kp.full || !slices.Equal(vteps, d.vteps)
+		filterDue = kp.full || !slices.Equal(vteps, ks.vteps)
 	}
 	// The filter's VXLAN decapsulation follows the devices too.
 	devicesDue := len(kp.removes) > 0
@@ -359,67 +384,67 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 	kp.cost.vpcs = len(kp.dirty)
 	failed := map[string]bool{}
 	if writes > 0 {
-		unlock, err := state.Lock(d.o.StateDir)
+		unlock, err := state.Lock(ks.stateDir)
 		if err != nil {
-			d.log.Error("taking the node lock", "error", err)
+			ks.log.Error("taking the node lock", "error", err)
 			kp.lockErr = err
 			return
 		}
-		began := d.clock.Now()
+		began := ks.clock.Now()
 		for vpc, pl := range kp.plans {
 			if pl.Writes() == 0 {
 				continue
 			}
 			devErr, err := pl.Apply()
 			if devErr != nil {
-				d.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", devErr)
-				d.deviceErrs[vpc] = devErr
+				ks.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", devErr)
+				ks.deviceErrs[vpc] = devErr
 				delete(devices, vpc)
 				failed[vpc] = true
 				continue
 			}
 			if err != nil {
-				d.log.Error("installing remote routes", "vpc", vpc, "error", err)
+				ks.log.Error("installing remote routes", "vpc", vpc, "error", err)
 				failed[vpc] = true
 			}
 			if ch := pl.Changes; ch != (dataplane.Changes{}) {
-				d.log.Info("remote routes", "vpc", vpc, "added", ch.Added, "replaced", ch.Replaced, "removed", ch.Removed)
-				d.metrics.kernelChanges.Add(float64(ch.Added + ch.Replaced + ch.Removed))
+				ks.log.Info("remote routes", "vpc", vpc, "added", ch.Added, "replaced", ch.Replaced, "removed", ch.Removed)
+				ks.metrics.kernelChanges.Add(float64(ch.Added + ch.Replaced + ch.Removed))
 			}
 			if pl.Skipped > 0 {
 				// A route of galactic-cni's came after the read: read again.
-				d.watch.marks.table(kp.next[vpc].dom.Table)
-				d.trigger()
+				ks.marks.table(kp.next[vpc].dom.Table)
+				ks.kick()
 			}
 		}
 		for _, vpc := range kp.removes {
-			if err := d.plane.RemoveVPC(vpc); err != nil {
-				d.log.Error("removing a VPC's VXLAN device", "vpc", vpc, "error", err)
+			if err := ks.plane.RemoveVPC(vpc); err != nil {
+				ks.log.Error("removing a VPC's VXLAN device", "vpc", vpc, "error", err)
 			} else {
-				d.log.Info("removed VXLAN device", "vpc", vpc)
+				ks.log.Info("removed VXLAN device", "vpc", vpc)
 			}
 		}
 		if filterDue {
 			// A failed sync is retried by the next pass that reads VTEPs.
-			d.vteps = nil
-			if d.syncFilter(vteps) {
-				d.vteps = vteps
+			ks.vteps = nil
+			if ks.syncFilter(vteps) {
+				ks.vteps = vteps
 			}
 		}
 		unlock()
-		kp.cost.locked = d.clock.Since(began)
+		kp.cost.locked = ks.clock.Since(began)
 		kp.cost.writes = writes
 	}
 	for vpc := range kp.dirty {
 		s, ok := kp.next[vpc]
 		switch {
 		case !ok || failed[vpc]:
-			delete(d.synced, vpc)
+			delete(ks.synced, vpc)
 		default:
-			if kp.failedBefore[vpc] != nil && s.dev != nil && d.deviceErrs[vpc] == nil {
-				d.log.Info("VXLAN device recovered", "vpc", vpc)
+			if kp.failedBefore[vpc] != nil && s.dev != nil && ks.deviceErrs[vpc] == nil {
+				ks.log.Info("VXLAN device recovered", "vpc", vpc)
 			}
-			d.synced[vpc] = s
+			ks.synced[vpc] = s
 		}
 	}
 }

@@ -20,7 +20,7 @@ import (
 // kernelNode is a node's kernel in a test namespace: an underlay address
 // and n VPCs with table domains, each with perVPC remote routes.
 type kernelNode struct {
-	d       *Daemon
+	ks      *kernelStage
 	vnis    map[string]uint32
 	remotes map[string][]dataplane.Remote
 }
@@ -57,16 +57,18 @@ func underlayUp(tb testing.TB) {
 func newKernelNode(tb testing.TB, n, perVPC int) *kernelNode {
 	tb.Helper()
 	underlayUp(tb)
-	d := &Daemon{
-		o:          Options{StateDir: tb.TempDir()},
-		log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	ks := &kernelStage{
 		plane:      dataplane.Plane{Underlay: benchUnderlay, Node: "bench"},
+		stateDir:   tb.TempDir(),
+		log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		clock:      clock.RealClock{},
 		metrics:    NewMetrics(clock.RealClock{}),
-		deviceErrs: map[string]error{},
+		marks:      &kernelMarks{},
+		kick:       func() {},
 		synced:     map[string]synced{},
+		deviceErrs: map[string]error{},
 	}
-	kn := &kernelNode{d: d, vnis: map[string]uint32{}, remotes: map[string][]dataplane.Remote{}}
+	kn := &kernelNode{ks: ks, vnis: map[string]uint32{}, remotes: map[string][]dataplane.Remote{}}
 	for i := range n {
 		vpc := fmt.Sprintf("v%d", i)
 		if _, _, err := routing.Ensure(vpc, routing.KindTable); err != nil {
@@ -90,7 +92,7 @@ func newKernelNode(tb testing.TB, n, perVPC int) *kernelNode {
 // pass runs the kernel part of a pass, as Daemon.pass does around the
 // selection.
 func (kn *kernelNode) pass(full bool) passCost {
-	kp, devices := kn.d.devicesStage(kn.vnis, full)
+	kp, devices := kn.ks.devicesStage(kn.vnis, full)
 	kp.routesStage(devices, remoteMap(kn.remotes))
 	kp.apply(devices, remoteMap(kn.remotes))
 	return kp.cost
@@ -131,21 +133,21 @@ func TestAPassReadsAndWritesOnlyWhatChanged(t *testing.T) {
 		if err != nil || dom == nil {
 			t.Fatal(dom, err)
 		}
-		kn.d.watch.marks.table(dom.Table)
+		kn.ks.marks.table(dom.Table)
 		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
 			t.Fatalf("a marked table: %+v; want its VPC read, nothing written", c)
 		}
 		// A change of one VPC's device or domain reads that VPC again; a
 		// VXLAN device of no VPC here, every VPC.
-		kn.d.watch.marks.link(routing.VXLANDeviceName("v1"))
+		kn.ks.marks.link(routing.VXLANDeviceName("v1"))
 		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
 			t.Fatalf("v1's device changed: %+v; want v1 read, nothing written", c)
 		}
-		kn.d.watch.marks.marker(routing.Marker("v2"))
+		kn.ks.marks.marker(routing.Marker("v2"))
 		if c := kn.pass(false); c.vpcs != 1 || c.writes != 0 {
 			t.Fatalf("v2's domain changed: %+v; want v2 read, nothing written", c)
 		}
-		kn.d.watch.marks.link(routing.VXLANDeviceName("gone"))
+		kn.ks.marks.link(routing.VXLANDeviceName("gone"))
 		if c := kn.pass(false); c.vpcs != 3 || c.writes != 0 {
 			t.Fatalf("a device of no VPC here changed: %+v; want every VPC read, nothing written", c)
 		}

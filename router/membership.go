@@ -135,7 +135,7 @@ func (c *scaleCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *scaleCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(ribDesc, prometheus.GaugeValue, float64(c.d.ribSize.Load()))
+	ch <- prometheus.MustNewConstMetric(ribDesc, prometheus.GaugeValue, float64(c.d.rib.size.Load()))
 	spk := c.spk.Load()
 	if spk == nil {
 		return
@@ -145,7 +145,7 @@ func (c *scaleCollector) Collect(ch chan<- prometheus.Metric) {
 	if in, err := c.adjIn(ctx, spk); err == nil {
 		ch <- prometheus.MustNewConstMetric(adjInDesc, prometheus.GaugeValue, float64(in))
 		// The RIB view holds every member path of the live sessions.
-		filtered := max(0, in-int(c.d.adjCurrent.Load()))
+		filtered := max(0, in-int(c.d.rib.current.Load()))
 		ch <- prometheus.MustNewConstMetric(filteredDesc, prometheus.GaugeValue, float64(filtered))
 	}
 	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(len(spk.Membership())))

@@ -159,7 +159,7 @@ func (n *timedNode) start(hold, stale int) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.d.removeKernel, n.d.watch.off = func() error { return nil }, true
+	n.d.kernel.remove, n.d.watch.off = func() error { return nil }, true
 	here, err := netns.Get()
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +259,7 @@ func (n *timedNode) installed(prefix string) bool {
 // until the route is installed.
 func (n *timedNode) learn(prefix string) {
 	n.t.Helper()
-	n.until("the API synced and blue's device made", func() bool { return n.d.api.synced() && len(n.d.synced) == 1 })
+	n.until("the API synced and blue's device made", func() bool { return n.d.api.synced() && len(n.d.kernel.synced) == 1 })
 	n.event(up(timedPeer))
 	n.event(paths(timedPeer, remotePath(prefix)))
 	if wait := n.event(eor(timedPeer)); wait != time.Hour {
@@ -325,7 +325,7 @@ func TestARestartKeepsTheKernelsRoutesUntilThePeersEndOfRIBOr30Seconds(t *testin
 		stop()
 
 		n.start(0, 3600)
-		n.until("the API synced and blue's device made", func() bool { return n.d.api.synced() && len(n.d.synced) == 1 })
+		n.until("the API synced and blue's device made", func() bool { return n.d.api.synced() && len(n.d.kernel.synced) == 1 })
 		// The session comes back and sends another route, but no End-of-RIB.
 		n.event(up(timedPeer))
 		wait := n.event(paths(timedPeer, remotePath("10.20.0.8/32")))
