@@ -106,34 +106,7 @@ func (kp *kernelPass) read() {
 func (ks *kernelStage) devicesStage(vnis map[string]uint32, full bool) (*kernelPass, map[string]*dataplane.Device) {
 	kp := &kernelPass{ks: ks, full: full, dirty: map[string]bool{}, routes: map[string]bool{}, marked: map[string]bool{}, plans: map[string]*dataplane.Plan{}, next: map[string]synced{},
 		failedBefore: ks.deviceErrs}
-	mk := ks.marks.take()
-	tables := mk.tables
-	touched, devicesMoved := mk.touched(vnis)
-	known := map[int]bool{}
-	for _, s := range ks.synced {
-		if s.dom != nil {
-			known[s.dom.Table] = true
-		}
-	}
-	// A table no VPC had yet may be a new VPC's domain.
-	unknown := false
-	for t := range tables {
-		unknown = unknown || !known[t]
-	}
-	for vpc, vni := range vnis {
-		s, ok := ks.synced[vpc]
-		if full || devicesMoved || touched[vpc] || !ok || s.vni != vni || ks.deviceErrs[vpc] != nil || s.dom == nil && unknown {
-			kp.dirty[vpc] = true
-		}
-		if ok && s.dom != nil && tables[s.dom.Table] {
-			kp.marked[vpc] = true
-		}
-	}
-	for vpc := range ks.synced {
-		if _, ok := vnis[vpc]; !ok {
-			kp.dirty[vpc] = true
-		}
-	}
+	kp.pick(vnis, ks.marks.take())
 	if len(kp.dirty) > 0 || full {
 		kp.read()
 	}
@@ -154,31 +127,12 @@ func (ks *kernelStage) devicesStage(vnis map[string]uint32, full bool) (*kernelP
 			errs[vpc] = kp.readErr
 			continue
 		}
-		dom, err := kp.k.Domain(vpc)
+		dev, err := kp.planDevice(vpc, vni, existing)
 		if err != nil {
-			ks.log.Error("reading the routing domain", "vpc", vpc, "error", err)
-			errs[vpc] = fmt.Errorf("reading the routing domain: %w", err)
-			continue
-		}
-		if dom == nil || (dom.Kind == routing.KindVRF && dom.Device == "") {
-			kp.next[vpc] = synced{vni: vni}
-			if _, has := existing[vpc]; has && dom == nil {
-				kp.removes = append(kp.removes, vpc)
-			}
-			continue
-		}
-		pl := &dataplane.Plan{}
-		dev, err := ks.plane.PlanDevice(vpc, vni, dom, kp.k, pl)
-		if err != nil {
-			if ks.deviceErrs[vpc] == nil || ks.deviceErrs[vpc].Error() != err.Error() {
-				ks.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", err)
-			}
 			errs[vpc] = err
-			continue
+		} else if dev != nil {
+			devices[vpc] = dev
 		}
-		kp.plans[vpc] = pl
-		kp.next[vpc] = synced{vni: vni, dom: dom, dev: dev}
-		devices[vpc] = dev
 	}
 	for vpc := range existing {
 		if _, known := vnis[vpc]; !known {
@@ -187,6 +141,69 @@ func (ks *kernelStage) devicesStage(vnis map[string]uint32, full bool) (*kernelP
 	}
 	kp.carry(errs)
 	return kp, devices
+}
+
+// pick marks dirty the VPCs whose devices the pass reads and marked
+// those whose tables others changed, from the watch's marks mk.
+func (kp *kernelPass) pick(vnis map[string]uint32, mk marked) {
+	ks := kp.ks
+	tables := mk.tables
+	touched, devicesMoved := mk.touched(vnis)
+	known := map[int]bool{}
+	for _, s := range ks.synced {
+		if s.dom != nil {
+			known[s.dom.Table] = true
+		}
+	}
+	// A table no VPC had yet may be a new VPC's domain.
+	unknown := false
+	for t := range tables {
+		unknown = unknown || !known[t]
+	}
+	for vpc, vni := range vnis {
+		s, ok := ks.synced[vpc]
+		if kp.full || devicesMoved || touched[vpc] || !ok || s.vni != vni || ks.deviceErrs[vpc] != nil || s.dom == nil && unknown {
+			kp.dirty[vpc] = true
+		}
+		if ok && s.dom != nil && tables[s.dom.Table] {
+			kp.marked[vpc] = true
+		}
+	}
+	for vpc := range ks.synced {
+		if _, ok := vnis[vpc]; !ok {
+			kp.dirty[vpc] = true
+		}
+	}
+}
+
+// planDevice plans vpc's device from the kernel read. A VPC without a
+// routing domain here (or a VRF not made yet) has no device: nil, and
+// the device of one whose domain went is removed.
+func (kp *kernelPass) planDevice(vpc string, vni uint32, existing map[string]string) (*dataplane.Device, error) {
+	ks := kp.ks
+	dom, err := kp.k.Domain(vpc)
+	if err != nil {
+		ks.log.Error("reading the routing domain", "vpc", vpc, "error", err)
+		return nil, fmt.Errorf("reading the routing domain: %w", err)
+	}
+	if dom == nil || (dom.Kind == routing.KindVRF && dom.Device == "") {
+		kp.next[vpc] = synced{vni: vni}
+		if _, has := existing[vpc]; has && dom == nil {
+			kp.removes = append(kp.removes, vpc)
+		}
+		return nil, nil
+	}
+	pl := &dataplane.Plan{}
+	dev, err := ks.plane.PlanDevice(vpc, vni, dom, kp.k, pl)
+	if err != nil {
+		if ks.deviceErrs[vpc] == nil || ks.deviceErrs[vpc].Error() != err.Error() {
+			ks.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", err)
+		}
+		return nil, err
+	}
+	kp.plans[vpc] = pl
+	kp.next[vpc] = synced{vni: vni, dom: dom, dev: dev}
+	return dev, nil
 }
 
 // carry keeps the errors of the VPCs this pass did not read.
@@ -356,28 +373,7 @@ func vtepsOf(remotes map[string][]dataplane.Remote) []netip.Addr {
 // could not be made leaves devices and joins the device errors.
 func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 	ks := kp.ks
-	// The VTEPs move only with a VPC's routes.
-	var vteps []netip.Addr
-	filterDue := false
-	if kp.full || len(kp.dirty) > 0 || len(kp.routes) > 0 {
-		vteps = w.VTEPs()
-		filterDue = kp.full || !slices.Equal(vteps, ks.vteps)
-	}
-	// The filter's VXLAN decapsulation follows the devices too.
-	devicesDue := len(kp.removes) > 0
-	for _, pl := range kp.plans {
-		devicesDue = devicesDue || pl.DeviceWrites() > 0
-	}
-	if devicesDue && !filterDue {
-		vteps, filterDue = w.VTEPs(), true
-	}
-	writes := len(kp.removes)
-	for _, pl := range kp.plans {
-		writes += pl.Writes()
-	}
-	if filterDue {
-		writes++
-	}
+	vteps, filterDue, writes := kp.due(w)
 	for vpc := range kp.routes {
 		kp.dirty[vpc] = true
 	}
@@ -391,32 +387,7 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 			return
 		}
 		began := ks.clock.Now()
-		for vpc, pl := range kp.plans {
-			if pl.Writes() == 0 {
-				continue
-			}
-			devErr, err := pl.Apply()
-			if devErr != nil {
-				ks.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", devErr)
-				ks.deviceErrs[vpc] = devErr
-				delete(devices, vpc)
-				failed[vpc] = true
-				continue
-			}
-			if err != nil {
-				ks.log.Error("installing remote routes", "vpc", vpc, "error", err)
-				failed[vpc] = true
-			}
-			if ch := pl.Changes; ch != (dataplane.Changes{}) {
-				ks.log.Info("remote routes", "vpc", vpc, "added", ch.Added, "replaced", ch.Replaced, "removed", ch.Removed)
-				ks.metrics.kernelChanges.Add(float64(ch.Added + ch.Replaced + ch.Removed))
-			}
-			if pl.Skipped > 0 {
-				// A route of galactic-cni's came after the read: read again.
-				ks.marks.table(kp.next[vpc].dom.Table)
-				ks.kick()
-			}
-		}
+		kp.runPlans(devices, failed)
 		for _, vpc := range kp.removes {
 			if err := ks.plane.RemoveVPC(vpc); err != nil {
 				ks.log.Error("removing a VPC's VXLAN device", "vpc", vpc, "error", err)
@@ -435,6 +406,71 @@ func (kp *kernelPass) apply(devices map[string]*dataplane.Device, w wanted) {
 		kp.cost.locked = ks.clock.Since(began)
 		kp.cost.writes = writes
 	}
+	kp.record(failed)
+}
+
+// due is what apply writes: the VTEP set when the packet filter's is
+// due, and how many writes the plans, removals and filter make.
+func (kp *kernelPass) due(w wanted) (vteps []netip.Addr, filterDue bool, writes int) {
+	// The VTEPs move only with a VPC's routes.
+	if kp.full || len(kp.dirty) > 0 || len(kp.routes) > 0 {
+		vteps = w.VTEPs()
+		filterDue = kp.full || !slices.Equal(vteps, kp.ks.vteps)
+	}
+	// The filter's VXLAN decapsulation follows the devices too.
+	devicesDue := len(kp.removes) > 0
+	for _, pl := range kp.plans {
+		devicesDue = devicesDue || pl.DeviceWrites() > 0
+	}
+	if devicesDue && !filterDue {
+		vteps, filterDue = w.VTEPs(), true
+	}
+	writes = len(kp.removes)
+	for _, pl := range kp.plans {
+		writes += pl.Writes()
+	}
+	if filterDue {
+		writes++
+	}
+	return vteps, filterDue, writes
+}
+
+// runPlans runs the plans with writes, with the node lock held, and adds
+// the VPCs whose writes failed to failed.
+func (kp *kernelPass) runPlans(devices map[string]*dataplane.Device, failed map[string]bool) {
+	ks := kp.ks
+	for vpc, pl := range kp.plans {
+		if pl.Writes() == 0 {
+			continue
+		}
+		devErr, err := pl.Apply()
+		if devErr != nil {
+			ks.log.Error("VXLAN device: keeping the VPC's routes announced and installed, retrying", "vpc", vpc, "error", devErr)
+			ks.deviceErrs[vpc] = devErr
+			delete(devices, vpc)
+			failed[vpc] = true
+			continue
+		}
+		if err != nil {
+			ks.log.Error("installing remote routes", "vpc", vpc, "error", err)
+			failed[vpc] = true
+		}
+		if ch := pl.Changes; ch != (dataplane.Changes{}) {
+			ks.log.Info("remote routes", "vpc", vpc, "added", ch.Added, "replaced", ch.Replaced, "removed", ch.Removed)
+			ks.metrics.kernelChanges.Add(float64(ch.Added + ch.Replaced + ch.Removed))
+		}
+		if pl.Skipped > 0 {
+			// A route of galactic-cni's came after the read: read again.
+			ks.marks.table(kp.next[vpc].dom.Table)
+			ks.kick()
+		}
+	}
+}
+
+// record keeps what the pass made of each VPC it synced; a VPC that
+// failed is synced again by the next pass.
+func (kp *kernelPass) record(failed map[string]bool) {
+	ks := kp.ks
 	for vpc := range kp.dirty {
 		s, ok := kp.next[vpc]
 		switch {

@@ -249,24 +249,35 @@ func (f File) validate() (*Config, error) {
 	if role == RoleReflector {
 		return f.validateReflector()
 	}
-	var c Config
-	c.Role = RoleNode
+	c := Config{Role: RoleNode}
+	for _, step := range []func(*Config) error{f.validateIdentity, f.validateTimers, f.validatePeers} {
+		if err := step(&c); err != nil {
+			return nil, err
+		}
+	}
+	return &c, nil
+}
+
+// validateIdentity sets what identifies the speaker: its AS, addresses,
+// listen port and route-target AS.
+func (f File) validateIdentity(c *Config) error {
+	var err error
 	if c.ASN, err = asn("asn", f.ASN); err != nil {
-		return nil, err
+		return err
 	}
 	if f.Underlay == "" {
-		return nil, keyError("underlay", "is required: the node's fabric address (BGP next hop and VXLAN source)")
+		return keyError("underlay", "is required: the node's fabric address (BGP next hop and VXLAN source)")
 	}
 	if c.Underlay, err = netip.ParseAddr(f.Underlay); err != nil || c.Underlay.Zone() != "" {
-		return nil, keyError("underlay", "%q is not an IP address", f.Underlay)
+		return keyError("underlay", "%q is not an IP address", f.Underlay)
 	}
 	if !c.Underlay.Is4() {
-		return nil, keyError("underlay", "%s: only an IPv4 underlay is supported (VXLAN source and EVPN next hop)", c.Underlay)
+		return keyError("underlay", "%s: only an IPv4 underlay is supported (VXLAN source and EVPN next hop)", c.Underlay)
 	}
 	switch {
 	case f.RouterID != "":
 		if c.RouterID, err = netip.ParseAddr(f.RouterID); err != nil || !c.RouterID.Is4() {
-			return nil, keyError("routerID", "%q is not an IPv4 address (a BGP router ID is written as one)", f.RouterID)
+			return keyError("routerID", "%q is not an IPv4 address (a BGP router ID is written as one)", f.RouterID)
 		}
 	default:
 		c.RouterID = c.Underlay
@@ -274,21 +285,28 @@ func (f File) validate() (*Config, error) {
 	c.ListenPort = DefaultListenPort
 	if f.ListenPort != nil {
 		if *f.ListenPort != -1 && (*f.ListenPort < 1 || *f.ListenPort > 65535) {
-			return nil, keyError("listenPort", "%d is out of range: 1-65535, or -1 to accept no sessions", *f.ListenPort)
+			return keyError("listenPort", "%d is out of range: 1-65535, or -1 to accept no sessions", *f.ListenPort)
 		}
 		c.ListenPort = int32(*f.ListenPort)
 	}
 	switch {
 	case f.RouteTargetASN != nil:
 		if *f.RouteTargetASN < 1 || *f.RouteTargetASN > 65535 {
-			return nil, keyError("routeTargetASN", "%d is out of range: 1-65535 (a two-octet AS route target holds the 24-bit VNI)", *f.RouteTargetASN)
+			return keyError("routeTargetASN", "%d is out of range: 1-65535 (a two-octet AS route target holds the 24-bit VNI)", *f.RouteTargetASN)
 		}
 		c.RouteTargetASN = uint16(*f.RouteTargetASN)
 	case c.ASN <= 65535:
 		c.RouteTargetASN = uint16(c.ASN)
 	default:
-		return nil, keyError("routeTargetASN", "is required when asn (%d) does not fit two octets: 1-65535", c.ASN)
+		return keyError("routeTargetASN", "is required when asn (%d) does not fit two octets: 1-65535", c.ASN)
 	}
+	return nil
+}
+
+// validateTimers sets graceful restart, the withdrawal hold and the
+// stale bound.
+func (f File) validateTimers(c *Config) error {
+	var err error
 	c.GracefulRestart = true
 	c.RestartTime = DefaultRestartSeconds * time.Second
 	if gr := f.GracefulRestart; gr != nil {
@@ -297,40 +315,43 @@ func (f File) validate() (*Config, error) {
 		}
 		// The restart time field of the capability has 12 bits.
 		if c.RestartTime, err = seconds("gracefulRestart.restartSeconds", gr.RestartSeconds, DefaultRestartSeconds, 1, 4095); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if c.WithdrawHold, err = seconds("withdrawHoldSeconds", f.WithdrawHoldSeconds, DefaultWithdrawHoldSeconds, 0, 3600); err != nil {
-		return nil, err
+		return err
 	}
-	if c.StaleRoutes, err = seconds("staleRoutesSeconds", f.StaleRoutesSeconds, DefaultStaleRoutesSeconds, 0, MaxStaleRoutesSeconds); err != nil {
-		return nil, err
-	}
+	c.StaleRoutes, err = seconds("staleRoutesSeconds", f.StaleRoutesSeconds, DefaultStaleRoutesSeconds, 0, MaxStaleRoutesSeconds)
+	return err
+}
+
+// validatePeers sets the metrics address and the peers, each listed once.
+func (f File) validatePeers(c *Config) error {
 	c.MetricsAddress = DefaultMetricsAddress
 	if f.MetricsAddress != nil {
 		c.MetricsAddress = *f.MetricsAddress
 		if c.MetricsAddress != "" {
 			if _, err := netip.ParseAddrPort(c.MetricsAddress); err != nil {
-				return nil, keyError("metricsAddress", "%q is not <ip>:<port> (empty turns the endpoint off)", c.MetricsAddress)
+				return keyError("metricsAddress", "%q is not <ip>:<port> (empty turns the endpoint off)", c.MetricsAddress)
 			}
 		}
 	}
 	if len(f.Peers) == 0 {
-		return nil, keyError("peers", "at least one peer is required")
+		return keyError("peers", "at least one peer is required")
 	}
 	seen := map[netip.Addr]bool{}
 	for i, pf := range f.Peers {
 		p, err := pf.validate(fmt.Sprintf("peers[%d]", i))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if seen[p.Address] {
-			return nil, keyError(fmt.Sprintf("peers[%d].address", i), "%s is listed twice", p.Address)
+			return keyError(fmt.Sprintf("peers[%d].address", i), "%s is listed twice", p.Address)
 		}
 		seen[p.Address] = true
 		c.Peers = append(c.Peers, p)
 	}
-	return &c, nil
+	return nil
 }
 
 func (pf PeerFile) validate(key string) (Peer, error) {

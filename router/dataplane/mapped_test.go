@@ -32,22 +32,8 @@ func TestIPv6RoutesViaAMappedNextHopAreInstalledAndRemovedOverNetlink(t *testing
 		// An onlink IPv4 gateway is checked against the local table, which
 		// a namespace has once an address (lo's) is up.
 		loUp(t)
-		name := routing.VXLANDeviceName("blue")
-		v := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, Alias: routing.VXLANDeviceAlias("blue")}, VxlanId: 10100, Port: VXLANPort}
-		if err := netlink.LinkAdd(v); err != nil {
-			t.Fatal(err)
-		}
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetAlias(l, routing.VXLANDeviceAlias("blue")); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-		dev := &Device{Name: name, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr}
+		dev := blueDevice(t)
+		name := dev.Name
 		// Above 255, so the table travels in RTA_TABLE only.
 		d := &routing.Domain{VPC: "blue", Kind: routing.KindTable, Table: 1234}
 		mac, _ := net.ParseMAC("02:00:00:00:00:0c")
@@ -84,34 +70,7 @@ func TestIPv6RoutesViaAMappedNextHopAreInstalledAndRemovedOverNetlink(t *testing
 		if !hasPermanentNeigh(t, dev, mapped, mac) {
 			t.Fatalf("no permanent neighbour %s lladdr %s", mapped, mac)
 		}
-		// The kernel filters a table's dump: only its three routes come,
-		// each read in full.
-		one, err := p.ReadRoutes([]int{d.Table})
-		if err != nil || one.Objects != 3 || len(one.Routes[d.Table]) != 3 {
-			t.Fatalf("table %d read: %d objects, %v (%v); want its 3 routes", d.Table, one.Objects, one.Routes, err)
-		}
-		for _, r := range one.Routes[d.Table] {
-			want := vtep
-			if r.Prefix.Addr().Is6() {
-				want = mapped
-			}
-			if r.Table != d.Table || r.Gw != want || r.LinkIndex != dev.Index || r.Protocol != Protocol || !r.Onlink() {
-				t.Errorf("read %+v: want table %d via %s dev %d proto %d onlink", r, d.Table, want, dev.Index, Protocol)
-			}
-		}
-		k, err := p.Read()
-		if err != nil {
-			t.Fatal(err)
-		}
-		inst := k.Installed("blue", d)
-		if len(inst) != 3 {
-			t.Fatalf("Installed: %v, %v; want the 3 routes", inst, err)
-		}
-		for _, r := range inst {
-			if r.NextHop != vtep || r.RouterMAC.String() != mac.String() {
-				t.Errorf("Installed %+v: want next hop %s router MAC %s", r, vtep, mac)
-			}
-		}
+		checkReads(t, p, dev, d, vtep, mac)
 
 		if ch, err := p.Sync(dev, d, remotes); err != nil || ch != (Changes{}) {
 			t.Fatalf("second sync of the same routes: %+v, %v; want no change", ch, err)
@@ -127,6 +86,62 @@ func TestIPv6RoutesViaAMappedNextHopAreInstalledAndRemovedOverNetlink(t *testing
 			t.Fatalf("removing a missing neighbour: %v, want success", err)
 		}
 	})
+}
+
+// blueDevice makes VPC blue's VXLAN device, up.
+func blueDevice(t *testing.T) *Device {
+	t.Helper()
+	name := routing.VXLANDeviceName("blue")
+	v := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, Alias: routing.VXLANDeviceAlias("blue")}, VxlanId: 10100, Port: VXLANPort}
+	if err := netlink.LinkAdd(v); err != nil {
+		t.Fatal(err)
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetAlias(l, routing.VXLANDeviceAlias("blue")); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	return &Device{Name: name, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr}
+}
+
+// checkReads reads back the three routes via vtep (IPv6 ones via its
+// mapped address) and the router MAC mac: a table's read and Installed.
+func checkReads(t *testing.T, p Plane, dev *Device, d *routing.Domain, vtep netip.Addr, mac net.HardwareAddr) {
+	t.Helper()
+	mapped := netip.AddrFrom16(vtep.As16())
+	// The kernel filters a table's dump: only its three routes come,
+	// each read in full.
+	one, err := p.ReadRoutes([]int{d.Table})
+	if err != nil || one.Objects != 3 || len(one.Routes[d.Table]) != 3 {
+		t.Fatalf("table %d read: %d objects, %v (%v); want its 3 routes", d.Table, one.Objects, one.Routes, err)
+	}
+	for _, r := range one.Routes[d.Table] {
+		want := vtep
+		if r.Prefix.Addr().Is6() {
+			want = mapped
+		}
+		if r.Table != d.Table || r.Gw != want || r.LinkIndex != dev.Index || r.Protocol != Protocol || !r.Onlink() {
+			t.Errorf("read %+v: want table %d via %s dev %d proto %d onlink", r, d.Table, want, dev.Index, Protocol)
+		}
+	}
+	k, err := p.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := k.Installed("blue", d)
+	if len(inst) != 3 {
+		t.Fatalf("Installed: %v, %v; want the 3 routes", inst, err)
+	}
+	for _, r := range inst {
+		if r.NextHop != vtep || r.RouterMAC.String() != mac.String() {
+			t.Errorf("Installed %+v: want next hop %s router MAC %s", r, vtep, mac)
+		}
+	}
 }
 
 func hasPermanentNeigh(t *testing.T, dev *Device, ip netip.Addr, mac net.HardwareAddr) bool {

@@ -269,19 +269,7 @@ type Changes struct {
 // where none is, so one that came after the read stays. Routes that are
 // already right are not touched.
 func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *Kernel, pl *Plan) {
-	foreign := map[netip.Prefix]bool{}
-	table := k.Routes[d.Table]
-	ours := make(map[netip.Prefix]Route, len(table))
-	for _, r := range table {
-		if !r.Prefix.IsValid() {
-			continue
-		}
-		if r.Protocol == Protocol {
-			ours[r.Prefix] = r
-		} else {
-			foreign[r.Prefix] = true
-		}
-	}
+	ours, foreign := splitTable(k.Routes[d.Table])
 	var haveNeigh []netlink.Neigh
 	var haveFDB []netlink.Neigh
 	if dev.Index != 0 {
@@ -339,14 +327,37 @@ func (p Plane) PlanRoutes(dev *Device, d *routing.Domain, remotes []Remote, k *K
 	}
 	pl.ops = append(pl.ops, stale...)
 	p.planFDB(dev, haveFDB, wantFDB, pl)
-	for ip, mac := range wantNeigh {
+	pl.written(dev, wantNeigh, wantFDB)
+}
+
+// splitTable is a table's routes by prefix: the router's own, and the
+// prefixes of routes of other protocols.
+func splitTable(table []Route) (ours map[netip.Prefix]Route, foreign map[netip.Prefix]bool) {
+	ours, foreign = make(map[netip.Prefix]Route, len(table)), map[netip.Prefix]bool{}
+	for _, r := range table {
+		if !r.Prefix.IsValid() {
+			continue
+		}
+		if r.Protocol == Protocol {
+			ours[r.Prefix] = r
+		} else {
+			foreign[r.Prefix] = true
+		}
+	}
+	return ours, foreign
+}
+
+// written records in Neighs and FDB the device's entries as the plan
+// leaves them: a pass that reads no devices takes them from there.
+func (pl *Plan) written(dev *Device, neighs map[netip.Addr]net.HardwareAddr, fdb map[string]netip.Addr) {
+	for ip, mac := range neighs {
 		fam, raw := netlink.FAMILY_V6, ip.AsSlice()
 		if ip.Is4() {
 			fam = netlink.FAMILY_V4
 		}
 		pl.Neighs = append(pl.Neighs, netlink.Neigh{LinkIndex: dev.Index, Family: fam, State: netlink.NUD_PERMANENT, IP: raw, HardwareAddr: mac})
 	}
-	for mac, dst := range wantFDB {
+	for mac, dst := range fdb {
 		hw, _ := net.ParseMAC(mac)
 		pl.FDB = append(pl.FDB, netlink.Neigh{LinkIndex: dev.Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
 			Flags: netlink.NTF_SELF, IP: dst.AsSlice(), HardwareAddr: hw})
