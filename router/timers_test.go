@@ -345,3 +345,26 @@ func TestARestartKeepsTheKernelsRoutesUntilThePeersEndOfRIBOr30Seconds(t *testin
 		}
 	})
 }
+
+// With no End-of-RIB at all (no reflector answers) a restarted router
+// keeps what it found in the kernel until staleRoutesSeconds, however
+// long past the 30 s wait.
+func TestARestartWithoutAnyPeerKeepsTheKernelsRoutesUntilTheStaleBound(t *testing.T) {
+	netnstest.Run(t, func() {
+		n := newTimedNode(t)
+		stop := n.start(0, 60)
+		n.learn("10.20.0.7/32")
+		stop()
+
+		n.start(0, 60)
+		n.until("the API synced and blue's device made", func() bool { return n.d.api.synced() && len(n.d.kernel.synced) == 1 })
+		n.step(59 * time.Second)
+		if !n.installed("10.20.0.7/32") {
+			t.Fatal("the kernel's route went before staleRoutesSeconds with no peer at all")
+		}
+		n.step(time.Second)
+		if n.installed("10.20.0.7/32") {
+			t.Fatal("the kernel's route is still installed after staleRoutesSeconds with no peer")
+		}
+	})
+}
