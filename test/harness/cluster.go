@@ -60,7 +60,7 @@ func StartCluster(ctx context.Context, log io.Writer) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, err := startControlPlane(ctx, log, controlPlaneOptions{authorization: "Node,RBAC", admission: "NodeRestriction", allowPrivileged: true})
+	cp, err := startControlPlane(ctx, log, controlPlaneOptions{authorization: "Node,RBAC", admission: "NodeRestriction", allowPrivileged: true, kubelets: true})
 	if err != nil {
 		return nil, err
 	}

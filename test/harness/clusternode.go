@@ -53,7 +53,9 @@ type ClusterNode struct {
 	holder     *exec.Cmd
 	holderDone chan struct{}
 	svc        *Forwarder
-	closeOnce  sync.Once
+	// unroute takes the node off the API server's egress proxy.
+	unroute   func()
+	closeOnce sync.Once
 }
 
 // HostPath is where the node's file p (an absolute path in the node) is
@@ -99,7 +101,7 @@ func (c *Cluster) AddNode(ctx context.Context, fabric *Fabric, imageArchive, nam
 	if out, err := nn.Run("ip", "addr", "add", KubernetesServiceIP+"/32", "dev", "lo"); err != nil {
 		return n, fmt.Errorf("the kubernetes Service address on %s: %v %s", name, err, out)
 	}
-	// Forwarding is a node prerequisite (docs/installation.md).
+	// Forwarding is a node prerequisite (docs/install/installation.md).
 	if out, err := nn.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
 		return n, fmt.Errorf("enabling forwarding on %s: %v %s", name, err, out)
 	}
@@ -124,7 +126,9 @@ func (c *Cluster) AddNode(ctx context.Context, fabric *Fabric, imageArchive, nam
 		return n, err
 	}
 	taint := VPCNodeTaint()
-	if n.Kubelet, err = newKubelet(n.Ctd, []string{
+	c.egress.route(n.Underlay, nn.Path)
+	n.unroute = func() { c.egress.unroute(n.Underlay) }
+	if n.Kubelet, err = newKubelet(n.Ctd, kubeletServing{address: n.Underlay.String(), clientCA: c.CAFile}, []string{
 		"--kubeconfig=" + kc, "--node-ip=" + n.Underlay.String(),
 		"--node-labels=" + VPCNodeLabel + "=true",
 		"--register-with-taints=" + taint.Key + "=" + taint.Value + ":" + string(taint.Effect),
@@ -189,6 +193,9 @@ func (n *ClusterNode) startMountNS() error {
 func (n *ClusterNode) Close() {
 	n.closeOnce.Do(func() {
 		var errs []error
+		if n.unroute != nil {
+			n.unroute()
+		}
 		if n.Kubelet != nil {
 			n.Kubelet.Close()
 		}

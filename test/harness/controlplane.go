@@ -43,6 +43,9 @@ type ControlPlane struct {
 	// saKey signs service account tokens; the controller manager needs it.
 	saKey string
 	names []string
+	// egress relays the API server's connections to the nodes' kubelets
+	// (a cluster's only).
+	egress *egressProxy
 }
 
 // controlPlaneOptions are what a cluster changes in the control plane.
@@ -54,6 +57,10 @@ type controlPlaneOptions struct {
 	// allowPrivileged admits privileged containers (kubectl debug node's
 	// sysadmin profile), as kubeadm's clusters do.
 	allowPrivileged bool
+	// kubelets lets the API server reach kubelets in node namespaces
+	// (logs, exec, port-forward) through an egress proxy, with a client
+	// certificate the kubelets authenticate, as kubeadm sets it up.
+	kubelets bool
 }
 
 // StartControlPlane builds (first time only) and starts etcd and
@@ -113,6 +120,21 @@ func startControlPlane(ctx context.Context, log io.Writer, o controlPlaneOptions
 	}
 	if o.allowPrivileged {
 		admission = append(admission, "--allow-privileged=true")
+	}
+	if o.kubelets {
+		var cfg string
+		if cp.egress, cfg, err = startEgressProxy(dir); err != nil {
+			return cp, err
+		}
+		cert, key, err := cp.pki.issue("apiserver-kubelet-client", pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, false)
+		if err != nil {
+			return cp, err
+		}
+		// A kubelet reports its node name as its Hostname address too;
+		// the egress proxy knows nodes by address.
+		admission = append(admission, "--egress-selector-config-file="+cfg,
+			"--kubelet-client-certificate="+cert, "--kubelet-client-key="+key,
+			"--kubelet-preferred-address-types=InternalIP,Hostname")
 	}
 
 	if err = cp.start("etcd", bins.Etcd,
@@ -219,6 +241,10 @@ func (cp *ControlPlane) Stop() {
 		}
 	}
 	cp.procs = nil
+	if cp.egress != nil {
+		cp.egress.close()
+		cp.egress = nil
+	}
 	if cp.Dir != "" && os.Getenv("GALACTIC_KEEP_CONTROLPLANE") == "" {
 		_ = os.RemoveAll(cp.Dir)
 	}

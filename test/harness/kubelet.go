@@ -46,11 +46,24 @@ func StartKubelet(t testing.TB, ctd *Containerd) *Kubelet {
 }
 
 // NewKubelet is StartKubelet outside tests; Close undoes it.
-func NewKubelet(ctd *Containerd) (*Kubelet, error) { return newKubelet(ctd, nil) }
+func NewKubelet(ctd *Containerd) (*Kubelet, error) { return newKubelet(ctd, kubeletServing{}, nil) }
+
+// kubeletServing is how a kubelet serves its API (logs, exec,
+// port-forward).
+type kubeletServing struct {
+	// address is where it listens: a registered node's address, which the
+	// API server dials; 127.0.0.1 when empty (a standalone kubelet, which
+	// nobody calls).
+	address string
+	// clientCA authenticates callers by their certificate, and the API
+	// server authorizes them (webhook), as on kubeadm's nodes; empty lets
+	// anyone in (a standalone kubelet has no API server to ask).
+	clientCA string
+}
 
 // newKubelet starts a kubelet; extra flags (a kubeconfig to register
 // with, node IP, labels, taints) follow the standalone ones.
-func newKubelet(ctd *Containerd, extra []string) (*Kubelet, error) {
+func newKubelet(ctd *Containerd, serving kubeletServing, extra []string) (*Kubelet, error) {
 	bin, err := EnsureKubelet(os.Stderr)
 	if err != nil {
 		return nil, err
@@ -67,7 +80,7 @@ func newKubelet(ctd *Containerd, extra []string) (*Kubelet, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(k.Dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(k.config(port)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(k.config(port, serving)), 0o644); err != nil {
 		return nil, err
 	}
 	// The kubelet wants its cgroup root to exist in every hierarchy.
@@ -111,8 +124,32 @@ func newKubelet(ctd *Containerd, extra []string) (*Kubelet, error) {
 // cgroup v1 host (failCgroupV1 off) with its pod cgroups under the
 // containerd's own cgroup parent, no node allocatable enforcement, no swap
 // check, and evictions off so a busy test machine evicts nothing.
-func (k *Kubelet) config(port int) string {
+func (k *Kubelet) config(port int, serving kubeletServing) string {
 	q := strconv.Quote
+	address := serving.address
+	if address == "" {
+		address = "127.0.0.1"
+	}
+	auth := `authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+`
+	if serving.clientCA != "" {
+		auth = `authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: ` + q(serving.clientCA) + `
+authorization:
+  mode: Webhook
+`
+	}
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: ` + q(k.ManifestDir) + `
@@ -124,19 +161,12 @@ failCgroupV1: false
 cgroupRoot: ` + q(k.Ctd.cgroupParent()) + `
 enforceNodeAllocatable: []
 failSwapOn: false
-address: 127.0.0.1
+address: ` + q(address) + `
 port: ` + strconv.Itoa(port) + `
 readOnlyPort: 0
 healthzPort: 0
 podLogsDir: ` + q(filepath.Join(k.Dir, "pods-logs")) + `
-authentication:
-  anonymous:
-    enabled: true
-  webhook:
-    enabled: false
-authorization:
-  mode: AlwaysAllow
-evictionHard:
+` + auth + `evictionHard:
   memory.available: "0%"
   nodefs.available: "0%"
   imagefs.available: "0%"

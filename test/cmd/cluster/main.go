@@ -3,7 +3,7 @@
 // as reflector, three nodes with containerd and a kubelet each, the
 // shipped manifests applied through an overlay) and prints the kubeconfig
 // and kubectl to use; `cluster down` removes it. `make cluster` and `make
-// cluster-down` run these (docs/development.md).
+// cluster-down` run these (docs/contributing/development.md).
 package main
 
 import (
@@ -146,12 +146,14 @@ func serve() (err error) {
 		return err
 	}
 	fmt.Printf("image %s\n", ref)
+	var shells []string
 	for _, name := range nodeNames {
 		n, err := c.AddNode(ctx, fabric, archive, name)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("%s: underlay %s, its files under %s\n", name, n.Underlay, n.Root)
+		shells = append(shells, fmt.Sprintf("  %s: nsenter --net=%s --mount=%s", name, n.Path, n.MountNS()))
 	}
 	overlay := path("overlay")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
@@ -180,8 +182,10 @@ func serve() (err error) {
   export KUBECONFIG=%s
   %s get pods -A -o wide
 overlay applied: %s (image %s, built into %s)
+a shell on a node (its network and mount namespaces, as root):
+%s
 FRR, the reflector, runs in network namespace %s; stop everything with: make cluster-down
-`, strings.Join(nodeNames, ", "), kubeconfig, c.Bin.Kubectl, overlay, ref, imageDir, fabric.Name)
+`, strings.Join(nodeNames, ", "), kubeconfig, c.Bin.Kubectl, overlay, ref, imageDir, strings.Join(shells, "\n"), fabric.Name)
 	if err := os.WriteFile(path("ready"), []byte(ready), 0o644); err != nil {
 		return err
 	}

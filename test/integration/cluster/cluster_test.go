@@ -6,8 +6,8 @@
 // with the real kubectl through a kustomize overlay that sets only the
 // image, the fabric values and table routing (this kernel has no VRF).
 // One cluster serves every test of the
-// package, in order: install, pods across nodes, a move, a rolling
-// update, uninstall.
+// package, in order: install, kubectl logs and exec, pods across nodes, a
+// move, a rolling update, uninstall.
 package cluster
 
 import (
@@ -265,6 +265,58 @@ func TestKubectlApplyOfTheOverlayMakesTheDaemonSetReadyOnEveryNodeAndTheRoutersP
 		return true, ""
 	})
 	f.installed = !t.Failed()
+}
+
+// TestKubectlLogsAndExecReachAPodOnEveryNodeAndTheKubeletsCarryTheirRelease
+// uses the cluster as an operator does: the API server reaches each
+// node's kubelet for the galactic pod's logs and for a command in it, and
+// every node reports the release its kubelet was built from.
+func TestKubectlLogsAndExecReachAPodOnEveryNodeAndTheKubeletsCarryTheirRelease(t *testing.T) {
+	f := requireInstalled(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	server, err := f.c.Kube.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(server.GitVersion, "v1.") {
+		t.Errorf("the API server calls itself %q, not a release", server.GitVersion)
+	}
+	pods, err := f.c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range nodeNames {
+		node, err := f.c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := node.Status.NodeInfo.KubeletVersion; v != server.GitVersion {
+			t.Errorf("%s's kubelet reports %q, the API server %q: both are built from one k8s.io/kubernetes release", name, v, server.GitVersion)
+		}
+		var pod string
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == name {
+				pod = p.Name
+			}
+		}
+		if pod == "" {
+			t.Errorf("no galactic pod on %s", name)
+			continue
+		}
+		logs, err := f.c.Kubectl(ctx, "-n", harness.Namespace, "logs", pod, "-c", "router")
+		if err != nil {
+			t.Errorf("kubectl logs of %s's router: %v", name, err)
+		} else if want := fmt.Sprintf(`"node":%q`, name); !strings.Contains(string(logs), `"component":"galactic-router"`) || !strings.Contains(string(logs), want) {
+			t.Errorf("kubectl logs of %s's router does not show the router's log lines (%s):\n%s", name, want, tail(string(logs), 10))
+		}
+		out, err := f.c.Kubectl(ctx, "-n", harness.Namespace, "exec", pod, "-c", "router", "--", "galactic-router", "help")
+		if err != nil {
+			t.Errorf("kubectl exec in %s's router: %v", name, err)
+		} else if !strings.Contains(string(out), "galactic-router drain") {
+			t.Errorf("kubectl exec of galactic-router help in %s's router printed:\n%s", name, out)
+		}
+	}
 }
 
 const (
@@ -574,7 +626,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode runs last: it
-// removes galactic the way docs/installation.md says.
+// removes galactic the way docs/install/installation.md says.
 func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
 	f := requireInstalled(t)
 	f.dumpOnFailure(t)
