@@ -194,7 +194,7 @@ type VPCAttachment struct {
 // VPCAttachmentSpec is immutable but for announce and allowedSourcePrefixes:
 // another address is another attachment.
 // +kubebuilder:validation:XValidation:rule="self.vpc == oldSelf.vpc",message="spec.vpc is immutable: create another VPCAttachment"
-// +kubebuilder:validation:XValidation:rule="has(self.addresses) == has(oldSelf.addresses) && (!has(self.addresses) || self.addresses == oldSelf.addresses)",message="spec.addresses is immutable: create another VPCAttachment for other addresses"
+// +kubebuilder:validation:XValidation:rule="(has(self.addresses) ? self.addresses : []) == (has(oldSelf.addresses) ? oldSelf.addresses : [])",message="spec.addresses is immutable: create another VPCAttachment for other addresses"
 // +kubebuilder:validation:XValidation:rule="has(self.ipFamilies) == has(oldSelf.ipFamilies) && (!has(self.ipFamilies) || self.ipFamilies == oldSelf.ipFamilies)",message="spec.ipFamilies is immutable: create another VPCAttachment"
 // +kubebuilder:validation:XValidation:rule="self.reclaimPolicy == oldSelf.reclaimPolicy",message="spec.reclaimPolicy is immutable"
 type VPCAttachmentSpec struct {
@@ -212,13 +212,16 @@ type VPCAttachmentSpec struct {
 	// +optional
 	Addresses []IPAddress `json:"addresses,omitempty"`
 
+	// No omitempty on ipFamilies: an empty list must survive a Go client's
+	// round trip; nil is written as null, which the API server drops.
+
 	// IPFamilies are the families to allocate one address each of when no
 	// addresses are requested. Absent: every family of the VPC's networks;
 	// empty: no address (the workload manages its own addressing).
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=2
 	// +optional
-	IPFamilies []IPFamily `json:"ipFamilies,omitempty"`
+	IPFamilies []IPFamily `json:"ipFamilies"`
 
 	// ReclaimPolicy is Delete (the default: the addresses return to the VPC
 	// when the attachment is deleted and free) or Retain (they stay
