@@ -40,7 +40,7 @@ func fail(err error) {
 
 func build(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ExitOnError)
-	bin := fs.String("bin", "bin", "directory holding the five binaries")
+	bin := fs.String("bin", "bin", "directory holding the binaries of make build")
 	out := fs.String("out", "bin/galactic-image.tar", "OCI layout archive to write")
 	refFile := fs.String("ref-file", "bin/galactic-image.ref", "file to write the reference by digest to")
 	repo := fs.String("name", "galactic.invalid/galactic:dev", "name of the image in the archive when not pushed")

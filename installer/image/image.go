@@ -33,7 +33,7 @@ import (
 
 // Binaries are the programs galactic's image holds, side by side in BinDir
 // (galactic-installer copies the plugins from its own directory).
-var Binaries = []string{"galactic-installer", "galactic-cni", "galactic-bgp", "galactic-gc", "galactic-router"}
+var Binaries = []string{"galactic-installer", "galactic-cni", "galactic-bgp", "galactic-gc", "galactic-router", "galactic-controller"}
 
 // BinDir is where the image keeps its programs, and its PATH.
 const BinDir = "usr/local/bin"

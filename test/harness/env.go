@@ -121,7 +121,7 @@ func BuildBinaries() (string, error) {
 		"github.com/containernetworking/plugins/plugins/main/tap",
 		"github.com/containernetworking/plugins/plugins/ipam/static",
 	}
-	for _, d := range []string{"plugins", "gc", "router", "installer", "test/bin"} {
+	for _, d := range []string{"plugins", "gc", "router", "controller", "installer", "test/bin"} {
 		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
 			pkgs = append(pkgs, "./"+d+"/...")
 		}

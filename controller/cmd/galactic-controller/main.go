@@ -1,0 +1,214 @@
+// Command galactic-controller is galactic's cluster controller: it
+// allocates the VNIs of VPCs and the addresses of VPCAttachments, protects
+// attachments in use, carries out their reclaim policy and shows their
+// holder's state in their status. Run it as a Deployment of two or more
+// replicas: one leads, the others stand by with warm caches.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection"
+
+	"github.com/galactic-cni/galactic/controller"
+	"github.com/galactic-cni/galactic/pkg/client"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "galactic-controller:", err)
+		os.Exit(1)
+	}
+}
+
+// commands are the subcommands; the first argument names one unless it is
+// a flag, and "run" is the default.
+var commands = map[string]func(args []string, stdout io.Writer) error{
+	"run": serve,
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, `usage: galactic-controller [run] [flags]   reconcile VPCs and VPCAttachments (the default)
+       galactic-controller help               this text
+flags of run: galactic-controller run -h`)
+}
+
+func run(args []string, stdout io.Writer) error {
+	verb := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		verb, args = args[0], args[1:]
+	}
+	if verb == "help" {
+		usage(stdout)
+		return nil
+	}
+	cmd, ok := commands[verb]
+	if !ok {
+		usage(os.Stderr)
+		return fmt.Errorf("unknown command %q", verb)
+	}
+	return cmd(args, stdout)
+}
+
+// runFlags are the flags of run.
+type runFlags struct {
+	kubeconfig, namespace, metricsAddress, identity string
+	leaderElect                                     bool
+	leaseDuration, renewDeadline, retryPeriod       time.Duration
+	vniRange                                        string
+	vniMin, vniMax                                  int32
+	vniHold, resync                                 time.Duration
+	workers                                         int
+	qps                                             float64
+	burst                                           int
+	profiling                                       bool
+}
+
+func parseRunFlags(args []string) (*runFlags, error) {
+	f := &runFlags{}
+	fs := flag.NewFlagSet("galactic-controller run", flag.ContinueOnError)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: the pod's service account (in-cluster)")
+	fs.StringVar(&f.namespace, "namespace", "galactic-system", "galactic's namespace: the leader election lease, the handoff leases and the advertisements")
+	fs.StringVar(&f.metricsAddress, "metrics-address", ":9403", "address of /metrics, /healthz and /readyz; empty disables them")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "compete for the leader lease and reconcile only while holding it; false: reconcile at once (a single replica)")
+	fs.StringVar(&f.identity, "identity", "", "holder identity in the leader lease (default: the hostname and a random suffix)")
+	fs.DurationVar(&f.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after it last saw the leader renew before it takes over")
+	fs.DurationVar(&f.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives up leading (and exits)")
+	fs.DurationVar(&f.retryPeriod, "leader-elect-retry-period", 500*time.Millisecond, "how often the leader renews and a standby tries to acquire")
+	fs.StringVar(&f.vniRange, "vni-range", fmt.Sprintf("%d-%d", controller.DefaultVNIMin, controller.DefaultVNIMax), "VNIs allocated to VPCs without spec.vni, as <first>-<last> within 1-16777215")
+	fs.DurationVar(&f.vniHold, "vni-hold", controller.DefaultVNIHold, "how long a deleted VPC's VNI stays out of use (and longer while an advertisement carries it)")
+	fs.DurationVar(&f.resync, "resync", 10*time.Minute, "every object is reconciled at least this often; 0: only on change")
+	fs.IntVar(&f.workers, "workers", controller.DefaultWorkers, "attachments reconciled in parallel")
+	fs.Float64Var(&f.qps, "kube-api-qps", 300, "API requests per second the controller makes at most, sustained")
+	fs.IntVar(&f.burst, "kube-api-burst", 600, "API requests the controller makes at most in a burst")
+	fs.BoolVar(&f.profiling, "profiling", false, "also serve Go's profiles (/debug/pprof/) on --metrics-address")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	lo, hi, ok := strings.Cut(f.vniRange, "-")
+	a, errA := strconv.ParseInt(lo, 10, 32)
+	b, errB := strconv.ParseInt(hi, 10, 32)
+	if !ok || errA != nil || errB != nil || a < 1 || b > controller.DefaultVNIMax || a > b {
+		return nil, fmt.Errorf("--vni-range %q: want <first>-<last> with 1 <= first <= last <= %d, such as 100000-16777215", f.vniRange, controller.DefaultVNIMax)
+	}
+	f.vniMin, f.vniMax = int32(a), int32(b)
+	if f.vniHold < 0 {
+		return nil, fmt.Errorf("--vni-hold %s: must not be negative", f.vniHold)
+	}
+	if f.resync < 0 {
+		return nil, fmt.Errorf("--resync %s: must not be negative", f.resync)
+	}
+	if f.workers < 1 {
+		return nil, fmt.Errorf("--workers %d: must be at least 1", f.workers)
+	}
+	if f.namespace == "" {
+		return nil, errors.New("--namespace must not be empty")
+	}
+	if f.leaderElect {
+		// client-go's own rules, said here with the flags' names.
+		switch {
+		case f.retryPeriod <= 0:
+			return nil, fmt.Errorf("--leader-elect-retry-period %s: must be positive", f.retryPeriod)
+		case f.renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(f.retryPeriod)):
+			return nil, fmt.Errorf("--leader-elect-renew-deadline %s must be longer than %.1f times --leader-elect-retry-period %s", f.renewDeadline, leaderelection.JitterFactor, f.retryPeriod)
+		case f.leaseDuration <= f.renewDeadline:
+			return nil, fmt.Errorf("--leader-elect-lease-duration %s must be longer than --leader-elect-renew-deadline %s", f.leaseDuration, f.renewDeadline)
+		}
+	}
+	if f.identity == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--identity: no hostname to default to: %w", err)
+		}
+		suffix := make([]byte, 4)
+		_, _ = rand.Read(suffix)
+		f.identity = host + "_" + hex.EncodeToString(suffix)
+	}
+	return f, nil
+}
+
+// gcPercent is the Go heap's growth between collections unless GOGC says
+// otherwise.
+const gcPercent = 50
+
+func serve(args []string, _ io.Writer) error {
+	f, err := parseRunFlags(args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "galactic-controller", "identity", f.identity)
+	if os.Getenv("GOGC") == "" {
+		// The heap is mostly the informers' caches, which change little
+		// once loaded: a burst of events may grow it by half before a
+		// collection instead of doubling it, for a little more CPU.
+		debug.SetGCPercent(gcPercent)
+	}
+	cfg, err := client.LoadConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "galactic-controller"
+	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
+	cs, err := client.New(cfg)
+	if err != nil {
+		return err
+	}
+	c, err := controller.New(controller.Options{
+		Clients: cs, Namespace: f.namespace, VNIMin: f.vniMin, VNIMax: f.vniMax, VNIHold: f.vniHold,
+		Workers: f.workers, Resync: f.resync, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// A leader that stops renewing fails /healthz after this much grace.
+	health := leaderelection.NewLeaderHealthzAdaptor(f.renewDeadline)
+	if f.metricsAddress != "" {
+		ln, err := net.Listen("tcp", f.metricsAddress)
+		if err != nil {
+			return fmt.Errorf("--metrics-address: %w", err)
+		}
+		var h http.Handler = c.Handler(func(r *http.Request) error { return health.Check(r) })
+		if f.profiling {
+			mux := http.NewServeMux()
+			mux.Handle("/", h)
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			h = mux
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	log.Info("starting", "namespace", f.namespace, "leaderElect", f.leaderElect, "vniRange", f.vniRange, "workers", f.workers)
+	if !f.leaderElect {
+		c.Start(ctx)
+		c.Lead(ctx)
+		return nil
+	}
+	return c.RunElected(ctx, controller.Election{
+		Config: cfg, Namespace: f.namespace, Identity: f.identity,
+		LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
+	}, health)
+}
