@@ -140,7 +140,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		!slices.Equal(commands["token-refresher"], []string{"galactic-installer", "run"}) || len(commands) != 3 {
 		t.Errorf("containers: want gc (galactic-gc), router (galactic-router) and token-refresher (galactic-installer run), got %v", commands)
 	}
-	wantAdd := map[string][]corev1.Capability{"gc": {"NET_ADMIN", "SYS_PTRACE", "BPF", "SYS_ADMIN"}, "router": {"NET_ADMIN"}}
+	wantAdd := map[string][]corev1.Capability{"gc": {"NET_ADMIN", "SYS_PTRACE", "BPF", "SYS_ADMIN"}, "router": {"NET_ADMIN", "BPF", "SYS_ADMIN"}}
 	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
 		if c.Image != "galactic.example/galactic:REPLACE_ME" {
 			t.Errorf("%s: image %q is not the documented placeholder", c.Name, c.Image)
