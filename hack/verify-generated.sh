@@ -25,8 +25,11 @@ fi
 
 # The objects are byte for byte what this compiler makes: without it
 # nothing can be checked. CI installs it; elsewhere the check is skipped,
-# saying so.
-if ! command -v clang-14 >/dev/null || ! command -v llvm-strip-14 >/dev/null; then
+# saying so. A ROOT without the C sources (a copy of the API alone, as
+# pkg/apis' own test makes) has no objects to check.
+if [ ! -d pkg/filter/bpf ]; then
+	:
+elif ! command -v clang-14 >/dev/null || ! command -v llvm-strip-14 >/dev/null; then
 	if [ -n "${CI:-}" ]; then
 		echo "clang-14 and llvm-strip-14 are missing: run hack/install-deps.sh as root" >&2
 		exit 1

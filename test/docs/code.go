@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -90,15 +91,33 @@ func MetricNames(root string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A metric's name may use a constant of another file of its package;
+	// packages are told apart by name, which is enough for metric names.
+	pkgVals := map[string]map[string]string{}
+	for _, f := range files {
+		if pkgVals[f.Name.Name] == nil {
+			pkgVals[f.Name.Name] = map[string]string{}
+		}
+		maps.Copy(pkgVals[f.Name.Name], stringConsts(f))
+	}
 	set := map[string]bool{}
 	for _, f := range files {
-		vals := stringConsts(f)
-		value := func(e ast.Expr) string {
+		vals := maps.Clone(pkgVals[f.Name.Name])
+		maps.Copy(vals, stringConsts(f))
+		var value func(e ast.Expr) string
+		value = func(e ast.Expr) string {
 			if s, ok := stringLit(e); ok {
 				return s
 			}
 			if id, ok := e.(*ast.Ident); ok {
 				return vals[id.Name]
+			}
+			// A name put together from constants: namespace + "_name".
+			if b, ok := e.(*ast.BinaryExpr); ok && b.Op == token.ADD {
+				l, r := value(b.X), value(b.Y)
+				if l != "" && r != "" {
+					return l + r
+				}
 			}
 			return ""
 		}
