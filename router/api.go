@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync/atomic"
 	"time"
@@ -20,9 +21,10 @@ import (
 )
 
 // apiStage is the router's view of the API server: informers of the
-// node's advertisements and of the leases its holders hold, whose lists
-// and watches are retried every reconnectEvery while the server cannot
-// be reached. Until they sync a pass keeps what it has.
+// node's advertisements, of the leases its holders hold and of the
+// VPCAttachments, whose lists and watches are retried every
+// reconnectEvery while the server cannot be reached. Until they sync a
+// pass keeps what it has.
 type apiStage struct {
 	node, namespace string
 	judge           Judge
@@ -31,6 +33,9 @@ type apiStage struct {
 	kick        func()
 	leaseEvents prometheus.Counter
 	adv, lease  cache.SharedIndexInformer
+	// att caches every VPCAttachment, slimmed to what a judgement reads
+	// and indexed by UID; nil without an attachment client.
+	att cache.SharedIndexInformer
 	// events counts the informers' events that can change what is
 	// announced; listed is the last listing of the advertisements.
 	events atomic.Uint64
@@ -58,11 +63,14 @@ func (a *apiStage) start(ctx context.Context, o Options) error {
 		DeleteFunc: func(any) { a.changed() },
 	}
 	a.adv = cache.NewSharedIndexInformer(listWatch(a.clock, o.Adverts.List, o.Adverts.Watch, names.NodeSelector(a.node)),
-		&v1alpha1.BGPAdvertisement{}, 0, cache.Indexers{})
+		&v1alpha1.BGPAdvertisement{}, 0, cache.Indexers{byAttachmentUID: advertUIDs})
 	if _, err := a.adv.AddEventHandler(handler); err != nil {
 		return err
 	}
 	go a.adv.RunWithContext(ctx)
+	if err := a.startAttachments(ctx, o.Attachments); err != nil {
+		return err
+	}
 	if o.Leases == nil || o.LeaseSelector == "" {
 		return nil
 	}
@@ -97,7 +105,7 @@ func (a *apiStage) changed() {
 }
 
 func (a *apiStage) synced() bool {
-	return a.adv.HasSynced() && (a.lease == nil || a.lease.HasSynced())
+	return a.adv.HasSynced() && (a.lease == nil || a.lease.HasSynced()) && (a.att == nil || a.att.HasSynced())
 }
 
 func (a *apiStage) adverts() []*v1alpha1.BGPAdvertisement {
@@ -122,7 +130,7 @@ func (a *apiStage) list(synced, full bool, saved map[string]uint32, savedGen uin
 	ev := a.events.Load()
 	if full || a.listed.adverts == nil || ev != a.listed.events || a.listed.savedGen != savedGen {
 		a.listed.adverts = a.adverts()
-		a.listed.vnis = ResolveVNIs(a.listed.adverts, saved)
+		a.listed.vnis = ResolveVNIs(Granted(a.listed.adverts, a.lookup()), saved)
 		a.listed.events, a.listed.savedGen = ev, savedGen
 		moved = true
 	}
@@ -139,7 +147,20 @@ func (a *apiStage) available(adv *v1alpha1.BGPAdvertisement, e v1alpha1.Containe
 	if o, ok, _ := a.lease.GetStore().GetByKey(a.namespace + "/" + names.Lease(adv.Spec.VPC, adv.Spec.Attachment)); ok {
 		lease, _ = o.(*coordinationv1.Lease)
 	}
-	return a.judge(lease, names.Holder(a.node, e.ContainerID), e.HolderGeneration)
+	return judgeLease(a.judge, lease, adv, names.Holder(a.node, e.ContainerID), e.HolderGeneration)
+}
+
+// judgeLease judges holder by lease when the lease is the advertisement's
+// attachment's (its attachment-uid label the advertisement's, both absent
+// when inline). Another's, a predecessor's say, is judged as no lease at
+// all: it never makes this attachment's holder available.
+func judgeLease(judge Judge, lease *coordinationv1.Lease, adv *v1alpha1.BGPAdvertisement, holder string, token int64) (metav1.ConditionStatus, string, string) {
+	if lease == nil || lease.Labels[v1alpha1.LabelAttachmentUID] == AttachmentUID(adv) {
+		return judge(lease, holder, token)
+	}
+	status, reason, _ := judge(nil, holder, token)
+	return status, reason, fmt.Sprintf("lease %s is VPCAttachment UID %q's, not this advertisement's %q",
+		lease.Name, lease.Labels[v1alpha1.LabelAttachmentUID], AttachmentUID(adv))
 }
 
 // sameJudgement reports whether two versions of a lease judge a holder

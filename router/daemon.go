@@ -35,9 +35,12 @@ type Options struct {
 	Leases  LeaseClient
 	// LeaseSelector selects the leases held by this node's holders.
 	LeaseSelector string
-	Judge         Judge
-	Live          func(netns string) bool
-	Log           *slog.Logger
+	// Attachments is the VPCAttachment client of all namespaces; without
+	// it no object-backed advertisement is announced.
+	Attachments AttachmentClient
+	Judge       Judge
+	Live        func(netns string) bool
+	Log         *slog.Logger
 	// Resync bounds how long the kernel goes unchecked without events.
 	Resync time.Duration
 	// RIBWait is how long a (re)started router waits for every peer's

@@ -59,6 +59,8 @@ type exportView struct {
 	dups       []netip.Addr
 	anyPeer    bool
 	available  Availability
+	// attachments finds the attachments of object-backed advertisements.
+	attachments AttachmentLookup
 }
 
 // replay re-announces the saved paths, before anything else at a start,
@@ -164,7 +166,7 @@ func (e *exportStage) rd(vpc string) speaker.RD {
 // queues the advertisements' conditions where they moved.
 func (e *exportStage) export(ctx context.Context, v exportView) {
 	want, verdicts := Desired(ExportInput{
-		Adverts: v.adverts, Live: e.live(e.clock.Now()), Available: v.available, VNIs: v.vnis, RD: e.rd,
+		Adverts: v.adverts, Live: e.live(e.clock.Now()), Available: v.available, VNIs: v.vnis, RD: e.rd, Attachments: v.attachments,
 		RouterMAC: func(vpc string) net.HardwareAddr {
 			if dev := v.devices[vpc]; dev != nil {
 				return dev.MAC

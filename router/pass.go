@@ -37,7 +37,7 @@ func (d *Daemon) pass(ctx context.Context) time.Time {
 	}
 	errs := d.kernel.deviceErrs
 	d.exp.sync(ctx, exportView{adverts: adverts, vnis: vnis, devices: devices, deviceErrs: errs, dups: d.ids.dups,
-		anyPeer: anyPeer, available: d.api.available}, apiSynced, apiMoved, full, now)
+		anyPeer: anyPeer, available: d.api.available, attachments: d.api.lookup()}, apiSynced, apiMoved, full, now)
 	d.cadence.settle(len(errs) > 0)
 	d.metrics.set(len(d.exp.announced), installed, established)
 	d.metrics.deviceErrors.Set(float64(len(errs)))

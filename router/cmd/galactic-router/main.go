@@ -127,7 +127,8 @@ func serve(cfg *config.Config, node settings.Node, resync time.Duration, bootIDF
 		Config: cfg, Node: node.NodeName, Namespace: node.Namespace, StateDir: node.StateDir,
 		Adverts: cs.BGPAdvertisements(node.Namespace), Leases: cs.Leases(node.Namespace),
 		LeaseSelector: names.HolderNodeSelector(node.NodeName), Judge: handoff.Availability,
-		Live: liveness.Netns, Log: log, Resync: resync,
+		Attachments: cs.VPCAttachments(""),
+		Live:        liveness.Netns, Log: log, Resync: resync,
 		BootID: func() (string, error) {
 			b, err := os.ReadFile(bootIDFile)
 			return strings.TrimSpace(string(b)), err

@@ -306,6 +306,17 @@ func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *te
 		t.Fatalf("watch leases by holder node: %v", err)
 	}
 	lw.Stop()
+	// And a list and watch of every namespace's VPCAttachments, which
+	// say what an object-backed advertisement may announce.
+	atts, err := api.VPCAttachments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list VPCAttachments of every namespace: %v", err)
+	}
+	aw, err := api.VPCAttachments("").Watch(ctx, metav1.ListOptions{ResourceVersion: atts.ResourceVersion})
+	if err != nil {
+		t.Fatalf("watch VPCAttachments of every namespace: %v", err)
+	}
+	aw.Stop()
 	rv := updated.ResourceVersion
 	if err := advs.Delete(ctx, adv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &created.UID, ResourceVersion: &rv}}); err != nil {
 		t.Fatalf("guarded delete of the advertisement: %v", err)
@@ -415,6 +426,16 @@ func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *te
 			}
 			return err
 		}},
+		{"create a VPCAttachment", func() error {
+			_, err := api.VPCAttachments(other).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: "web-0"},
+				Spec: v1alpha1.VPCAttachmentSpec{VPC: "blue"}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"write a VPCAttachment's status", func() error {
+			_, err := api.VPCAttachments(other).UpdateStatus(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: "web-0"},
+				Spec: v1alpha1.VPCAttachmentSpec{VPC: "blue"}}, metav1.UpdateOptions{})
+			return err
+		}},
 		{"list pods", func() error {
 			_, err := kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{})
 			return err
@@ -442,6 +463,7 @@ func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *te
 		t.Errorf("rules in %s:\n got %v\nwant %v", other, got, want)
 	}
 }
+
 
 // galacticRules asks the API server what the caller may do in namespace,
 // keeping the rules for the coordination and galactic groups.
