@@ -464,7 +464,6 @@ func TestTheServiceAccountCanDoWhatThePluginsGCAndRouterNeedAndNothingElse(t *te
 	}
 }
 
-
 // galacticRules asks the API server what the caller may do in namespace,
 // keeping the rules for the coordination and galactic groups.
 func galacticRules(t *testing.T, kube kubernetes.Interface, namespace string) []string {

@@ -66,7 +66,9 @@ func (tn *tenant) attachment(name string, addresses ...string) (attachment, *v1a
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = tn.env.API.VPCAttachments(tn.namespace).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = tn.env.API.VPCAttachments(tn.namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	att := attachment{VPC: tn.vpc.Status.DataplaneName, Name: names.DataplaneName(name, string(obj.UID)), VNI: int64(tn.vni), Addresses: addresses}
 	tn.env.ForgetAttachment(t, att.VPC, att.Name)
 	return att, obj
