@@ -159,6 +159,8 @@ func (b *bench) steps() []step {
 		{"cluster pod start", b.clusterPodStart},
 		{"tenant isolation", b.isolation},
 		{"route scale", b.routeScale},
+		// Last: the attachments it leaves go with the control plane.
+		{"controller", b.controllerBench},
 	}
 }
 

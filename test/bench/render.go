@@ -37,6 +37,8 @@ type Results struct {
 	Isolation *IsolationResult
 	// RouteScale is the route scale section.
 	RouteScale *RouteScaleResult
+	// Controller is the control plane section.
+	Controller *ControllerResult
 	// Unattributed counts, by user agent, the proxied requests that named
 	// no galactic program; the per-program counts cannot include them.
 	Unattributed map[string]int
@@ -199,7 +201,8 @@ func (r *Results) Targets() []Target {
 	ts = append(ts, r.routingTargets()...)
 	ts = append(ts, r.migrationTargets()...)
 	ts = append(ts, r.isolationTargets()...)
-	return append(ts, r.routeScaleTargets()...)
+	ts = append(ts, r.routeScaleTargets()...)
+	return append(ts, r.controllerTargets()...)
 }
 
 // unattributed describes the requests that named no galactic program.
@@ -255,6 +258,7 @@ func sections() []section {
 		{"cluster-pod-start", "Pod start through the whole cluster", func(r *Results) bool { return r.Cluster != nil }, renderCluster},
 		{"tenant-isolation", "Tenant isolation: the filter's share of ADD, DEL and forwarding", func(r *Results) bool { return r.Isolation != nil }, renderIsolation},
 		{"route-scale", "Route scale", func(r *Results) bool { return r.RouteScale != nil }, renderRouteScale},
+		{"controller", "The control plane: galactic-controller", func(r *Results) bool { return r.Controller != nil }, renderController},
 	}
 }
 
@@ -906,6 +910,8 @@ func (r *Results) reason(t Target) string {
 		return r.forwardingReason(t.Key)
 	case "scale-churn", "scale-received", "scale-start", "scale-every", "scale-rss", "scale-announce":
 		return r.routeScaleReason(t)
+	case "controller-ready", "controller-writes", "controller-rss", "controller-failover":
+		return r.controllerReason(t)
 	}
 	panic("no reason for target " + t.Key)
 }

@@ -86,6 +86,10 @@ func missingEverything() *Results {
 			},
 			Failed: []string{"TestAtTheIssuesScale/FRR_(no_rtc) (GALACTIC_SCALE_LARGE=1)"},
 		},
+		Controller: &ControllerResult{Burst: 1000, Parallel: 32, Creating: 3 * time.Second, ReadyAfter: 14 * time.Second,
+			Writes:   map[string]int{"create vpcaddresses": 1000, "patch vpcattachments": 1500, "update vpcattachments/status": 1000},
+			Requests: 4000, Scale: 10000, LeaderRSS: 120 * 1024, StandbyRSS: 90 * 1024, ScaleReadyAfter: time.Minute,
+			Failover: 18 * time.Second, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 500 * time.Millisecond},
 	}
 }
 
@@ -104,7 +108,8 @@ func TestEveryMissedTargetHasAReasonOfItsOwn(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"chain-ratio", "api-budget", "gc-pass", "gc-lists", "routing", "migration", "filter-share", "filter-forwarding",
-		"scale-churn", "scale-received", "scale-start", "scale-every", "scale-rss", "scale-announce"} {
+		"scale-churn", "scale-received", "scale-start", "scale-every", "scale-rss", "scale-announce",
+		"controller-ready", "controller-writes", "controller-rss", "controller-failover"} {
 		if !families[f] {
 			t.Errorf("no %s target in the run built to miss every kind", f)
 		}

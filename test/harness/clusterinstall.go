@@ -60,6 +60,7 @@ images:
   digest: %s
 patches:
 - path: fabric.yaml
+- path: controller.yaml
 `, rel, name, digest)
 	asn := f.Options.ASN
 	fabric := fmt.Sprintf(`apiVersion: v1
@@ -98,7 +99,7 @@ data:
       ]
     }
 `, asn, f.RR, asn)
-	for file, data := range map[string]string{"kustomization.yaml": k, "fabric.yaml": fabric} {
+	for file, data := range map[string]string{"kustomization.yaml": k, "fabric.yaml": fabric, "controller.yaml": controllerOverlay} {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(data), 0o644); err != nil {
 			return err
 		}

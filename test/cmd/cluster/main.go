@@ -170,6 +170,9 @@ func serve() (err error) {
 	if err := c.WaitDaemonSetReady(ctx, len(nodeNames)); err != nil {
 		return err
 	}
+	if err := c.WaitControllerReady(ctx, 2); err != nil {
+		return err
+	}
 	kubeconfig := path("kubeconfig")
 	b, err := os.ReadFile(c.AdminKubeconfig)
 	if err != nil {
@@ -178,7 +181,7 @@ func serve() (err error) {
 	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
 		return err
 	}
-	ready := fmt.Sprintf(`galactic on three nodes (%s); the DaemonSet is ready.
+	ready := fmt.Sprintf(`galactic on three nodes (%s); the DaemonSet and galactic-controller are ready.
   export KUBECONFIG=%s
   %s get pods -A -o wide
 overlay applied: %s (image %s, built into %s)

@@ -234,6 +234,9 @@ func TestKubectlApplyOfTheOverlayMakesTheDaemonSetReadyOnEveryNodeAndTheRoutersP
 		t.Fatal(err)
 	}
 	f.requireImage(t, ctx, f.ref)
+	if err := f.c.WaitControllerReady(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
 
 	// The init container wrote into each node's own tree, and nothing into
 	// this machine's.
