@@ -42,6 +42,10 @@ func (c *Controller) syncAttachment(ctx context.Context, k string) (time.Duratio
 	if att.DeletionTimestamp != nil {
 		return c.reclaim(ctx, att, hs)
 	}
+	if adopting(att.Labels) && att.Status.Dataplane == nil {
+		// adopt names it after its inline host interface first.
+		return 0, nil
+	}
 	vpcKey := key(att.Namespace, att.Spec.VPC)
 	vpc, nets, prob := c.readyVPC(att)
 	var addrs []v1alpha1.Prefix
@@ -66,6 +70,13 @@ func (c *Controller) syncAttachment(ctx context.Context, k string) (time.Duratio
 		return 0, err
 	}
 	return hs.ExpiresIn, nil
+}
+
+// adopting says whether an object is adopt's; until adopt has written
+// its inline data-plane names the controller leaves it alone, so no other
+// name is ever published for it.
+func adopting(labels map[string]string) bool {
+	return labels[v1alpha1.LabelAdopted] == "true"
 }
 
 // readyVPC is the attachment's VPC and its networks when it is Ready;

@@ -33,6 +33,10 @@ func (c *Controller) syncVPC(ctx context.Context, k string) (time.Duration, erro
 	if vpc.DeletionTimestamp != nil {
 		return 0, c.releaseVPC(ctx, vpc)
 	}
+	if adopting(vpc.Labels) && vpc.Status.DataplaneName == "" {
+		// adopt names it after its inline routing domain first.
+		return 0, nil
+	}
 	now := metav1.NewTime(c.clock.Now())
 	if _, err := parseNetworks(vpc.Spec.Networks); err != nil {
 		return 0, c.writeVPCStatus(ctx, vpc, desiredVPCStatus(vpcStatusInputs{VPC: vpc,

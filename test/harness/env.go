@@ -90,6 +90,30 @@ func NewEnv(progress io.Writer) (*Env, error) {
 		os.RemoveAll(bin)
 		return nil, err
 	}
+	return envOn(ctx, cp, bin)
+}
+
+// NewEnvOn is an environment on a control plane that already runs (a
+// Cluster's): the binaries built, galactic's namespace and the node
+// identity applied, so that nodes can be created on it. Its owner stops
+// cp; Release removes what NewEnvOn added.
+func NewEnvOn(ctx context.Context, cp *ControlPlane) (*Env, error) {
+	bin, err := BuildBinaries()
+	if err != nil {
+		return nil, err
+	}
+	e, err := envOn(ctx, cp, bin)
+	if err != nil {
+		os.RemoveAll(bin)
+	}
+	return e, err
+}
+
+// Release removes the binaries of an environment NewEnvOn made.
+func (e *Env) Release() { _ = os.RemoveAll(e.BinDir) }
+
+func envOn(ctx context.Context, cp *ControlPlane, bin string) (*Env, error) {
+	var err error
 	e := &Env{CP: cp, BinDir: bin}
 	if e.Kube, err = kubernetes.NewForConfig(cp.Admin); err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/galactic-cni/galactic/controller"
@@ -41,19 +42,26 @@ func main() {
 // commands are the subcommands; the first argument names one unless it is
 // a flag, and "run" is the default.
 var commands = map[string]func(args []string, stdout io.Writer) error{
-	"run": serve,
+	"run":   serve,
+	"adopt": adopt,
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, `usage: galactic-controller [run] [flags]   reconcile VPCs and VPCAttachments (the default)
-       galactic-controller help               this text
-flags of run: galactic-controller run -h`)
+	fmt.Fprintln(w, `usage: galactic-controller [run] [flags]
+           reconcile VPCs and VPCAttachments (the default)
+       galactic-controller adopt --namespace NS [--vpc-networks VPC=CIDR[,CIDR...][,VPC=CIDR...]] [flags]
+           make VPCs and VPCAttachments of the inline attachments that nodes advertise
+       galactic-controller help
+           this text
+Run "galactic-controller <command> -h" for a command's flags.`)
 }
 
 func run(args []string, stdout io.Writer) error {
 	verb := "run"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		verb, args = args[0], args[1:]
+	} else if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		verb = "help"
 	}
 	if verb == "help" {
 		usage(stdout)
@@ -211,4 +219,75 @@ func serve(args []string, _ io.Writer) error {
 		Config: cfg, Namespace: f.namespace, Identity: f.identity,
 		LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
 	}, health)
+}
+
+// adoptFlags are the flags of adopt.
+type adoptFlags struct {
+	kubeconfig, namespace, galacticNamespace string
+	vpcNetworks                              []string
+	dryRun                                   bool
+	wait                                     time.Duration
+}
+
+func parseAdoptFlags(args []string) (*adoptFlags, controller.VPCNetworks, error) {
+	f := &adoptFlags{}
+	fs := flag.NewFlagSet("galactic-controller adopt", flag.ContinueOnError)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file of a cluster administrator; empty: $KUBECONFIG, else in-cluster")
+	fs.StringVar(&f.namespace, "namespace", "", "the tenant namespace the VPCs and VPCAttachments are made in (required)")
+	fs.StringVar(&f.galacticNamespace, "galactic-namespace", "galactic-system", "galactic's namespace: the nodes' handoff leases and advertisements")
+	fs.Func("vpc-networks", "the inline VPCs to adopt and their networks: blue=10.20.0.0/16,fd20::/48,red=10.30.0.0/16 (repeatable); a VPC an earlier run made keeps its own", func(v string) error {
+		f.vpcNetworks = append(f.vpcNetworks, v)
+		return nil
+	})
+	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would be made and write nothing")
+	fs.DurationVar(&f.wait, "wait", 2*time.Minute, "how long to wait for galactic-controller to make the attachments Ready before their leases and advertisements are labelled")
+	if err := fs.Parse(args); err != nil {
+		return nil, controller.VPCNetworks{}, err
+	}
+	if fs.NArg() > 0 {
+		return nil, controller.VPCNetworks{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if f.namespace == "" {
+		return nil, controller.VPCNetworks{}, errors.New("--namespace is required: the tenant namespace to adopt the inline attachments into")
+	}
+	if errs := validation.IsDNS1123Label(f.namespace); len(errs) > 0 {
+		return nil, controller.VPCNetworks{}, fmt.Errorf("--namespace %q is not a namespace name: %s", f.namespace, strings.Join(errs, "; "))
+	}
+	if f.galacticNamespace == "" {
+		return nil, controller.VPCNetworks{}, errors.New("--galactic-namespace must not be empty")
+	}
+	if f.wait <= 0 {
+		return nil, controller.VPCNetworks{}, fmt.Errorf("--wait %s: must be positive", f.wait)
+	}
+	nets, err := controller.ParseVPCNetworks(f.vpcNetworks)
+	if err != nil {
+		return nil, controller.VPCNetworks{}, err
+	}
+	return f, nets, nil
+}
+
+func adopt(args []string, stdout io.Writer) error {
+	f, nets, err := parseAdoptFlags(args)
+	if err != nil {
+		return err
+	}
+	if f.kubeconfig == "" {
+		// An administrator's tool, run where kubectl is.
+		f.kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	cfg, err := client.LoadConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "galactic-controller"
+	cs, err := client.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return controller.Adopt(ctx, controller.AdoptOptions{
+		Clients: cs, Namespace: f.namespace, GalacticNamespace: f.galacticNamespace,
+		Networks: nets, DryRun: f.dryRun, Wait: f.wait, Out: stdout,
+	})
 }

@@ -43,6 +43,8 @@ type fixture struct {
 	kube kubernetes.Interface
 	// ctrls are the two replicas.
 	ctrls []*harness.Controller
+	// release undoes what tests added to the fixture (node environments).
+	release []func()
 }
 
 var (
@@ -60,6 +62,9 @@ func TestMain(m *testing.M) {
 }
 
 func (f *fixture) close() {
+	for _, r := range f.release {
+		r()
+	}
 	for _, c := range f.ctrls {
 		c.Terminate()
 	}

@@ -12,6 +12,11 @@ const (
 	LabelNamespace     = "network.galactic.dev/namespace"
 	LabelAttachmentUID = "network.galactic.dev/attachment-uid"
 	LabelVPCUID        = "network.galactic.dev/vpc-uid"
+	// LabelAdopted ("true") marks a VPC or VPCAttachment that
+	// `galactic-controller adopt` made of an inline attachment: the
+	// controller leaves it alone until adopt has written its inline
+	// data-plane names into its status.
+	LabelAdopted = "network.galactic.dev/adopted"
 )
 
 // Finalizers galactic-controller keeps on the objects it protects.
