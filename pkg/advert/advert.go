@@ -32,9 +32,13 @@ type API interface {
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
-// Key names one node's advertisement of an attachment.
+// Key names one node's advertisement of an attachment. For an
+// object-backed attachment VPC and Attachment are its data-plane names and
+// Namespace and UID its VPCAttachment's: the advertisement carries them as
+// labels, and one labelled with another UID is a predecessor's.
 type Key struct {
 	VPC, Attachment, Node string
+	Namespace, UID        string
 }
 
 // Name is the advertisement's object name.
@@ -45,6 +49,9 @@ func (k Key) String() string { return k.VPC + "/" + k.Attachment + " on " + k.No
 func (k Key) validate() error {
 	if k.VPC == "" || k.Attachment == "" || k.Node == "" {
 		return fmt.Errorf("advertisement key %+v: vpc, attachment and node are required", k)
+	}
+	if (k.UID == "") != (k.Namespace == "") {
+		return fmt.Errorf("advertisement key %+v: an attachment's identity needs namespace and UID", k)
 	}
 	return nil
 }
@@ -196,7 +203,8 @@ type Routing struct {
 
 // Publish upserts e, keyed by (containerID, ifName), in k's advertisement,
 // creating it if needed, sets spec.vni and spec.announce from r, and drops
-// other entries whose netns is gone. spec.prefixes becomes the union of the
+// other entries whose netns is gone, and for an object-backed k those of
+// another attachment UID. spec.prefixes becomes the union of the
 // entries' prefixes. An entry that is already published as e with nothing
 // to prune costs one read and no write.
 func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEntry, r Routing) (Result, error) {
@@ -234,7 +242,7 @@ func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEnt
 		for _, c := range cur.Spec.Containers {
 			switch {
 			case sameEntry(c, e.ContainerID, e.IfName):
-			case !a.live(c.Netns):
+			case !a.live(c.Netns), !k.entryOf(c):
 				res.Removed = append(res.Removed, c)
 			default:
 				kept = append(kept, c)
@@ -394,8 +402,9 @@ func (a *Advertiser) DeleteOthers(ctx context.Context, k Key) ([]string, error) 
 	var deleted []string
 	var errs []error
 	for _, item := range list.Items {
-		// The labels selected it; the spec must agree before anything is deleted.
-		if item.Spec.VPC != k.VPC || item.Spec.Attachment != k.Attachment || item.Spec.Node == k.Node || item.Name == k.Name() {
+		// The labels selected it; the spec must agree before anything is
+		// deleted, and a predecessor's (another UID) is not ours to delete.
+		if item.Spec.VPC != k.VPC || item.Spec.Attachment != k.Attachment || item.Spec.Node == k.Node || item.Name == k.Name() || !k.labelledFor(item.Labels) {
 			continue
 		}
 		err := a.API.Delete(ctx, item.Name, metav1.DeleteOptions{Preconditions: preconditions(&item)})
@@ -444,6 +453,19 @@ func preconditions(obj *v1alpha1.BGPAdvertisement) *metav1.Preconditions {
 	return &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}
 }
 
+// entryOf says whether an entry may be the attachment's: for an object
+// only its own UID's or an inline one's (written before it was adopted).
+func (k Key) entryOf(c v1alpha1.ContainerEntry) bool {
+	return k.UID == "" || c.AttachmentUID == "" || c.AttachmentUID == k.UID
+}
+
+// labelledFor says whether an advertisement's identity label allows k:
+// none (inline, or written before adoption), or k's own UID.
+func (k Key) labelledFor(labels map[string]string) bool {
+	uid := labels[v1alpha1.LabelAttachmentUID]
+	return uid == "" || uid == k.UID
+}
+
 func sameEntry(c v1alpha1.ContainerEntry, containerID, ifName string) bool {
 	return c.ContainerID == containerID && c.IfName == ifName
 }
@@ -454,6 +476,9 @@ func owned(obj *v1alpha1.BGPAdvertisement, k Key) error {
 	s := obj.Spec
 	if s.VPC != k.VPC || s.Attachment != k.Attachment || s.Node != k.Node {
 		return fmt.Errorf("advertisement %s describes %s/%s on %s, not %s; refusing to change it", obj.Name, s.VPC, s.Attachment, s.Node, k)
+	}
+	if !k.labelledFor(obj.Labels) {
+		return fmt.Errorf("advertisement %s belongs to attachment UID %q, not %q: a predecessor's, left to its own release; refusing to change it", obj.Name, obj.Labels[v1alpha1.LabelAttachmentUID], k.UID)
 	}
 	return nil
 }
@@ -475,6 +500,9 @@ func withEntries(obj *v1alpha1.BGPAdvertisement, k Key, entries []v1alpha1.Conta
 		next.Labels = map[string]string{}
 	}
 	for lk, lv := range names.AdvertisementLabels(k.VPC, k.Attachment, k.Node) {
+		next.Labels[lk] = lv
+	}
+	for lk, lv := range names.IdentityLabels(k.Namespace, k.UID) {
 		next.Labels[lk] = lv
 	}
 	sorted := slices.Clone(entries)

@@ -376,11 +376,11 @@ func TestRemoveDropsExactlyTheEntriesNotValid(t *testing.T) {
 
 func TestPruneDropsDeadEntriesAndDeletesAdvertisementsLeftWithoutLiveOnes(t *testing.T) {
 	f := adverttest.New(t, "update", "delete")
-	mixed := f.Seed(existing(Key{"blue", "mixed", "node-a"}, entry("live", "/run/netns/live"), entry("dead", "/run/netns/dead")))
-	allDead := f.Seed(existing(Key{"blue", "all-dead", "node-a"}, entry("dead", "/run/netns/dead")))
-	healthy := f.Seed(existing(Key{"blue", "healthy", "node-a"}, entry("live", "/run/netns/live")))
-	empty := f.Seed(existing(Key{"blue", "empty", "node-a"}))
-	other := f.Seed(existing(Key{"blue", "mixed", "node-b"}, entry("dead", "/run/netns/dead")))
+	mixed := f.Seed(existing(Key{VPC: "blue", Attachment: "mixed", Node: "node-a"}, entry("live", "/run/netns/live"), entry("dead", "/run/netns/dead")))
+	allDead := f.Seed(existing(Key{VPC: "blue", Attachment: "all-dead", Node: "node-a"}, entry("dead", "/run/netns/dead")))
+	healthy := f.Seed(existing(Key{VPC: "blue", Attachment: "healthy", Node: "node-a"}, entry("live", "/run/netns/live")))
+	empty := f.Seed(existing(Key{VPC: "blue", Attachment: "empty", Node: "node-a"}))
+	other := f.Seed(existing(Key{VPC: "blue", Attachment: "mixed", Node: "node-b"}, entry("dead", "/run/netns/dead")))
 	a := testAdvertiser(f, liveSet{"/run/netns/live": true})
 
 	results, err := a.Prune(context.Background(), "node-a", []v1alpha1.BGPAdvertisement{*mixed, *allDead, *healthy, *empty, *other})
@@ -429,10 +429,10 @@ func TestPruneRereadsAStaleListedObject(t *testing.T) {
 func TestDeleteOthersDeletesOnlyOtherNodesAdvertisementsOfTheAttachment(t *testing.T) {
 	f := adverttest.New(t, "list", "delete")
 	own := f.Seed(existing(keyA, entry("c1", "/x")))
-	onB := f.Seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
-	onC := f.Seed(existing(Key{"blue", "web-0-net0", "node-c"}, entry("c9", "/z")))
-	otherAtt := f.Seed(existing(Key{"blue", "db-0-net0", "node-b"}, entry("c2", "/y")))
-	otherVPC := f.Seed(existing(Key{"red", "web-0-net0", "node-b"}, entry("c3", "/y")))
+	onB := f.Seed(existing(Key{VPC: "blue", Attachment: "web-0-net0", Node: "node-b"}, entry("c0", "/y")))
+	onC := f.Seed(existing(Key{VPC: "blue", Attachment: "web-0-net0", Node: "node-c"}, entry("c9", "/z")))
+	otherAtt := f.Seed(existing(Key{VPC: "blue", Attachment: "db-0-net0", Node: "node-b"}, entry("c2", "/y")))
+	otherVPC := f.Seed(existing(Key{VPC: "red", Attachment: "web-0-net0", Node: "node-b"}, entry("c3", "/y")))
 
 	deleted, err := testAdvertiser(f, liveSet{}).DeleteOthers(context.Background(), keyA)
 	if err != nil {
@@ -451,7 +451,7 @@ func TestDeleteOthersDeletesOnlyOtherNodesAdvertisementsOfTheAttachment(t *testi
 
 func TestDeleteOthersLeavesAnAdvertisementWrittenSinceItWasListed(t *testing.T) {
 	f := adverttest.New(t, "list", "delete")
-	onB := f.Seed(existing(Key{"blue", "web-0-net0", "node-b"}, entry("c0", "/y")))
+	onB := f.Seed(existing(Key{VPC: "blue", Attachment: "web-0-net0", Node: "node-b"}, entry("c0", "/y")))
 	f.React = func(verb, name string) error {
 		if verb == "delete" {
 			// node-b writes between our list and our delete.
@@ -498,4 +498,72 @@ func TestInvalidKeysAreRejectedBeforeAnyCall(t *testing.T) {
 		t.Error("an entry without ifName must be rejected")
 	}
 	wantCalls(t, f)
+}
+
+var objKey = Key{VPC: "blue-1a2b3c4d", Attachment: "web-0-5e6f7a8b", Node: "node-a", Namespace: "tenant-a", UID: "uid-2"}
+
+func TestAnObjectBackedAdvertisementCarriesItsIdentityAndKeepsOnlyItsOwnUIDsEntries(t *testing.T) {
+	f := adverttest.New(t, "get", "create", "update")
+	a := testAdvertiser(f, liveSet{"/run/netns/c1": true, "/run/netns/c0": true, "/run/netns/c9": true})
+	e := entry("c1", "/run/netns/c1", "10.20.0.5/32")
+	e.AttachmentUID = "uid-2"
+	if _, err := a.Publish(context.Background(), objKey, e, Routing{VNI: 100}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.Object(objKey.Name())
+	if got.Labels["network.galactic.dev/attachment-uid"] != "uid-2" || got.Labels["network.galactic.dev/namespace"] != "tenant-a" || got.Name != "blue-1a2b3c4d.web-0-5e6f7a8b.node-a" {
+		t.Fatalf("advertisement %s labels %v", got.Name, got.Labels)
+	}
+	// Entries of another UID in it are not this attachment's; an inline
+	// one (written before the attachment was adopted) is.
+	stray := entry("c9", "/run/netns/c9", "10.20.0.9/32")
+	stray.AttachmentUID = "uid-1"
+	inline := entry("c0", "/run/netns/c0", "10.20.0.5/32")
+	next := got.DeepCopy()
+	next.Spec.Containers = append(next.Spec.Containers, stray, inline)
+	f.Store(next)
+	e.ContainerID = "c1"
+	res, err := a.Publish(context.Background(), objKey, e, Routing{VNI: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = f.Object(objKey.Name())
+	if ids := entryIDs(got); !slices.Equal(ids, []string{"c0", "c1"}) || len(res.Removed) != 1 || res.Removed[0].ContainerID != "c9" {
+		t.Fatalf("entries %v, removed %+v", ids, res.Removed)
+	}
+	if !slices.Equal(got.Spec.Prefixes, []v1alpha1.Prefix{"10.20.0.5/32"}) {
+		t.Fatalf("spec.prefixes %q", got.Spec.Prefixes)
+	}
+}
+
+func TestAPredecessorsAdvertisementOfAnotherUIDIsNeitherChangedNorDeleted(t *testing.T) {
+	pred := objKey
+	pred.UID = "uid-1"
+	f := adverttest.New(t, "get", "list")
+	old := f.Seed(existing(pred, entry("c9", "/run/netns/c9", "10.20.0.5/32")))
+	onB := pred
+	onB.Node = "node-b"
+	oldB := f.Seed(existing(onB, entry("c8", "/y", "10.20.0.5/32")))
+	a := testAdvertiser(f, liveSet{"/run/netns/c9": true})
+	e := entry("c1", "/run/netns/c1", "10.20.0.5/32")
+	e.AttachmentUID = "uid-2"
+	if _, err := a.Publish(context.Background(), objKey, e, Routing{}); err == nil || !strings.Contains(err.Error(), `UID "uid-1"`) {
+		t.Fatalf("publishing into a predecessor's advertisement: want an error naming uid-1, got %v", err)
+	}
+	if _, err := a.Release(context.Background(), objKey, "c9", "net0"); err == nil {
+		t.Fatal("releasing from a predecessor's advertisement succeeded")
+	}
+	if deleted, err := a.DeleteOthers(context.Background(), objKey); err != nil || len(deleted) != 0 {
+		t.Fatalf("DeleteOthers deleted %v (%v): a predecessor's is not ours", deleted, err)
+	}
+	// An inline key never touches an object's advertisement either.
+	inline := Key{VPC: objKey.VPC, Attachment: objKey.Attachment, Node: "node-a"}
+	if _, err := a.Publish(context.Background(), inline, entry("c1", "/run/netns/c1"), Routing{}); err == nil {
+		t.Fatal("an inline key published into an object's advertisement")
+	}
+	for _, o := range []*v1alpha1.BGPAdvertisement{old, oldB} {
+		if got := f.Object(o.Name); got == nil || got.ResourceVersion != o.ResourceVersion {
+			t.Fatalf("%s changed: %+v", o.Name, got)
+		}
+	}
 }

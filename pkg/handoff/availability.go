@@ -165,3 +165,16 @@ func Availability(lease *coordinationv1.Lease, holder string, token int64) (stat
 		return metav1.ConditionFalse, reason, fmt.Sprintf("%s (token %d) reports not available", holder, token)
 	}
 }
+
+// AvailabilityOf is Availability for a reader that knows the attachment's
+// identity (an advertisement entry's attachmentUID, empty for an inline
+// attachment): a lease of another UID is a predecessor's, so its holder
+// is not current (False, ReasonNotCurrentHolder) whatever it reports.
+func AvailabilityOf(lease *coordinationv1.Lease, uid, holder string, token int64) (status metav1.ConditionStatus, reason, message string) {
+	if lease != nil {
+		if have := identityFromLabels(lease.Labels).UID; have != uid {
+			return metav1.ConditionFalse, ReasonNotCurrentHolder, fmt.Sprintf("lease %s belongs to attachment UID %q, not %q", lease.Name, have, uid)
+		}
+	}
+	return Availability(lease, holder, token)
+}

@@ -67,3 +67,21 @@ func TestValidReasonAcceptsWhatAConditionAccepts(t *testing.T) {
 		}
 	}
 }
+
+func TestAvailabilityOfALeaseOfAnotherUIDIsNeverItsHolders(t *testing.T) {
+	lease := LeaseFromRecord("galactic-system", "blue-1.web-2", "7", Record{
+		HolderIdentity: "node-a/c1", LeaseTransitions: 3, Report: Report{Set: true, Available: true, Token: 3},
+		Identity: Identity{Namespace: "tenant-a", UID: "u1"},
+	})
+	if st, _, _ := AvailabilityOf(lease, "u1", "node-a/c1", 3); st != metav1.ConditionTrue {
+		t.Fatalf("the attachment's own lease: %s", st)
+	}
+	for _, uid := range []string{"u2", ""} {
+		if st, reason, msg := AvailabilityOf(lease, uid, "node-a/c1", 3); st != metav1.ConditionFalse || reason != ReasonNotCurrentHolder || !strings.Contains(msg, "u1") {
+			t.Fatalf("read for UID %q: %s %s %q", uid, st, reason, msg)
+		}
+	}
+	if st, reason, _ := AvailabilityOf(nil, "u1", "node-a/c1", 3); st != metav1.ConditionUnknown || reason != ReasonNoLease {
+		t.Fatalf("no lease: %s %s", st, reason)
+	}
+}

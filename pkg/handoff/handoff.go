@@ -31,6 +31,10 @@ type HeldError struct {
 	// Holder and Token are the current holder and its fencing token.
 	Holder string
 	Token  int64
+	// Predecessor is set when the lease belongs to another VPCAttachment
+	// (its UID label is not the Lock's): a predecessor's lease, which
+	// is never taken over, however long it goes unrenewed.
+	Predecessor *Identity
 	// Err is why waiting ended (the context's error); nil from TryAcquire.
 	Err error
 
@@ -42,6 +46,9 @@ type HeldError struct {
 
 func (e *HeldError) Error() string {
 	msg := fmt.Sprintf("lease %s is held by %s (token %d)", e.Lease, e.Holder, e.Token)
+	if p := e.Predecessor; p != nil {
+		msg = fmt.Sprintf("lease %s belongs to another attachment (UID %q in namespace %q, held by %q with token %d): a predecessor's, left to its own release", e.Lease, p.UID, p.Namespace, e.Holder, e.Token)
+	}
 	if e.Err != nil {
 		msg += ": gave up waiting: " + e.Err.Error()
 	}
@@ -84,6 +91,13 @@ type Options struct {
 	// short-lived processes retrying Acquire continue one observation
 	// instead of each starting a new one. Empty keeps it in memory only.
 	ObservationDir string
+	// Identity is the VPCAttachment an object-backed attachment's lease
+	// belongs to: every write labels the lease with it, and a lease
+	// labelled with another UID is a predecessor's, never taken, renewed
+	// or released. Zero for an inline attachment: its Lock takes only
+	// leases without a UID and keeps whatever identity a lease it renews
+	// or releases has.
+	Identity Identity
 	// ReportAvailable makes every acquisition report the new holder
 	// available, with ReportReason, in the acquiring write itself instead of
 	// starting not available: for a runtime whose instance serves the moment
@@ -102,6 +116,7 @@ type Lock struct {
 	clock         clock.Clock
 	obsDir        string
 	onAcquire     *Report
+	identity      Identity
 
 	mu  sync.Mutex
 	obs observation
@@ -161,7 +176,10 @@ func NewWithStore(store Store, key string, opts Options) (*Lock, error) {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	l := &Lock{store: store, key: key, leaseDuration: d, retryPeriod: retry, clock: c, obsDir: opts.ObservationDir}
+	if (opts.Identity.UID == "") != (opts.Identity.Namespace == "") {
+		return nil, fmt.Errorf("handoff: an identity needs both namespace and UID, got %+v", opts.Identity)
+	}
+	l := &Lock{store: store, key: key, leaseDuration: d, retryPeriod: retry, clock: c, obsDir: opts.ObservationDir, identity: opts.Identity}
 	if opts.ReportAvailable {
 		if !ValidReason(opts.ReportReason) {
 			return nil, fmt.Errorf("handoff: report reason %q is not a condition reason", opts.ReportReason)
@@ -297,7 +315,7 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 	now := l.clock.Now()
 	if apierrors.IsNotFound(err) {
 		// A new lease starts at token 1, so token 0 always means "no handoff".
-		if _, err := l.store.Create(ctx, l.acquired(holder, now, 1)); err != nil {
+		if _, err := l.store.Create(ctx, l.acquired(holder, now, 1, Identity{})); err != nil {
 			return Grant{}, err
 		}
 		l.forget()
@@ -307,14 +325,18 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 		return Grant{}, fmt.Errorf("reading lease %s: %w", l.key, err)
 	}
 	rec := cur.Record
+	if rec.Identity.UID != l.identity.UID && rec.Identity.UID != "" {
+		p := rec.Identity
+		return Grant{}, &HeldError{Lease: l.key, Holder: rec.HolderIdentity, Token: int64(rec.LeaseTransitions), Predecessor: &p, resourceVersion: cur.ResourceVersion}
+	}
 	if rec.HolderIdentity == holder && rec.LeaseTransitions > 0 {
 		// Ours already (a retried ADD): refresh it, keep the token and,
 		// like a renewal, the holder's availability report, unless this
 		// Lock reports on acquisition.
-		r := l.held(holder, rec.AcquireTime, now, rec.LeaseTransitions)
+		r := l.held(holder, rec.AcquireTime, now, rec.LeaseTransitions, rec.Identity)
 		r.Report = rec.Report
 		if l.onAcquire != nil {
-			r.Report = l.acquired(holder, now, rec.LeaseTransitions).Report
+			r.Report = l.acquired(holder, now, rec.LeaseTransitions, rec.Identity).Report
 		}
 		if _, err := l.store.Update(ctx, cur.ResourceVersion, r); err != nil {
 			return Grant{}, err
@@ -334,28 +356,36 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 		return Grant{}, fmt.Errorf("lease %s: leaseTransitions is at its maximum; delete the lease to start over", l.key)
 	}
 	token := rec.LeaseTransitions + 1
-	if _, err := l.store.Update(ctx, cur.ResourceVersion, l.acquired(holder, now, token)); err != nil {
+	if _, err := l.store.Update(ctx, cur.ResourceVersion, l.acquired(holder, now, token, rec.Identity)); err != nil {
 		return Grant{}, err
 	}
 	l.forget()
 	return Grant{Holder: holder, Token: int64(token)}, nil
 }
 
-func (l *Lock) held(holder string, acquired, renewed time.Time, token int32) Record {
+// held is the record of holder's grant. It carries the Lock's identity,
+// else the one the lease has (was): an inline Lock (galactic-gc's renewal
+// from a node record) keeps an object-backed lease's labels.
+func (l *Lock) held(holder string, acquired, renewed time.Time, token int32, was Identity) Record {
+	id := l.identity
+	if id.UID == "" {
+		id = was
+	}
 	return Record{
 		HolderIdentity:       holder,
 		LeaseDurationSeconds: int32(l.leaseDuration / time.Second),
 		AcquireTime:          acquired,
 		RenewTime:            renewed,
 		LeaseTransitions:     token,
+		Identity:             id,
 	}
 }
 
 // acquired is the record of a new grant: a new token starts not
 // available, whatever the lease said about the holder before it, unless
 // the Lock reports on acquisition.
-func (l *Lock) acquired(holder string, now time.Time, token int32) Record {
-	r := l.held(holder, now, now, token)
+func (l *Lock) acquired(holder string, now time.Time, token int32, was Identity) Record {
+	r := l.held(holder, now, now, token, was)
 	r.Report = Report{Set: true, Token: int64(token), Reason: ReasonAcquired}
 	if l.onAcquire != nil {
 		r.Report = *l.onAcquire
@@ -382,7 +412,7 @@ func (l *Lock) expiresIn(cur Observed, now time.Time) (time.Duration, error) {
 // holder and token are current.
 func (l *Lock) Renew(ctx context.Context, g Grant) error {
 	return l.rewrite(ctx, g, "renewing", func(r Record, now time.Time) (Record, bool) {
-		n := l.held(r.HolderIdentity, r.AcquireTime, now, r.LeaseTransitions)
+		n := l.held(r.HolderIdentity, r.AcquireTime, now, r.LeaseTransitions, r.Identity)
 		n.Report = r.Report
 		return n, true
 	})
@@ -396,7 +426,8 @@ func (l *Lock) Release(ctx context.Context, g Grant) error {
 	return l.rewrite(ctx, g, "releasing", func(r Record, now time.Time) (Record, bool) {
 		return Record{
 			LeaseDurationSeconds: r.LeaseDurationSeconds, RenewTime: now, LeaseTransitions: r.LeaseTransitions,
-			Report: Report{Set: true, Token: int64(r.LeaseTransitions), Reason: ReasonReleased},
+			Report:   Report{Set: true, Token: int64(r.LeaseTransitions), Reason: ReasonReleased},
+			Identity: r.Identity,
 		}, true
 	})
 }
@@ -418,6 +449,9 @@ func (l *Lock) rewrite(ctx context.Context, g Grant, verb string, next func(Reco
 			return fmt.Errorf("%s lease %s: %w", verb, l.key, err)
 		}
 		rec := cur.Record
+		if l.identity.UID != "" && rec.Identity.UID != l.identity.UID {
+			return fmt.Errorf("%s lease %s: %w: it belongs to attachment UID %q, not %q", verb, l.key, ErrLost, rec.Identity.UID, l.identity.UID)
+		}
 		if rec.HolderIdentity != g.Holder || int64(rec.LeaseTransitions) != g.Token {
 			return fmt.Errorf("%s lease %s: %w: held by %q with token %d, not %q with token %d",
 				verb, l.key, ErrLost, rec.HolderIdentity, rec.LeaseTransitions, g.Holder, g.Token)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -700,5 +701,88 @@ func TestAWatchingAcquireStillTakesOverACrashedHolderOnceTheLeaseDurationPassed(
 			return
 		}
 		c.Step(time.Second)
+	}
+}
+
+func TestAnObjectBackedLockLabelsItsLeaseAndNeverTakesAPredecessorsOfAnotherUID(t *testing.T) {
+	ctx := context.Background()
+	c := clocktesting.NewFakeClock(epoch)
+	mine := Identity{Namespace: "tenant-a", UID: "uid-2"}
+	lock := func(f *fakeStore, id Identity) *Lock {
+		l, err := NewWithStore(f, "galactic-system/blue-1.web-0-2", Options{LeaseDuration: lease, Clock: c, Identity: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	f := newFakeStore(t)
+	l := lock(f, mine)
+	g, err := l.TryAcquire(ctx, "node-a/c1")
+	if err != nil || g.Token != 1 {
+		t.Fatalf("a fresh lease: %+v, %v", g, err)
+	}
+	if r, _ := f.record(); r.Identity != mine {
+		t.Fatalf("the created lease carries identity %+v, want %+v", r.Identity, mine)
+	}
+	// galactic-gc renews from a node record with an inline Lock: the
+	// identity stays.
+	if err := lock(f, Identity{}).Renew(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := f.record(); r.Identity != mine || r.HolderIdentity != "" {
+		t.Fatalf("a released lease keeps its identity: %+v", r)
+	}
+	// An inline Lock never takes an object's lease, free as it is.
+	var herr *HeldError
+	if _, err := lock(f, Identity{}).TryAcquire(ctx, "node-a/c2"); !errors.As(err, &herr) || herr.Predecessor == nil || herr.Predecessor.UID != "uid-2" {
+		t.Fatalf("an inline Lock on an object's lease: want a HeldError naming UID uid-2, got %v", err)
+	}
+
+	// A predecessor's lease (another UID): not taken, free or expired,
+	// not renewed or released; nothing is written.
+	for _, rec := range []*Record{
+		{LeaseDurationSeconds: 10, LeaseTransitions: 7, Identity: Identity{Namespace: "tenant-a", UID: "uid-1"}},
+		held("node-b/c9", 7),
+	} {
+		f := newFakeStore(t)
+		r := *rec
+		r.Identity = Identity{Namespace: "tenant-a", UID: "uid-1"}
+		f.put(r)
+		f.expect = []string{"get", "get", "get", "get"}
+		l := lock(f, mine)
+		_, err := l.TryAcquire(ctx, "node-a/c1")
+		if !errors.As(err, &herr) || herr.Predecessor == nil || !strings.Contains(err.Error(), `UID "uid-1"`) {
+			t.Fatalf("a predecessor's lease %+v: want a HeldError naming UID uid-1, got %v", r, err)
+		}
+		c.Step(2 * lease)
+		if _, err := l.TryAcquire(ctx, "node-a/c1"); !errors.As(err, &herr) {
+			t.Fatalf("a predecessor's lease unrenewed for twice its duration was taken: %v", err)
+		}
+		if err := l.Renew(ctx, Grant{"node-b/c9", 7}); !errors.Is(err, ErrLost) {
+			t.Fatalf("renewing a predecessor's lease: want ErrLost, got %v", err)
+		}
+		if err := l.SetAvailable(ctx, "node-b/c9", 7, true, ""); !errors.Is(err, ErrLost) {
+			t.Fatalf("reporting on a predecessor's lease: want ErrLost, got %v", err)
+		}
+		if got, _ := f.record(); !reflect.DeepEqual(got, r) {
+			t.Fatalf("the predecessor's lease changed: %+v -> %+v", r, got)
+		}
+	}
+
+	// An inline lease (adoption) is taken and labelled.
+	f = newFakeStore(t)
+	f.put(Record{LeaseDurationSeconds: 10, LeaseTransitions: 4})
+	if g, err := lock(f, mine).TryAcquire(ctx, "node-a/c1"); err != nil || g.Token != 5 {
+		t.Fatalf("an inline lease: %+v, %v", g, err)
+	}
+	if r, _ := f.record(); r.Identity != mine {
+		t.Fatalf("the adopted lease carries identity %+v", r.Identity)
+	}
+	if _, err := NewWithStore(f, "ns/name", Options{LeaseDuration: lease, Identity: Identity{UID: "u"}}); err == nil {
+		t.Fatal("an identity without a namespace was accepted")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 )
 
@@ -27,6 +28,20 @@ type Record struct {
 	LeaseTransitions int32
 	// Report is the holder's availability report (the lease's annotations).
 	Report Report
+	// Identity is the VPCAttachment the lease belongs to (its labels);
+	// zero for an inline attachment's lease.
+	Identity Identity
+}
+
+// Identity is a VPCAttachment's namespace and UID. A lease of one UID is
+// never taken, renewed or released for another.
+type Identity struct {
+	Namespace string
+	UID       string
+}
+
+func identityFromLabels(l map[string]string) Identity {
+	return Identity{Namespace: l[v1alpha1.LabelNamespace], UID: l[v1alpha1.LabelAttachmentUID]}
 }
 
 // Observed is a Record as read from or written to the API, with the
@@ -103,6 +118,7 @@ func SpecFromRecord(r Record) coordinationv1.LeaseSpec {
 func RecordFromLease(l *coordinationv1.Lease) Record {
 	r := RecordFromSpec(l.Spec)
 	r.Report = reportFromAnnotations(l.Annotations)
+	r.Identity = identityFromLabels(l.Labels)
 	return r
 }
 
@@ -113,12 +129,16 @@ func ObservedFromLease(l *coordinationv1.Lease) Observed {
 
 // LeaseFromRecord builds the Lease object that stores r; resourceVersion
 // empty means an unconditional object (for Create). A held lease is
-// labelled with its holder's node (names.LabelHolderNode); a free one has
-// no labels.
+// labelled with its holder's node (names.LabelHolderNode), a free one is
+// not; an object-backed attachment's lease carries its identity labels,
+// held or free.
 func LeaseFromRecord(namespace, name, resourceVersion string, r Record) *coordinationv1.Lease {
-	var labels map[string]string
+	labels := names.IdentityLabels(r.Identity.Namespace, r.Identity.UID)
 	if node, _, ok := names.ParseHolder(r.HolderIdentity); ok {
-		labels = map[string]string{names.LabelHolderNode: names.NodeLabelValue(node)}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[names.LabelHolderNode] = names.NodeLabelValue(node)
 	}
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{

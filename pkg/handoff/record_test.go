@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"encoding/json"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -21,9 +22,11 @@ func TestARecordSurvivesTheTripThroughALeaseAndTheWire(t *testing.T) {
 		{HolderIdentity: "node-a/3f1c", LeaseDurationSeconds: 60, AcquireTime: at, RenewTime: at.Add(time.Second), LeaseTransitions: 1},
 		{LeaseDurationSeconds: 60, RenewTime: at, LeaseTransitions: 7, Report: Report{Set: true, Token: 7, Reason: ReasonReleased}},
 		{HolderIdentity: "node-a/3f1c", LeaseDurationSeconds: 60, AcquireTime: at, RenewTime: at, LeaseTransitions: 2, Report: Report{Set: true, Available: true, Token: 2}},
+		{HolderIdentity: "node-a/3f1c", LeaseDurationSeconds: 60, AcquireTime: at, RenewTime: at, LeaseTransitions: 2, Identity: Identity{Namespace: "tenant-a", UID: "u1"}},
+		{LeaseDurationSeconds: 60, RenewTime: at, LeaseTransitions: 2, Identity: Identity{Namespace: "tenant-a", UID: "u1"}},
 	} {
 		spec := r
-		spec.Report = Report{}
+		spec.Report, spec.Identity = Report{}, Identity{}
 		if got := RecordFromSpec(SpecFromRecord(r)); !reflect.DeepEqual(got, spec) {
 			t.Errorf("spec round trip: want %+v, got %+v", spec, got)
 		}
@@ -69,6 +72,20 @@ func TestAHeldLeaseIsLabelledWithItsHoldersNodeAndAFreeOneIsNot(t *testing.T) {
 		{longNode + "/3f1c", map[string]string{names.LabelHolderNode: names.NodeLabelValue(longNode)}},
 		{"", nil},
 		{"not-a-holder-identity", nil},
+	} {
+		l := LeaseFromRecord("galactic-system", "blue-1.web-2", "", Record{HolderIdentity: tc.holder, LeaseTransitions: 1, Identity: Identity{Namespace: "tenant-a", UID: "u1"}})
+		want := map[string]string{"network.galactic.dev/namespace": "tenant-a", "network.galactic.dev/attachment-uid": "u1"}
+		maps.Copy(want, tc.want)
+		if !reflect.DeepEqual(l.Labels, want) {
+			t.Errorf("holder %.20q of an object's lease: labels %v, want %v", tc.holder, l.Labels, want)
+		}
+	}
+	for _, tc := range []struct {
+		holder string
+		want   map[string]string
+	}{
+		{"node-a/3f1c", map[string]string{names.LabelHolderNode: "node-a"}},
+		{"", nil},
 	} {
 		l := LeaseFromRecord("galactic-system", "blue.web-0-net0", "", Record{HolderIdentity: tc.holder, LeaseTransitions: 1})
 		if !reflect.DeepEqual(l.Labels, tc.want) {

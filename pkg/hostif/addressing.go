@@ -76,3 +76,23 @@ func Defaults(addrs []netip.Prefix) []Default {
 	}
 	return ds
 }
+
+// Routes are the container routes of a workload's interface: its default
+// routes (Defaults) when it is the pod's first attachment, and otherwise
+// one route per network of its addresses via that address's gateway, so
+// a pod's further attachments reach their own VPCs and nothing else.
+func Routes(addrs []netip.Prefix, secondary bool) []Default {
+	if !secondary {
+		return Defaults(addrs)
+	}
+	var rs []Default
+	seen := map[netip.Prefix]bool{}
+	for _, p := range addrs {
+		if p.Bits() == p.Addr().BitLen() || seen[p.Masked()] {
+			continue
+		}
+		seen[p.Masked()] = true
+		rs = append(rs, Default{Dst: p.Masked(), Via: Gateway(p)})
+	}
+	return rs
+}

@@ -48,3 +48,21 @@ func TestGatewaysAreDistinctAndDefaultsOnePerFamily(t *testing.T) {
 		t.Fatal("no addresses, no default routes")
 	}
 }
+
+func TestAPodsFurtherAttachmentsRouteTheirOwnNetworksInsteadOfTheDefault(t *testing.T) {
+	addrs := []netip.Prefix{
+		netip.MustParsePrefix("10.21.0.5/16"), netip.MustParsePrefix("fd21::a:5/48"),
+		netip.MustParsePrefix("10.21.3.9/16"), netip.MustParsePrefix("10.99.0.1/32"),
+	}
+	if got, want := Routes(addrs, false), Defaults(addrs); len(got) != len(want) || got[0] != want[0] {
+		t.Fatalf("the first attachment: %+v, want the defaults %+v", got, want)
+	}
+	got := Routes(addrs, true)
+	want := []Default{
+		{Dst: netip.MustParsePrefix("10.21.0.0/16"), Via: netip.MustParseAddr("10.21.0.1")},
+		{Dst: netip.MustParsePrefix("fd21::/48"), Via: netip.MustParseAddr("fd21::1")},
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("further attachment routes %+v, want %+v", got, want)
+	}
+}

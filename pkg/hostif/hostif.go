@@ -64,10 +64,31 @@ type Spec struct {
 	// promotion.
 	Standby     bool
 	WaitSeconds int32
+	// Namespace, AttachmentName and AttachmentUID are an object-backed
+	// attachment's VPCAttachment (VPC and Attachment are then its
+	// data-plane names); VNI and Announce are recorded for galactic-bgp.
+	Namespace      string
+	AttachmentName string
+	AttachmentUID  string
+	VNI            int32
+	Announce       string
+	// ChainIfName is the CNI_IFNAME of the ADD when IfName is a pod's
+	// further attachment (net1, ...): its container end gets routes to
+	// its networks instead of default routes (Routes).
+	ChainIfName string
 }
 
 // HostInterface is the spec's host-side interface name.
 func (s Spec) HostInterface() string { return names.HostInterface(s.Mode, s.VPC, s.Attachment) }
+
+// Alias is the ifalias of the spec's host interface.
+func (s Spec) Alias() string { return names.AliasOf(s.VPC, s.Attachment, s.AttachmentUID) }
+
+// secondary says whether the spec is a pod's further attachment.
+func (s Spec) secondary() bool { return s.ChainIfName != "" && s.ChainIfName != s.IfName }
+
+// recordAlias is the ifalias of a record's host interface.
+func recordAlias(r state.Record) string { return names.AliasOf(r.VPC, r.Attachment, r.AttachmentUID) }
 
 // Iface is an interface as the CNI result reports it.
 type Iface struct {
@@ -266,7 +287,12 @@ func (h Host) Setup(spec Spec) (att *Attached, err error) {
 		SandboxMAC: sandboxMAC.String(),
 		Holder:     spec.Holder, HolderGeneration: spec.HolderGeneration, LeaseSeconds: spec.LeaseSeconds,
 		Standby: spec.Standby, WaitSeconds: spec.WaitSeconds,
+		Namespace: spec.Namespace, AttachmentName: spec.AttachmentName, AttachmentUID: spec.AttachmentUID,
+		VNI: spec.VNI, Announce: spec.Announce,
 		Created: h.now(),
+	}
+	if spec.secondary() {
+		att.Record.ChainIfName = spec.ChainIfName
 	}
 	if err := h.Store().Put(att.Record); err != nil {
 		return nil, fmt.Errorf("writing the node record: %w", err)
@@ -321,13 +347,45 @@ func linkGone(err error) bool {
 }
 
 // ours checks that an existing device is the attachment's host interface
-// and not someone else's device that happens to have the name.
-func ours(l netlink.Link, vpc, attachment, kind string) error {
-	if l.Type() != kind || l.Attrs().Alias != names.Alias(vpc, attachment) {
-		return fmt.Errorf("device %s exists but is not the %s of attachment %s/%s (type %s, alias %q); remove it or rename the attachment",
-			l.Attrs().Name, kind, vpc, attachment, l.Type(), l.Attrs().Alias)
+// (alias) and not someone else's device that happens to have the name.
+func ours(l netlink.Link, alias, kind string) error {
+	if l.Type() != kind || l.Attrs().Alias != alias {
+		return fmt.Errorf("device %s exists but is not the %s of attachment %s (type %s, alias %q); remove it or rename the attachment",
+			l.Attrs().Name, kind, strings.TrimPrefix(alias, "galactic:"), l.Type(), l.Attrs().Alias)
 	}
 	return nil
+}
+
+// kinship says how an existing device of the spec's name relates to the
+// spec's attachment: its own (same alias), adoptable (the inline alias of
+// the same names, for an object-backed spec: an adopted attachment's
+// interface), or a predecessor's (a galactic alias of the same names with
+// another identity), which is never reattached.
+type kinship int
+
+const (
+	foreign kinship = iota
+	own
+	adoptable
+	predecessor
+)
+
+func (s Spec) kinship(l netlink.Link, kind string) kinship {
+	alias := l.Attrs().Alias
+	if l.Type() != kind {
+		return foreign
+	}
+	if alias == s.Alias() {
+		return own
+	}
+	vpc, att, _, ok := names.ParseAliasUID(alias)
+	switch {
+	case !ok || vpc != s.VPC || att != s.Attachment:
+		return foreign
+	case s.AttachmentUID != "" && alias == names.Alias(s.VPC, s.Attachment):
+		return adoptable
+	}
+	return predecessor
 }
 
 // setupTap and setupVeth call startFilter once the interface is theirs
@@ -339,8 +397,9 @@ func (h Host) setupTap(spec Spec, rollback *undo, startFilter func(sandboxMAC ne
 		return nil, false, err
 	}
 	if l != nil {
-		if err := ours(l, spec.VPC, spec.Attachment, "tuntap"); err != nil {
-			return nil, false, err
+		kin := spec.kinship(l, "tuntap")
+		if kin == foreign {
+			return nil, false, ours(l, spec.Alias(), "tuntap")
 		}
 		st, err := tap.InspectLink(l)
 		if err != nil {
@@ -349,6 +408,16 @@ func (h Host) setupTap(spec Spec, rollback *undo, startFilter func(sandboxMAC ne
 		if st.Held() {
 			return nil, false, &BusyError{Interface: name, Holders: st.Holders}
 		}
+		if kin == predecessor {
+			// Another identity's tap that no VMM holds: removed, never
+			// reattached; this attachment gets a tap of its own.
+			if err := h.replacePredecessor(l, spec); err != nil {
+				return nil, false, err
+			}
+			l = nil
+		}
+	}
+	if l != nil {
 		startFilter(nil, true)
 		if err := configureLink(l, spec); err != nil {
 			return nil, false, err
@@ -375,10 +444,26 @@ func (h Host) setupTap(spec Spec, rollback *undo, startFilter func(sandboxMAC ne
 	return l, false, nil
 }
 
+// replacePredecessor removes a host interface of the spec's name that a
+// predecessor (another UID) left, unless a live record still uses it.
+// Callers hold the node lock.
+func (h Host) replacePredecessor(l netlink.Link, spec Spec) error {
+	name := l.Attrs().Name
+	other, err := h.liveHolder(name, spec.ContainerID, spec.IfName)
+	if err != nil {
+		return err
+	}
+	if other != nil {
+		return &BusyError{Interface: name, Container: other.ContainerID}
+	}
+	vpc, _, _, _ := names.ParseAliasUID(l.Attrs().Alias)
+	return h.removeInterface(name, vpc, l.Attrs().Alias, nil, h.recordedFilters(name))
+}
+
 // configureLink sets the alias and MTU and brings the host interface up.
 func configureLink(l netlink.Link, spec Spec) error {
 	name := l.Attrs().Name
-	if err := netlink.LinkSetAlias(l, names.Alias(spec.VPC, spec.Attachment)); err != nil {
+	if err := netlink.LinkSetAlias(l, spec.Alias()); err != nil {
 		return fmt.Errorf("setting the alias of %s: %w", name, err)
 	}
 	if spec.MTU != 0 && l.Attrs().MTU != spec.MTU {
@@ -484,8 +569,8 @@ func (h Host) setupVeth(spec Spec, rollback *undo, startFilter func(sandboxMAC n
 		return nil, nil, err
 	}
 	if old != nil {
-		if err := ours(old, spec.VPC, spec.Attachment, "veth"); err != nil && !halfMade(old, spec) {
-			return nil, nil, err
+		if spec.kinship(old, "veth") == foreign && !halfMade(old, spec) {
+			return nil, nil, ours(old, spec.Alias(), "veth")
 		}
 		other, err := h.liveHolder(name, spec.ContainerID, spec.IfName)
 		if err != nil {
@@ -494,8 +579,9 @@ func (h Host) setupVeth(spec Spec, rollback *undo, startFilter func(sandboxMAC n
 		if other != nil {
 			return nil, nil, &BusyError{Interface: name, Container: other.ContainerID}
 		}
-		// A predecessor whose DEL never ran, or an earlier ADD of this
-		// container: its end is replaced by a fresh pair.
+		// A predecessor whose DEL never ran (of this identity or another),
+		// or an earlier ADD of this container: its end is replaced by a
+		// fresh pair.
 		if err := deleteLink(name); err != nil {
 			return nil, nil, err
 		}
@@ -563,10 +649,10 @@ func (h Host) setupVeth(spec Spec, rollback *undo, startFilter func(sandboxMAC n
 				return fmt.Errorf("adding %s to %s in the container: %w", p, spec.IfName, err)
 			}
 		}
-		for _, def := range Defaults(spec.Addresses) {
+		for _, def := range Routes(spec.Addresses, spec.secondary()) {
 			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: routing.IPNet(def.Dst), Gw: def.Via.AsSlice(), Flags: int(netlink.FLAG_ONLINK)}
 			if err := netlink.RouteAdd(r); err != nil {
-				return fmt.Errorf("adding default route via %s in the container: %w", def.Via, err)
+				return fmt.Errorf("adding route %s via %s in the container: %w", def.Dst, def.Via, err)
 			}
 		}
 		sandbox = &Iface{Name: spec.IfName, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr.String()}
@@ -617,7 +703,7 @@ func (h Host) Teardown(rec state.Record) error {
 	}
 	if other == nil && listErr == nil {
 		known := append(filtersOf(recs, name), RecordFilter(rec))
-		errs = append(errs, h.removeInterface(name, rec.VPC, rec.Attachment, parseAddrs(rec.Addresses), known))
+		errs = append(errs, h.removeInterface(name, rec.VPC, recordAlias(rec), parseAddrs(rec.Addresses), known))
 	}
 	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
 		errs = append(errs, fmt.Errorf("deleting the node record: %w", err))
@@ -642,7 +728,7 @@ func (h Host) RemoveInterface(name string) error {
 	if err != nil || l == nil {
 		return err
 	}
-	vpc, attachment, ok := names.ParseAlias(l.Attrs().Alias)
+	vpc, _, ok := names.ParseAlias(l.Attrs().Alias)
 	if !ok {
 		return fmt.Errorf("%s has no galactic alias (%q); not removing it", name, l.Attrs().Alias)
 	}
@@ -655,14 +741,15 @@ func (h Host) RemoveInterface(name string) error {
 			return &BusyError{Interface: name, Holders: st.Holders}
 		}
 	}
-	return errors.Join(h.removeInterface(name, vpc, attachment, nil, nil), h.removeDomainIfUnused(vpc))
+	return errors.Join(h.removeInterface(name, vpc, l.Attrs().Alias, nil, nil), h.removeDomainIfUnused(vpc))
 }
 
-// removeInterface deletes a host interface of vpc/attachment, the rules
-// and host routes that lead to it (those of addrs and those the domain's
-// table routes to it) and its packet filter elements (known: what the
-// records say they are).
-func (h Host) removeInterface(name, vpc, attachment string, addrs []netip.Addr, known []filter.Attachment) error {
+// removeInterface deletes the host interface of vpc whose ifalias is
+// alias, the rules and host routes that lead to it (those of addrs and
+// those the domain's table routes to it) and its packet filter elements
+// (known: what the records say they are). A device of the name with
+// another alias is not removed.
+func (h Host) removeInterface(name, vpc, alias string, addrs []netip.Addr, known []filter.Attachment) error {
 	d, err := routing.Find(vpc)
 	if err != nil {
 		return err
@@ -671,8 +758,14 @@ func (h Host) removeInterface(name, vpc, attachment string, addrs []netip.Addr, 
 	if err != nil {
 		return err
 	}
-	if l != nil && l.Attrs().Alias != names.Alias(vpc, attachment) {
-		return fmt.Errorf("%s belongs to %q, not to %s/%s; not removing it", name, l.Attrs().Alias, vpc, attachment)
+	if l != nil && l.Attrs().Alias != alias {
+		v, a, _ := names.ParseAlias(alias)
+		if hv, ha, ok := names.ParseAlias(l.Attrs().Alias); ok && hv == v && ha == a {
+			// Another identity's interface of the same names (a successor
+			// replaced a predecessor's): nothing of this one is left.
+			return nil
+		}
+		return fmt.Errorf("%s belongs to %q, not to %q; not removing it", name, l.Attrs().Alias, alias)
 	}
 	// Deleting the interface is most of a DEL; the filter's elements go
 	// meanwhile.
@@ -776,7 +869,7 @@ func (h Host) Check(spec Spec) error {
 	}
 	kind := map[string]string{names.ModeTap: "tuntap", names.ModeVeth: "veth"}[spec.Mode]
 	var diffs []string
-	if err := ours(l, spec.VPC, spec.Attachment, kind); err != nil {
+	if err := ours(l, spec.Alias(), kind); err != nil {
 		diffs = append(diffs, err.Error())
 	}
 	if l.Attrs().Flags&net.FlagUp == 0 {
@@ -868,11 +961,16 @@ func checkSandbox(spec Spec, host netlink.Link) ([]string, net.HardwareAddr) {
 		if err != nil {
 			return err
 		}
-		for _, def := range Defaults(spec.Addresses) {
+		for _, def := range Routes(spec.Addresses, spec.secondary()) {
 			if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
-				return (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(def.Via.AsSlice())
+				dst := def.Dst.Bits() == 0 && (r.Dst == nil || r.Dst.IP.IsUnspecified())
+				if r.Dst != nil && def.Dst.Bits() > 0 {
+					ones, _ := r.Dst.Mask.Size()
+					dst = r.Dst.IP.Equal(def.Dst.Addr().AsSlice()) && ones == def.Dst.Bits()
+				}
+				return dst && r.Gw.Equal(def.Via.AsSlice())
 			}) {
-				diffs = append(diffs, fmt.Sprintf("container lacks default route %s via %s", def.Dst, def.Via))
+				diffs = append(diffs, fmt.Sprintf("container lacks route %s via %s", def.Dst, def.Via))
 			}
 		}
 		return nil

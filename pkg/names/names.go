@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -70,23 +71,60 @@ func IsHostInterface(mode, name string) bool {
 	return strings.Trim(digits, "0123456789abcdef") == ""
 }
 
-// Alias is the ifalias of an attachment's host interface; the GC maps a
-// device back to its attachment through it.
+// Alias is the ifalias of an inline attachment's host interface; the GC
+// maps a device back to its attachment through it.
 func Alias(vpc, attachment string) string {
 	return aliasPrefix + vpc + "/" + attachment
 }
 
-// ParseAlias returns the VPC and attachment of a galactic ifalias.
+// AliasOf is the ifalias of an attachment's host interface: Alias for an
+// inline attachment (uid empty), "galactic:<vpc>/<attachment>/<uid>" for
+// an object-backed one, vpc and attachment being its data-plane names.
+func AliasOf(vpc, attachment, uid string) string {
+	if uid == "" {
+		return Alias(vpc, attachment)
+	}
+	return Alias(vpc, attachment) + "/" + uid
+}
+
+// ParseAlias returns the VPC and attachment of a galactic ifalias, either form.
 func ParseAlias(alias string) (vpc, attachment string, ok bool) {
+	vpc, attachment, _, ok = ParseAliasUID(alias)
+	return vpc, attachment, ok
+}
+
+// ParseAliasUID returns the VPC, attachment and UID of a galactic ifalias;
+// uid is empty for an inline attachment's.
+func ParseAliasUID(alias string) (vpc, attachment, uid string, ok bool) {
 	rest, found := strings.CutPrefix(alias, aliasPrefix)
 	if !found {
-		return "", "", false
+		return "", "", "", false
 	}
-	vpc, attachment, found = strings.Cut(rest, "/")
-	if !found || vpc == "" || attachment == "" {
-		return "", "", false
+	parts := strings.Split(rest, "/")
+	if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
+		return "", "", "", false
 	}
-	return vpc, attachment, true
+	if len(parts) == 3 {
+		uid = parts[2]
+	}
+	return parts[0], parts[1], uid, true
+}
+
+// IdentityLabels are the labels that tie a lease or an advertisement to
+// the VPCAttachment it belongs to; none for an inline attachment (uid
+// empty).
+func IdentityLabels(namespace, uid string) map[string]string {
+	if uid == "" {
+		return nil
+	}
+	return map[string]string{v1alpha1.LabelNamespace: namespace, v1alpha1.LabelAttachmentUID: uid}
+}
+
+// SecondaryIfName is the container interface of a pod's attachment at
+// position i (from 1) of its network.galactic.dev/attachments list; the
+// first (0) gets CNI_IFNAME.
+func SecondaryIfName(i int) string {
+	return "net" + strconv.Itoa(i)
 }
 
 // Advertisement is the BGPAdvertisement name "<vpc>.<attachment>.<node>".

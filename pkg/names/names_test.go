@@ -46,10 +46,43 @@ func TestAliasRoundTrips(t *testing.T) {
 	if !ok || vpc != "blue" || att != "web-0-net0" {
 		t.Fatalf("ParseAlias(%q) = %q %q %v", a, vpc, att, ok)
 	}
-	for _, bad := range []string{"", "galactic:", "galactic:blue", "galactic:/x", "other:blue/x"} {
+	for _, bad := range []string{"", "galactic:", "galactic:blue", "galactic:/x", "other:blue/x", "galactic:blue/x/", "galactic:blue/x/u/v"} {
 		if _, _, ok := ParseAlias(bad); ok {
 			t.Errorf("ParseAlias(%q) accepted", bad)
 		}
+	}
+}
+
+func TestAnObjectBackedAliasCarriesTheUIDAndAnInlineOneNone(t *testing.T) {
+	if a := AliasOf("blue", "web-0-net0", ""); a != Alias("blue", "web-0-net0") {
+		t.Fatalf("inline AliasOf = %q", a)
+	}
+	a := AliasOf("blue-1a2b3c4d", "web-0-5e6f7a8b", "0f1e2d3c-aaaa-bbbb-cccc-000000000001")
+	if a != "galactic:blue-1a2b3c4d/web-0-5e6f7a8b/0f1e2d3c-aaaa-bbbb-cccc-000000000001" {
+		t.Fatalf("AliasOf = %q", a)
+	}
+	vpc, att, uid, ok := ParseAliasUID(a)
+	if !ok || vpc != "blue-1a2b3c4d" || att != "web-0-5e6f7a8b" || uid != "0f1e2d3c-aaaa-bbbb-cccc-000000000001" {
+		t.Fatalf("ParseAliasUID(%q) = %q %q %q %v", a, vpc, att, uid, ok)
+	}
+	if vpc, att, ok := ParseAlias(a); !ok || vpc != "blue-1a2b3c4d" || att != "web-0-5e6f7a8b" {
+		t.Fatalf("ParseAlias(%q) = %q %q %v", a, vpc, att, ok)
+	}
+	if _, _, uid, ok := ParseAliasUID(Alias("blue", "a")); !ok || uid != "" {
+		t.Fatalf("an inline alias has no UID: %q %v", uid, ok)
+	}
+}
+
+func TestIdentityLabelsAndSecondaryInterfaceNames(t *testing.T) {
+	if l := IdentityLabels("tenant-a", ""); l != nil {
+		t.Fatalf("an inline attachment has no identity labels: %v", l)
+	}
+	l := IdentityLabels("tenant-a", "u1")
+	if len(l) != 2 || l["network.galactic.dev/namespace"] != "tenant-a" || l["network.galactic.dev/attachment-uid"] != "u1" {
+		t.Fatalf("IdentityLabels = %v", l)
+	}
+	if SecondaryIfName(1) != "net1" || SecondaryIfName(12) != "net12" {
+		t.Fatalf("secondary names %q %q", SecondaryIfName(1), SecondaryIfName(12))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 )
 
 // Environment variables that override the node config file.
@@ -18,6 +19,8 @@ const (
 	EnvNamespace  = "GALACTIC_NAMESPACE"
 	EnvStateDir   = "GALACTIC_STATE_DIR"
 	EnvLogFile    = "GALACTIC_LOG_FILE"
+	// EnvRequireAttachmentObjects is "true" or "false".
+	EnvRequireAttachmentObjects = "GALACTIC_REQUIRE_ATTACHMENT_OBJECTS"
 )
 
 // Defaults used when neither the file nor the environment sets a value.
@@ -36,6 +39,10 @@ type Node struct {
 	Namespace  string `json:"namespace,omitempty"`
 	StateDir   string `json:"stateDir,omitempty"`
 	LogFile    string `json:"logFile,omitempty"`
+	// RequireAttachmentObjects makes the plugins refuse inline attachments
+	// (a stanza's vpc, addresses or vni): every attachment on the node is
+	// a VPCAttachment.
+	RequireAttachmentObjects bool `json:"requireAttachmentObjects,omitempty"`
 
 	// Path is the config file the settings were read from.
 	Path string `json:"-"`
@@ -77,6 +84,13 @@ func Load(getenv func(string) string) (Node, error) {
 		if *o.field == "" {
 			*o.field = o.def
 		}
+	}
+	if v := getenv(EnvRequireAttachmentObjects); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return Node{}, fmt.Errorf("%s=%q is not a boolean: use true or false", EnvRequireAttachmentObjects, v)
+		}
+		n.RequireAttachmentObjects = b
 	}
 	return n, nil
 }

@@ -71,3 +71,32 @@ func TestAMissingNodeNameSaysWhereToSetIt(t *testing.T) {
 		t.Fatalf("want an error naming the file and %s, got %v", EnvNodeName, err)
 	}
 }
+
+func TestRequireAttachmentObjectsComesFromTheFileOrTheEnvironmentAndIsOffByDefault(t *testing.T) {
+	dir := t.TempDir()
+	on := filepath.Join(dir, "on.json")
+	if err := os.WriteFile(on, []byte(`{"nodeName":"node-a","requireAttachmentObjects":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"default", map[string]string{EnvConfig: filepath.Join(dir, "absent.json")}, false},
+		{"file", map[string]string{EnvConfig: on}, true},
+		{"environment", map[string]string{EnvConfig: filepath.Join(dir, "absent.json"), EnvRequireAttachmentObjects: "true"}, true},
+		{"environment over the file", map[string]string{EnvConfig: on, EnvRequireAttachmentObjects: "false"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := Load(env(tc.env))
+			if err != nil || n.RequireAttachmentObjects != tc.want {
+				t.Fatalf("requireAttachmentObjects %v, %v; want %v", n.RequireAttachmentObjects, err, tc.want)
+			}
+		})
+	}
+	_, err := Load(env(map[string]string{EnvConfig: on, EnvRequireAttachmentObjects: "yes please"}))
+	if err == nil || !strings.Contains(err.Error(), EnvRequireAttachmentObjects) {
+		t.Fatalf("want an error naming %s, got %v", EnvRequireAttachmentObjects, err)
+	}
+}

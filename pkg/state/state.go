@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,8 +25,24 @@ type Record struct {
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifName"`
 	Netns       string `json:"netns"`
-	VPC         string `json:"vpc"`
-	Attachment  string `json:"attachment"`
+	// VPC and Attachment name the attachment on the node: an inline
+	// attachment's stanza names, an object-backed one's data-plane names
+	// (the VPCAttachment's status.dataplane).
+	VPC        string `json:"vpc"`
+	Attachment string `json:"attachment"`
+	// Namespace, AttachmentName and AttachmentUID are the VPCAttachment of
+	// an object-backed attachment; empty for an inline one. The UID is its
+	// identity: anything of another UID is a predecessor's.
+	Namespace      string `json:"namespace,omitempty"`
+	AttachmentName string `json:"attachmentName,omitempty"`
+	AttachmentUID  string `json:"attachmentUID,omitempty"`
+	// VNI and Announce are an object-backed attachment's, for galactic-bgp,
+	// which reads them here instead of from the API.
+	VNI      int32  `json:"vni,omitempty"`
+	Announce string `json:"announce,omitempty"`
+	// ChainIfName is the CNI_IFNAME of the ADD that wrote the record when
+	// it is not IfName: a pod's second and later attachments (net1, ...).
+	ChainIfName string `json:"chainIfName,omitempty"`
 	// Mode is tap or veth; Routing is vrf or table.
 	Mode    string `json:"mode"`
 	Routing string `json:"routing"`
@@ -54,6 +71,15 @@ type Record struct {
 	Standby     bool      `json:"standby,omitempty"`
 	WaitSeconds int32     `json:"waitSeconds,omitempty"`
 	Created     time.Time `json:"created"`
+}
+
+// Chain is the CNI_IFNAME of the ADD (and so of the DEL, CHECK and GC
+// entry) the record belongs to.
+func (r Record) Chain() string {
+	if r.ChainIfName != "" {
+		return r.ChainIfName
+	}
+	return r.IfName
 }
 
 // Store reads and writes records under <stateDir>/records.
@@ -151,6 +177,49 @@ func (s Store) List() ([]Record, error) {
 		recs = append(recs, r)
 	}
 	return recs, errors.Join(errs...)
+}
+
+// Invocation returns the records one CNI invocation, (containerID,
+// chainIfName), wrote: its own and those of the pod's further
+// attachments, ordered by interface as the ADD made them.
+func (s Store) Invocation(containerID, chainIfName string) ([]Record, error) {
+	if _, err := s.path(containerID, chainIfName); err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob(filepath.Join(s.Dir, containerID, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var recs []Record
+	var errs []error
+	for _, f := range files {
+		r, ok, err := s.Get(containerID, strings.TrimSuffix(filepath.Base(f), ".json"))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok && r.Chain() == chainIfName {
+			recs = append(recs, r)
+		}
+	}
+	slices.SortFunc(recs, func(a, b Record) int {
+		// The chain's own interface first, then net1, net2, ... in number order.
+		if a.IfName == chainIfName || b.IfName == chainIfName {
+			return boolInt(b.IfName == chainIfName) - boolInt(a.IfName == chainIfName)
+		}
+		if len(a.IfName) != len(b.IfName) {
+			return len(a.IfName) - len(b.IfName)
+		}
+		return strings.Compare(a.IfName, b.IfName)
+	})
+	return recs, errors.Join(errs...)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // WriteFileAtomic replaces path with data so readers see the old or the new

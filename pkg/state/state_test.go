@@ -3,6 +3,7 @@ package state
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -54,5 +55,38 @@ func TestListReportsAnUnreadableRecordButKeepsTheRest(t *testing.T) {
 	list, err := s.List()
 	if err == nil || len(list) != 1 || list[0].ContainerID != "good" {
 		t.Fatalf("List = %v, %v", list, err)
+	}
+}
+
+func TestInvocationFindsTheRecordsOfOneADDInInterfaceOrder(t *testing.T) {
+	s := NewStore(t.TempDir())
+	for _, r := range []Record{
+		{ContainerID: "c1", IfName: "net10", ChainIfName: "eth0"},
+		{ContainerID: "c1", IfName: "net2", ChainIfName: "eth0"},
+		{ContainerID: "c1", IfName: "eth0"},
+		{ContainerID: "c1", IfName: "net1", ChainIfName: "eth0"},
+		{ContainerID: "c1", IfName: "tap7"}, // another ADD of the same container
+		{ContainerID: "c2", IfName: "eth0"},
+	} {
+		if err := s.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := s.Invocation("c1", "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.IfName)
+	}
+	if want := []string{"eth0", "net1", "net2", "net10"}; !slices.Equal(got, want) {
+		t.Fatalf("Invocation = %v, want %v", got, want)
+	}
+	if recs, err := s.Invocation("c3", "eth0"); err != nil || len(recs) != 0 {
+		t.Fatalf("no records: %v, %v", recs, err)
+	}
+	if _, err := s.Invocation("../c1", "eth0"); err == nil {
+		t.Fatal("a key outside the store was accepted")
 	}
 }
