@@ -8,9 +8,12 @@ import (
 )
 
 // Attachment names a VPC attachment: the stanza fields every galactic
-// plugin has.
+// plugin has. With Namespace, Attachment names a VPCAttachment in it (a
+// VMM's stanza); with VPC, the stanza is an inline attachment.
 type Attachment struct {
-	// VPC is the VPC's name, a DNS-1123 label.
+	// Namespace is a VPCAttachment's namespace.
+	Namespace string `json:"namespace,omitempty"`
+	// VPC is an inline attachment's VPC, a DNS-1123 label.
 	VPC string `json:"vpc"`
 	// Attachment is the VPC attachment's name, a DNS-1123 label.
 	Attachment string `json:"attachment"`

@@ -17,33 +17,32 @@ import (
 // NetConf is the galactic-bgp stanza of a network config list.
 type NetConf struct {
 	types.PluginConf
-	// VPC and Attachment name the attachment whose prefixes this node
-	// advertises; they must match the galactic-cni stanza before it.
+	// Namespace and Attachment name a VPCAttachment, VPC and Attachment an
+	// inline attachment, as the galactic-cni stanza before it does; none
+	// of them, a conflist shared by every pod, whose annotations name
+	// VPCAttachments.
 	netconf.Attachment
-	// VNI is the VPC's VXLAN network identifier (1-16777215), the same on
-	// every node; absent means galactic-router does not route it.
+	// VNI is an inline attachment's VPC's VXLAN network identifier
+	// (1-16777215), the same on every node; absent means galactic-router
+	// does not route it.
 	VNI *int64 `json:"vni,omitempty"`
-	// Announce is always (the default) or whenAvailable.
+	// Announce is an inline attachment's policy: always (the default) or
+	// whenAvailable.
 	Announce string `json:"announce,omitempty"`
-	// RuntimeConfig carries the pod's annotations, which supply vpc,
-	// attachment and vni where the stanza has none.
+	// RuntimeConfig carries the pod's annotations, which name the pod's
+	// VPCAttachments.
 	RuntimeConfig netconf.RuntimeConfig `json:"runtimeConfig,omitempty"`
 }
 
 // maxVNI is the largest 24-bit VXLAN network identifier.
 const maxVNI = 1<<24 - 1
 
-// routing is the validated vni (the stanza's, else the pod's) and announce
-// of the stanza.
+// routing is the validated vni and announce of an inline stanza.
 func (n NetConf) routing() (advert.Routing, *types.Error) {
 	var r advert.Routing
-	vni, key, terr := n.RuntimeConfig.VNI(n.VNI)
-	if terr != nil {
-		return r, terr
-	}
-	if vni != nil {
+	if vni := n.VNI; vni != nil {
 		if *vni < 1 || *vni > maxVNI {
-			return r, netconf.FromAnnotation(key, netconf.InvalidConfig(fmt.Sprintf("vni %d is out of range: a VXLAN network identifier is 1-%d", *vni, maxVNI)))
+			return r, netconf.InvalidConfig(fmt.Sprintf("vni %d is out of range: a VXLAN network identifier is 1-%d", *vni, maxVNI))
 		}
 		r.VNI = int32(*vni)
 	}
@@ -67,27 +66,41 @@ type Config struct {
 	Prev types.Result
 	// IPs are Prev's addresses.
 	IPs []net.IP
-	// Routing is the validated vni and announce.
+	// Routing is an inline stanza's validated vni and announce; a
+	// VPCAttachment's come from galactic-cni's node record.
 	Routing advert.Routing
+	// Names is what the stanza or the pod names.
+	Names netconf.Names
 }
 
 // parseConf decodes and validates a stanza. With needPrev (ADD, CHECK) a
 // missing or malformed prevResult is an error; the other verbs ignore it.
-// Unless needAttachment, a stanza and pod naming no attachment are
-// accepted. Every error is a CNI error that says what to fix.
-func parseConf(data []byte, needPrev, needAttachment bool) (*Config, *types.Error) {
+// o says whether an attachment must be named, whether inline ones are
+// refused, and the CNI_ARGS that give a pod's namespace. Every error is a
+// CNI error that says what to fix.
+func parseConf(data []byte, needPrev bool, o netconf.ResolveOptions) (*Config, *types.Error) {
 	var c Config
 	if err := json.Unmarshal(data, &c.NetConf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "network config is not valid JSON for galactic-bgp: "+err.Error(), "")
 	}
-	if err := c.Attachment.Resolve(c.RuntimeConfig, needAttachment); err != nil {
-		return nil, err
+	o.Inline = []netconf.InlineField{
+		{Name: "vni", Set: c.NetConf.VNI != nil, Replacement: "status.vni"},
+		{Name: "announce", Set: c.NetConf.Announce != "", Replacement: "spec.announce"},
 	}
-	r, terr := c.routing()
+	named, terr := netconf.Resolve(c.NetConf.Attachment, c.RuntimeConfig, o)
 	if terr != nil {
 		return nil, terr
 	}
-	c.Routing = r
+	c.Names = named
+	c.NetConf.Attachment = netconf.Attachment{}
+	if named.Inline != nil {
+		c.NetConf.Attachment = *named.Inline
+		r, terr := c.routing()
+		if terr != nil {
+			return nil, terr
+		}
+		c.Routing = r
+	}
 	if !needPrev {
 		return &c, nil
 	}

@@ -137,14 +137,28 @@ func (inv *invocation) finish(err error) {
 	}
 }
 
+// resolveOptions are parseConf's options for a verb of args.
+func (inv *invocation) resolveOptions(args *skel.CmdArgs, required bool) netconf.ResolveOptions {
+	return netconf.ResolveOptions{Required: required, RequireObjects: inv.node.RequireAttachmentObjects, CNIArgs: args.Args}
+}
+
+// setNames puts what the config names on the verb's log line.
+func (inv *invocation) setNames(c *Config) {
+	if c.Names.Inline != nil {
+		inv.set("vpc", c.VPC, "attachment", c.Attachment.Attachment)
+	} else if len(c.Names.Objects) > 0 {
+		inv.set("namespace", c.Names.Namespace, "attachments", c.Names.Objects)
+	}
+}
+
 // attachmentConf parses the stanza of a verb that needs the previous
 // result, the attachment and the node settings (ADD, CHECK).
 func (inv *invocation) attachmentConf(args *skel.CmdArgs) (*Config, *types.Error) {
-	conf, terr := parseConf(args.StdinData, true, true)
+	conf, terr := parseConf(args.StdinData, true, inv.resolveOptions(args, true))
 	if terr != nil {
 		return nil, terr
 	}
-	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment)
+	inv.setNames(conf)
 	if terr := inv.requireNode(); terr != nil {
 		return nil, terr
 	}
@@ -207,6 +221,9 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
+	if conf.Names.Inline == nil {
+		return p.addObjects(inv, conf, args)
+	}
 	prefixes := advert.HostPrefixes(conf.IPs)
 	rec, terr := checkRecord(inv.node, args, conf, prefixes)
 	if terr != nil {
@@ -268,7 +285,7 @@ func checkRecord(node settings.Node, args *skel.CmdArgs, conf *Config, prefixes 
 	if !ok {
 		return state.Record{}, nil
 	}
-	if rec.VPC != conf.VPC || rec.Attachment != conf.Attachment.Attachment {
+	if rec.VPC != conf.VPC || rec.Attachment != conf.Attachment.Attachment || rec.AttachmentUID != "" {
 		return state.Record{}, netconf.InvalidConfig(fmt.Sprintf("galactic-bgp names %s/%s but galactic-cni attached this container to %s/%s: both stanzas must name the same vpc and attachment",
 			conf.VPC, conf.Attachment.Attachment, rec.VPC, rec.Attachment))
 	}
@@ -284,15 +301,29 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 	// DEL always succeeds: galactic-cni's DEL runs after this one (the
 	// chain runs in reverse) and must get to remove the host interface.
 	// What is not released here, the node GC releases.
-	conf, terr := parseConf(args.StdinData, false, true)
-	if terr != nil {
-		// ADD rejects the same stanza before publishing, so nothing can
-		// have been published under it.
-		inv.warn = true
-		inv.set("outcome", "nothing to release: invalid network config", "reason", terr.Msg)
+	conf, terr := parseConf(args.StdinData, false, inv.resolveOptions(args, false))
+	// galactic-cni's records, still there (its DEL comes next), say
+	// which VPCAttachments ADD published, config or not.
+	recs, rerr := state.NewStore(inv.node.StateDir).Invocation(args.ContainerID, args.IfName)
+	recs = slices.DeleteFunc(recs, func(r state.Record) bool { return r.AttachmentUID == "" })
+	if rerr != nil {
+		inv.set("recordsError", rerr.Error())
+	}
+	if len(recs) > 0 {
+		return p.delObjects(inv, args, recs)
+	}
+	if terr != nil || conf.Names.Inline == nil {
+		// ADD rejects the same stanza before publishing, and published
+		// nothing for VPCAttachments without records.
+		inv.warn = terr != nil
+		reason := "no record of a VPCAttachment"
+		if terr != nil {
+			reason = terr.Msg
+		}
+		inv.set("outcome", "nothing to release", "reason", reason)
 		return nil
 	}
-	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment)
+	inv.setNames(conf)
 	adv, terr := inv.advertiser()
 	if terr != nil {
 		inv.warn = true
@@ -320,6 +351,9 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 	conf, terr := inv.attachmentConf(args)
 	if terr != nil {
 		return terr
+	}
+	if conf.Names.Inline == nil {
+		return p.checkObjects(inv, conf, args)
 	}
 	want := advert.HostPrefixes(conf.IPs)
 	if len(want) == 0 {
@@ -365,7 +399,7 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 	inv := p.begin("STATUS", args)
 	defer func() { inv.finish(err) }()
-	if _, terr := parseConf(args.StdinData, false, false); terr != nil {
+	if _, terr := parseConf(args.StdinData, false, inv.resolveOptions(args, false)); terr != nil {
 		return terr
 	}
 	adv, terr := inv.advertiser()
@@ -386,12 +420,16 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 func (p *plugin) cmdGC(args *skel.CmdArgs) (err error) {
 	inv := p.begin("GC", args)
 	defer func() { inv.finish(err) }()
-	conf, terr := parseConf(args.StdinData, false, false)
+	conf, terr := parseConf(args.StdinData, false, inv.resolveOptions(args, false))
 	if terr != nil {
 		return terr
 	}
-	inv.set("vpc", conf.VPC, "attachment", conf.Attachment.Attachment, "valid", len(conf.ValidAttachments))
-	if conf.VPC == "" {
+	inv.setNames(conf)
+	inv.set("valid", len(conf.ValidAttachments))
+	if len(conf.Names.Objects) > 0 {
+		return p.gcObjects(inv, conf)
+	}
+	if conf.Names.Inline == nil {
 		// A network config shared by pods that name their attachments in
 		// annotations: GC has no annotations, and galactic-gc prunes
 		// this node's dead entries instead.

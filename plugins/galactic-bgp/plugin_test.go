@@ -23,6 +23,7 @@ import (
 	"github.com/galactic-cni/galactic/pkg/advert/adverttest"
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/pkg/settings"
 	"github.com/galactic-cni/galactic/pkg/state"
 )
@@ -128,7 +129,8 @@ func TestParseConfRejectsBadStanzasAndPrevResults(t *testing.T) {
 		msg      string
 	}{
 		{"not JSON", `{"vpc":`, false, types.ErrDecodingFailure, "not valid JSON"},
-		{"no vpc", `{"cniVersion":"1.1.0","attachment":"a"}`, false, types.ErrInvalidNetworkConfig, "vpc is required"},
+		{"no vpc", `{"cniVersion":"1.1.0","attachment":"a"}`, false, types.ErrInvalidNetworkConfig, `attachment "a" needs namespace`},
+		{"no vpc beside a vni", `{"cniVersion":"1.1.0","attachment":"a","vni":5}`, false, types.ErrInvalidNetworkConfig, "vpc is required"},
 		{"bad attachment", `{"cniVersion":"1.1.0","vpc":"blue","attachment":"Web_0"}`, false, types.ErrInvalidNetworkConfig, `attachment "Web_0"`},
 		{"no prevResult", string(stanza("")), true, types.ErrInvalidNetworkConfig, "no prevResult"},
 		{"prevResult of the wrong shape", string(stanza(`"prevResult":{"ips":"10.20.0.5"}`)), true, types.ErrDecodingFailure, "prevResult"},
@@ -140,7 +142,7 @@ func TestParseConfRejectsBadStanzasAndPrevResults(t *testing.T) {
 		{"unknown announce", string(stanza(`"announce":"sometimes"`)), false, types.ErrInvalidNetworkConfig, `announce "sometimes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConf([]byte(tc.conf), tc.needPrev, true)
+			_, err := parseConf([]byte(tc.conf), tc.needPrev, netconf.ResolveOptions{Required: true})
 			wantCode(t, err, tc.code, tc.msg)
 		})
 	}
@@ -149,14 +151,14 @@ func TestParseConfRejectsBadStanzasAndPrevResults(t *testing.T) {
 func TestParseConfReadsThePrevResultInTheConfigsVersion(t *testing.T) {
 	conf := `{"cniVersion":"0.4.0","name":"n","type":"galactic-bgp","vpc":"blue","attachment":"a",` +
 		`"prevResult":{"interfaces":[{"name":"x"}],"ips":[{"version":"4","address":"10.0.0.2/24"}]}}`
-	c, err := parseConf([]byte(conf), true, true)
+	c, err := parseConf([]byte(conf), true, netconf.ResolveOptions{Required: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Prev.Version() != "0.4.0" || len(c.IPs) != 1 || !c.IPs[0].Equal(net.ParseIP("10.0.0.2")) {
 		t.Fatalf("prev %s ips %v", c.Prev.Version(), c.IPs)
 	}
-	if c, err := parseConf(stanza(""), false, true); err != nil || c.Prev != nil {
+	if c, err := parseConf(stanza(""), false, netconf.ResolveOptions{Required: true}); err != nil || c.Prev != nil {
 		t.Fatalf("verbs without prevResult: %v %v", c, err)
 	}
 }

@@ -39,14 +39,14 @@ func (p *plugin) runCommand(name string, args []string, stdout, stderr io.Writer
 // command is a node subcommand's common part: the flags naming the
 // container's attachment, the node settings, the log and the record.
 type command struct {
-	name                               string
-	vpc, attachment, container, ifName string
-	reason                             string
-	node                               settings.Node
-	log                                *slog.Logger
-	closeLog                           func()
-	rec                                state.Record
-	stderr                             io.Writer
+	name                                          string
+	namespace, vpc, attachment, container, ifName string
+	reason                                        string
+	node                                          settings.Node
+	log                                           *slog.Logger
+	closeLog                                      func()
+	rec                                           state.Record
+	stderr                                        io.Writer
 }
 
 // fail writes why the command failed and returns code.
@@ -64,13 +64,14 @@ func (c *command) fail(code int, format string, a ...any) int {
 func commandFlags(c *command, stderr io.Writer, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("galactic-cni "+c.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.vpc, "vpc", "", "the attachment's VPC (required)")
-	fs.StringVar(&c.attachment, "attachment", "", "the VPC attachment (required)")
+	fs.StringVar(&c.namespace, "namespace", "", "the namespace of the VPCAttachment (an object-backed attachment)")
+	fs.StringVar(&c.vpc, "vpc", "", "the VPC of an inline attachment")
+	fs.StringVar(&c.attachment, "attachment", "", "the VPCAttachment's name, or the inline attachment's (required)")
 	fs.StringVar(&c.container, "container", "", "the container ID the runtime passed to CNI ADD (required)")
 	fs.StringVar(&c.ifName, "ifname", "", "the CNI_IFNAME of that ADD; needed only when the container has the attachment on several interfaces")
 	fs.StringVar(&c.reason, "reason", "", "a condition reason such as Booting or ShuttingDown (optional)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: galactic-cni %s --vpc VPC --attachment ATTACHMENT --container ID [--ifname IF] [--reason Reason]%s\n", c.name, usage)
+		fmt.Fprintf(stderr, "usage: galactic-cni %s (--namespace NAMESPACE | --vpc VPC) --attachment ATTACHMENT --container ID [--ifname IF] [--reason Reason]%s\n", c.name, usage)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -89,7 +90,16 @@ func (c *command) open(p *plugin, fs *flag.FlagSet, args []string) (code int, do
 	if fs.NArg() > 0 {
 		return c.fail(exitUsage, "unexpected arguments %q", fs.Args()), true
 	}
-	for _, f := range []struct{ name, value string }{{"--vpc", c.vpc}, {"--attachment", c.attachment}} {
+	first := struct{ name, value string }{"--vpc", c.vpc}
+	switch {
+	case c.namespace != "" && c.vpc != "":
+		return c.fail(exitUsage, "--namespace and --vpc are both set: --namespace names a VPCAttachment, --vpc an inline attachment"), true
+	case c.namespace != "":
+		first = struct{ name, value string }{"--namespace", c.namespace}
+	case c.vpc == "":
+		return c.fail(exitUsage, "--namespace (a VPCAttachment's) or --vpc (an inline attachment's) is required"), true
+	}
+	for _, f := range []struct{ name, value string }{first, {"--attachment", c.attachment}} {
 		if err := names.ValidateLabel(f.name, f.value); err != nil {
 			return c.fail(exitUsage, "%v", err), true
 		}
@@ -108,13 +118,40 @@ func (c *command) open(p *plugin, fs *flag.FlagSet, args []string) (code int, do
 		return c.fail(exitFailed, "%v", err), true
 	}
 	c.node = node
-	c.log, c.closeLog = logging.Open(node.LogFile, "plugin", "galactic-cni", "verb", c.name, "containerID", c.container, "vpc", c.vpc, "attachment", c.attachment)
-	rec, code, msg := findRecord(state.NewStore(node.StateDir), c.vpc, c.attachment, c.container, c.ifName)
+	c.log, c.closeLog = logging.Open(node.LogFile, "plugin", "galactic-cni", "verb", c.name, "containerID", c.container, "namespace", c.namespace, "vpc", c.vpc, "attachment", c.attachment)
+	rec, code, msg := findRecord(state.NewStore(node.StateDir), c.ref(), c.container, c.ifName)
 	if code != exitOK {
 		return c.fail(code, "%s", msg), true
 	}
 	c.rec = rec
 	return exitOK, false
+}
+
+// attachmentRef names an attachment on the command line: a VPCAttachment
+// (namespace and name) or an inline attachment (vpc and name).
+type attachmentRef struct {
+	namespace, vpc, name string
+}
+
+func (c *command) ref() attachmentRef {
+	return attachmentRef{namespace: c.namespace, vpc: c.vpc, name: c.attachment}
+}
+
+// matches says whether a record is of the attachment: by its VPCAttachment
+// for an object-backed one, which is then known by the record's UID and
+// data-plane names.
+func (r attachmentRef) matches(rec state.Record) bool {
+	if r.namespace != "" {
+		return rec.AttachmentUID != "" && rec.Namespace == r.namespace && rec.AttachmentName == r.name
+	}
+	return rec.AttachmentUID == "" && rec.VPC == r.vpc && rec.Attachment == r.name
+}
+
+func (r attachmentRef) String() string {
+	if r.namespace != "" {
+		return "VPCAttachment " + r.namespace + "/" + r.name
+	}
+	return r.vpc + "/" + r.name
 }
 
 func (c *command) close() {

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/hostif"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/netconf"
@@ -34,15 +36,19 @@ const (
 // NetConf is the galactic-cni stanza of a network config list.
 type NetConf struct {
 	types.PluginConf
-	// VPC and Attachment name the VPC attachment (DNS-1123 labels).
+	// Namespace and Attachment name a VPCAttachment (a VMM's stanza); VPC
+	// and Attachment an inline attachment; none of them, a conflist
+	// shared by every pod, whose annotations name VPCAttachments.
 	netconf.Attachment
 	// Mode is "tap" (default: a VMM opens the tap) or "veth" (the peer
 	// moves into the container as CNI_IFNAME).
 	Mode string `json:"mode,omitempty"`
-	// Addresses are the attachment's addresses as CIDRs; may be empty.
+	// Addresses are an inline attachment's addresses as CIDRs; may be
+	// empty.
 	Addresses []string `json:"addresses,omitempty"`
-	// AllowedSourcePrefixes are sources the workload may send from beyond
-	// its addresses (router or NAT appliances); see sources.go.
+	// AllowedSourcePrefixes are sources an inline attachment's workload may
+	// send from beyond its addresses (router or NAT appliances); see
+	// sources.go.
 	AllowedSourcePrefixes []string `json:"allowedSourcePrefixes,omitempty"`
 	// MTU of the host interface (and the container end); unset keeps the
 	// kernel default.
@@ -54,8 +60,8 @@ type NetConf struct {
 	// Standby makes ADD prepare a live-migration target: the interface,
 	// but no lease and no host routes until `galactic-cni promote`.
 	Standby *bool `json:"standby,omitempty"`
-	// RuntimeConfig carries the pod's annotations, which supply vpc,
-	// attachment, mode and addresses where the stanza has none.
+	// RuntimeConfig carries the pod's annotations, which name the pod's
+	// VPCAttachments and may give its mode and standby.
 	RuntimeConfig netconf.RuntimeConfig `json:"runtimeConfig,omitempty"`
 }
 
@@ -69,10 +75,18 @@ type HandoffConf struct {
 	LeaseSeconds *int `json:"leaseSeconds,omitempty"`
 }
 
-// Config is a validated stanza with its defaults filled in.
+// Config is a validated stanza with its defaults filled in. For
+// VPCAttachments, the stanza's Config only names them (Names); each
+// attachment's own Config (forObject) has its data-plane names as VPC and
+// Attachment and its addresses from the object.
 type Config struct {
 	types.PluginConf
 	netconf.Attachment
+	// Names is what the stanza or the pod names.
+	Names netconf.Names
+	// Object is the VPCAttachment this Config attaches; nil for an inline
+	// attachment.
+	Object    *Object
 	Mode      string
 	Routing   string
 	Addresses []netip.Prefix
@@ -85,6 +99,15 @@ type Config struct {
 	Standby bool
 }
 
+// Object is what a Config of a VPCAttachment takes from it besides its
+// names and addresses: its identity, and for galactic-bgp (through the
+// node record) its VNI and announce policy.
+type Object struct {
+	Namespace, Name, UID string
+	VNI                  int32
+	Announce             string
+}
+
 // Handoff is the validated handoff settings.
 type Handoff struct {
 	Enabled bool
@@ -94,9 +117,10 @@ type Handoff struct {
 
 // parseConf decodes, validates and defaults a stanza and parses its
 // prevResult. Every error is a CNI error naming what to fix; the cniVersion
-// itself was checked by skel against the supported versions. Unless
-// needAttachment, a stanza and pod naming no attachment are accepted.
-func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
+// itself was checked by skel against the supported versions. o says
+// whether an attachment must be named, whether inline ones are refused, and
+// the CNI_ARGS that give a pod's namespace.
+func parseConf(data []byte, o netconf.ResolveOptions) (*Config, *types.Error) {
 	var n NetConf
 	if err := json.Unmarshal(data, &n); err != nil {
 		var typeErr *json.UnmarshalTypeError
@@ -105,15 +129,21 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 		}
 		return nil, types.NewError(types.ErrDecodingFailure, "network config is not valid JSON: "+err.Error(), "")
 	}
-	if err := n.Attachment.Resolve(n.RuntimeConfig, needAttachment); err != nil {
+	o.Inline = []netconf.InlineField{
+		{Name: "addresses", Set: n.Addresses != nil, Replacement: "spec.addresses"},
+		{Name: "allowedSourcePrefixes", Set: n.AllowedSourcePrefixes != nil, Replacement: "spec.allowedSourcePrefixes"},
+	}
+	named, err := netconf.Resolve(n.Attachment, n.RuntimeConfig, o)
+	if err != nil {
 		return nil, err
 	}
-	c := &Config{PluginConf: n.PluginConf, Attachment: n.Attachment}
-	var err *types.Error
+	c := &Config{PluginConf: n.PluginConf, Names: named}
+	if named.Inline != nil {
+		c.Attachment = *named.Inline
+	}
 	var h Handoff
-	var modeKey, addressesKey string
+	var modeKey string
 	n.Mode, modeKey = n.RuntimeConfig.Mode(n.Mode)
-	n.Addresses, addressesKey = n.RuntimeConfig.Addresses(n.Addresses)
 
 	switch n.Mode {
 	case "", names.ModeTap:
@@ -133,38 +163,21 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 		return nil, netconf.InvalidConfig(fmt.Sprintf(`routing %q is not supported: use "vrf" (the default) or "table" (for kernels without VRF)`, n.Routing))
 	}
 
-	seen := map[netip.Addr]int{}
-	hasIPv6 := false
-	for i, s := range n.Addresses {
-		p, err := netip.ParsePrefix(s)
-		if err != nil || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-			return nil, netconf.FromAnnotation(addressesKey, netconf.InvalidConfig(fmt.Sprintf(`addresses[%d] %q is not a CIDR: use an address with its prefix length, such as "10.20.0.5/24" or "fd20::5/64"`, i, s)))
-		}
-		if j, dup := seen[p.Addr()]; dup {
-			return nil, netconf.FromAnnotation(addressesKey, netconf.InvalidConfig(fmt.Sprintf("addresses[%d] %q repeats the address of addresses[%d]: list each address once", i, s, j)))
-		}
-		seen[p.Addr()] = i
-		hasIPv6 = hasIPv6 || p.Addr().Is6()
-		c.Addresses = append(c.Addresses, p)
-	}
-
-	allowed, allowedKey := n.RuntimeConfig.AllowedSourcePrefixes(n.AllowedSourcePrefixes)
-	if c.AllowedSourcePrefixes, err = parseAllowedSources(allowed, allowedKey); err != nil {
+	if c.Addresses, err = parseAddresses(n.Addresses, "addresses"); err != nil {
 		return nil, err
 	}
-	if err := hostif.FilterAttachment("", c.Addresses, c.AllowedSourcePrefixes, nil).Validate(); err != nil {
-		return nil, netconf.FromAnnotation(allowedKey, netconf.InvalidConfig(fmt.Sprintf("addresses and allowedSourcePrefixes: %v: merge them into wider prefixes", err)))
+	if c.AllowedSourcePrefixes, err = parseAllowedSources(n.AllowedSourcePrefixes, "allowedSourcePrefixes"); err != nil {
+		return nil, err
 	}
-
 	if n.MTU != nil {
 		m := *n.MTU
 		if m < minMTU || m > maxMTU {
 			return nil, netconf.InvalidConfig(fmt.Sprintf("mtu %d is out of range: use %d..%d, or leave it out for the kernel default", m, minMTU, maxMTU))
 		}
-		if hasIPv6 && m < minMTUIPv6 {
-			return nil, netconf.InvalidConfig(fmt.Sprintf("mtu %d is below %d, the IPv6 minimum, and addresses include IPv6: use %d..%d", m, minMTUIPv6, minMTUIPv6, maxMTU))
-		}
 		c.MTU = m
+	}
+	if err := c.checkAddressing("addresses", "allowedSourcePrefixes"); err != nil {
+		return nil, err
 	}
 
 	h, err = parseHandoff(n.Handoff)
@@ -180,6 +193,75 @@ func parseConf(data []byte, needAttachment bool) (*Config, *types.Error) {
 		return nil, types.NewError(types.ErrDecodingFailure, "prevResult cannot be parsed: "+err.Error(), "")
 	}
 	return c, nil
+}
+
+// parseAddresses validates CIDR addresses; field names them in errors.
+func parseAddresses(list []string, field string) ([]netip.Prefix, *types.Error) {
+	var out []netip.Prefix
+	seen := map[netip.Addr]int{}
+	for i, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+			return nil, netconf.InvalidConfig(fmt.Sprintf(`%s[%d] %q is not a CIDR: use an address with its prefix length, such as "10.20.0.5/24" or "fd20::5/64"`, field, i, s))
+		}
+		if j, dup := seen[p.Addr()]; dup {
+			return nil, netconf.InvalidConfig(fmt.Sprintf("%s[%d] %q repeats the address of %s[%d]: list each address once", field, i, s, field, j))
+		}
+		seen[p.Addr()] = i
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// checkAddressing checks what the addresses and allowed sources need of
+// each other and of the MTU; the arguments name them in errors.
+func (c *Config) checkAddressing(addresses, allowed string) *types.Error {
+	if err := hostif.FilterAttachment("", c.Addresses, c.AllowedSourcePrefixes, nil).Validate(); err != nil {
+		return netconf.InvalidConfig(fmt.Sprintf("%s and %s: %v: merge them into wider prefixes", addresses, allowed, err))
+	}
+	if c.MTU != 0 && c.MTU < minMTUIPv6 && slices.ContainsFunc(c.Addresses, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		return netconf.InvalidConfig(fmt.Sprintf("mtu %d is below %d, the IPv6 minimum, and %s include IPv6: use %d..%d", c.MTU, minMTUIPv6, addresses, minMTUIPv6, maxMTU))
+	}
+	return nil
+}
+
+// forObject is the Config of one VPCAttachment the stanza names: its
+// data-plane names, allocated addresses, allowed sources, VNI and
+// announce policy. The caller checked that it is Ready; what it holds
+// that cannot serve is code 7 naming the object's field.
+func (c *Config) forObject(a *v1alpha1.VPCAttachment) (*Config, *types.Error) {
+	id := a.Namespace + "/" + a.Name
+	o := *c
+	o.Names = netconf.Names{}
+	dp := a.Status.Dataplane
+	o.Attachment = netconf.Attachment{Namespace: a.Namespace, VPC: dp.VPC, Attachment: dp.Attachment}
+	var err *types.Error
+	addrs := make([]string, 0, len(a.Status.Addresses))
+	for _, p := range a.Status.Addresses {
+		addrs = append(addrs, string(p))
+	}
+	if o.Addresses, err = parseAddresses(addrs, "VPCAttachment "+id+" status.addresses"); err != nil {
+		return nil, err
+	}
+	allowed := make([]string, 0, len(a.Spec.AllowedSourcePrefixes))
+	for _, p := range a.Spec.AllowedSourcePrefixes {
+		allowed = append(allowed, string(p))
+	}
+	if o.AllowedSourcePrefixes, err = parseAllowedSources(allowed, "VPCAttachment "+id+" spec.allowedSourcePrefixes"); err != nil {
+		return nil, err
+	}
+	if err := o.checkAddressing("VPCAttachment "+id+" status.addresses", "spec.allowedSourcePrefixes"); err != nil {
+		return nil, err
+	}
+	announce := string(a.Spec.Announce)
+	if announce == "" {
+		announce = string(v1alpha1.AnnounceAlways)
+	}
+	if announce == string(v1alpha1.AnnounceWhenAvailable) && !c.Handoff.Enabled {
+		return nil, netconf.InvalidConfig(fmt.Sprintf(`VPCAttachment %s has spec.announce "whenAvailable", which needs the handoff lease: enable "handoff" in the network config`, id))
+	}
+	o.Object = &Object{Namespace: a.Namespace, Name: a.Name, UID: string(a.UID), VNI: a.Status.VNI, Announce: announce}
+	return &o, nil
 }
 
 // jsonKind names a Go type the way a config author knows it.

@@ -3,11 +3,14 @@ package main
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/galactic-cni/galactic/pkg/netconf"
 )
 
 // conf builds a stanza from the valid base with fields changed (a nil value
@@ -33,7 +36,7 @@ func conf(t *testing.T, change map[string]any) []byte {
 }
 
 func TestParseConfFillsInTheDocumentedDefaults(t *testing.T) {
-	c, err := parseConf(conf(t, nil), true)
+	c, err := parseConf(conf(t, nil), required)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +50,7 @@ func TestParseConfAcceptsEveryField(t *testing.T) {
 	c, err := parseConf(conf(t, map[string]any{
 		"mode": "veth", "routing": "table", "addresses": []string{"10.20.0.5/24", "fd20::5/64"}, "mtu": 1450,
 		"handoff": map[string]any{"enabled": false, "waitSeconds": 0, "leaseSeconds": 15},
-	}), true)
+	}), required)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +73,8 @@ func TestParseConfRejectsEachInvalidFieldNamingIt(t *testing.T) {
 		code   uint
 		msg    string
 	}{
-		{name: "missing vpc", change: map[string]any{"vpc": nil}, code: types.ErrInvalidNetworkConfig, msg: "vpc is required"},
+		{name: "missing vpc", change: map[string]any{"vpc": nil}, code: types.ErrInvalidNetworkConfig, msg: `attachment "web-0-net0" needs namespace (a VPCAttachment in that namespace) or vpc (an inline attachment)`},
+		{name: "missing vpc beside addresses", change: map[string]any{"vpc": nil, "addresses": []string{}}, code: types.ErrInvalidNetworkConfig, msg: "vpc is required"},
 		{name: "vpc not a label", change: map[string]any{"vpc": "Blue"}, code: types.ErrInvalidNetworkConfig, msg: `vpc "Blue" is not a DNS-1123 label`},
 		{name: "missing attachment", change: map[string]any{"attachment": ""}, code: types.ErrInvalidNetworkConfig, msg: "attachment is required"},
 		{name: "attachment too long", change: map[string]any{"attachment": strings.Repeat("a", 64)}, code: types.ErrInvalidNetworkConfig, msg: "attachment"},
@@ -95,7 +99,7 @@ func TestParseConfRejectsEachInvalidFieldNamingIt(t *testing.T) {
 			if tc.raw == "" {
 				data = conf(t, tc.change)
 			}
-			c, err := parseConf(data, true)
+			c, err := parseConf(data, required)
 			switch {
 			case err == nil:
 				t.Fatalf("want code %d with %q, got a config %+v", tc.code, tc.msg, c)
@@ -105,6 +109,8 @@ func TestParseConfRejectsEachInvalidFieldNamingIt(t *testing.T) {
 		})
 	}
 }
+
+var required = netconf.ResolveOptions{Required: true}
 
 // podConf is a stanza of a conflist shared by every pod, with the pod's
 // annotations as a CRI runtime passes them.
@@ -121,47 +127,53 @@ func podConf(t *testing.T, stanza map[string]any, annotations map[string]string)
 	return conf(t, change)
 }
 
-var webAnnotations = map[string]string{
-	"network.galactic.dev/vpc":        "blue",
-	"network.galactic.dev/attachment": "web-0-net0",
-	"network.galactic.dev/mode":       "veth",
-	"network.galactic.dev/addresses":  "10.20.0.5/24,fd20::5/64",
-	"io.kubernetes.pod.name":          "web-0",
-}
+// inPod are parseConf's options for an ADD of pod web-0 in tenant-a.
+var inPod = netconf.ResolveOptions{Required: true, CNIArgs: "IgnoreUnknown=1;K8S_POD_NAMESPACE=tenant-a;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=c1"}
 
-func TestParseConfTakesTheAttachmentFieldsFromThePodAnnotations(t *testing.T) {
-	c, err := parseConf(podConf(t, nil, webAnnotations), true)
+func TestParseConfTakesThePodsAttachmentsAndModeFromItsAnnotations(t *testing.T) {
+	c, err := parseConf(podConf(t, nil, map[string]string{
+		"network.galactic.dev/attachments": "{pod}-net0,db",
+		"network.galactic.dev/mode":        "veth",
+	}), inPod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.VPC != "blue" || c.Attachment.Attachment != "web-0-net0" || c.Mode != "veth" || len(c.Addresses) != 2 || c.Addresses[1] != netip.MustParsePrefix("fd20::5/64") {
+	if c.Names.Namespace != "tenant-a" || !slices.Equal(c.Names.Objects, []string{"web-0-net0", "db"}) || c.Mode != "veth" || c.VPC != "" || len(c.Addresses) != 0 {
 		t.Fatalf("parsed %+v", c)
 	}
 }
 
-func TestParseConfLetsEachStanzaFieldWinOverItsAnnotation(t *testing.T) {
-	c, err := parseConf(podConf(t, map[string]any{"vpc": "red", "mode": "tap", "addresses": []string{}}, webAnnotations), true)
+func TestParseConfOfAVMMStanzaNamesItsVPCAttachment(t *testing.T) {
+	c, err := parseConf(conf(t, map[string]any{"vpc": nil, "namespace": "tenant-a", "attachment": "vm-1"}), required)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.VPC != "red" || c.Attachment.Attachment != "web-0-net0" || c.Mode != "tap" || len(c.Addresses) != 0 {
+	if c.Names.Namespace != "tenant-a" || !slices.Equal(c.Names.Objects, []string{"vm-1"}) || c.Names.Inline != nil {
 		t.Fatalf("parsed %+v", c)
 	}
 }
 
-func TestParseConfNamesTheAnnotationABadValueCameFrom(t *testing.T) {
+func TestParseConfRefusesWhatOnlyAVPCAttachmentMayDecideNamingItsField(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
+		stanza      map[string]any
 		annotations map[string]string
+		opts        netconf.ResolveOptions
 		msg         string
 	}{
-		{"no annotations", map[string]string{"io.kubernetes.pod.name": "web-0"}, "vpc is required: set \"vpc\" in the network config, or annotate the pod with network.galactic.dev/vpc"},
-		{"no attachment annotation", map[string]string{"network.galactic.dev/vpc": "blue"}, "annotate the pod with network.galactic.dev/attachment"},
-		{"bad mode", map[string]string{"network.galactic.dev/vpc": "blue", "network.galactic.dev/attachment": "a", "network.galactic.dev/mode": "macvlan"}, `pod annotation network.galactic.dev/mode: mode "macvlan" is not supported`},
-		{"bad address", map[string]string{"network.galactic.dev/vpc": "blue", "network.galactic.dev/attachment": "a", "network.galactic.dev/addresses": "10.20.0.5"}, `pod annotation network.galactic.dev/addresses: addresses[0] "10.20.0.5" is not a CIDR`},
+		{"pod vpc", nil, map[string]string{"network.galactic.dev/vpc": "blue", "network.galactic.dev/attachment": "a"}, inPod, "pod annotation network.galactic.dev/vpc is refused"},
+		{"pod addresses", nil, map[string]string{"network.galactic.dev/attachment": "a", "network.galactic.dev/addresses": "10.20.0.5/24"}, inPod, "whose spec.addresses"},
+		{"pod vni", nil, map[string]string{"network.galactic.dev/attachment": "a", "network.galactic.dev/vni": "10100"}, inPod, "whose status.vni"},
+		{"pod allowed sources", nil, map[string]string{"network.galactic.dev/attachment": "a", "network.galactic.dev/allowed-source-prefixes": "0.0.0.0/0"}, inPod, "whose spec.allowedSourcePrefixes"},
+		{"stanza addresses beside a pod's attachment", map[string]any{"addresses": []string{"10.20.0.5/24"}}, map[string]string{"network.galactic.dev/attachment": "a"}, inPod, "addresses is set beside the pod annotation network.galactic.dev/attachment: the VPCAttachment's spec.addresses"},
+		{"stanza addresses beside namespace", map[string]any{"namespace": "tenant-a", "attachment": "a", "addresses": []string{}}, nil, required, "addresses is set beside namespace"},
+		{"stanza allowed sources beside namespace", map[string]any{"namespace": "tenant-a", "attachment": "a", "allowedSourcePrefixes": []string{"0.0.0.0/0"}}, nil, required, "allowedSourcePrefixes is set beside namespace: the VPCAttachment's spec.allowedSourcePrefixes"},
+		{"no attachment named", nil, map[string]string{"io.kubernetes.pod.name": "web-0"}, inPod, "annotate the pod with network.galactic.dev/attachment"},
+		{"an inline stanza on a node that requires objects", map[string]any{"vpc": "blue", "attachment": "a"}, nil, netconf.ResolveOptions{Required: true, RequireObjects: true}, "refused on this node, which sets requireAttachmentObjects"},
+		{"bad mode", nil, map[string]string{"network.galactic.dev/attachment": "a", "network.galactic.dev/mode": "macvlan"}, inPod, `pod annotation network.galactic.dev/mode: mode "macvlan" is not supported`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConf(podConf(t, nil, tc.annotations), true)
+			_, err := parseConf(podConf(t, tc.stanza, tc.annotations), tc.opts)
 			if err == nil || err.Code != types.ErrInvalidNetworkConfig || !strings.Contains(err.Msg, tc.msg) {
 				t.Fatalf("want code 7 with %q, got %v", tc.msg, err)
 			}
@@ -170,14 +182,14 @@ func TestParseConfNamesTheAnnotationABadValueCameFrom(t *testing.T) {
 }
 
 func TestParseConfForStatusAndGCAcceptsASharedConflistWithoutAnnotations(t *testing.T) {
-	c, err := parseConf(podConf(t, nil, nil), false)
+	c, err := parseConf(podConf(t, nil, nil), netconf.ResolveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.VPC != "" || c.Mode != "tap" || c.Routing != "vrf" {
+	if !c.Names.Empty() || c.Mode != "tap" || c.Routing != "vrf" {
 		t.Fatalf("parsed %+v", c)
 	}
-	if _, err := parseConf(podConf(t, nil, nil), true); err == nil {
+	if _, err := parseConf(podConf(t, nil, nil), inPod); err == nil {
 		t.Fatal("ADD of a pod naming no attachment was accepted")
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/state"
@@ -28,26 +27,23 @@ type lease struct {
 	seconds    int32
 }
 
-// leaseLock builds the attachment's handoff lock from the node settings.
-// Settings that cannot serve a handoff are a code 50 error.
-func leaseLock(inv *invocation, vpc, attachment string, seconds int32) (*handoff.Lock, *types.Error) {
-	unavailable := func(msg string) *types.Error { return types.NewError(types.ErrPluginNotAvailable, msg, "") }
+// leaseLock builds the handoff lock of the attachment vpc/attachment (its
+// data-plane names for a VPCAttachment, whose identity id is) from the
+// node settings. Settings that cannot serve a handoff are a code 50 error.
+func leaseLock(inv *invocation, vpc, attachment string, seconds int32, id handoff.Identity) (*handoff.Lock, *types.Error) {
 	if err := inv.node.RequireNodeName(); err != nil {
-		return nil, unavailable("handoff needs the node name: " + err.Error())
+		return nil, types.NewError(types.ErrPluginNotAvailable, "handoff needs the node name: "+err.Error(), "")
 	}
-	cfg, err := client.LoadConfig(inv.node.Kubeconfig)
-	if err != nil {
-		return nil, unavailable("handoff needs the API server: " + err.Error())
-	}
-	cs, err := client.New(cfg)
-	if err != nil {
-		return nil, unavailable("handoff needs the API server: " + err.Error())
+	cs, terr := inv.api()
+	if terr != nil {
+		return nil, terr
 	}
 	lock, err := handoff.New(cs.Leases(inv.node.Namespace), inv.node.Namespace, names.Lease(vpc, attachment), handoff.Options{
 		LeaseDuration: time.Duration(seconds) * time.Second,
 		// ADD retries are new processes: keep the observation of a silent
 		// holder on the node so that retries continue it.
 		ObservationDir: filepath.Join(inv.node.StateDir, "handoff"),
+		Identity:       id,
 	})
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "handoff: "+err.Error(), "")
@@ -68,7 +64,7 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 		// record keeps the duration it will ask for.
 		return lease{seconds: seconds}, nil
 	}
-	lock, terr := leaseLock(inv, c.VPC, c.Attachment.Attachment, seconds)
+	lock, terr := leaseLock(inv, c.VPC, c.Attachment.Attachment, seconds, c.identity())
 	if terr != nil {
 		return lease{}, terr
 	}
@@ -88,28 +84,51 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 	}
 	if err != nil {
 		var held *handoff.HeldError
-		if errors.As(err, &held) {
+		switch {
+		case errors.As(err, &held) && held.Predecessor != nil:
 			return lease{}, types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
-				"attachment %s/%s is held by %s (lease %s, token %d), which did not release it within waitSeconds (%s); retry later",
-				c.VPC, c.Attachment.Attachment, held.Holder, held.Lease, held.Token, c.Handoff.Wait), "")
+				"%s: its lease %s belongs to a predecessor (attachment UID %s) that galactic-controller has not removed yet; retry later",
+				c.describe(), held.Lease, held.Predecessor.UID), "")
+		case errors.As(err, &held):
+			return lease{}, types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
+				"%s is held by %s (lease %s, token %d), which did not release it within waitSeconds (%s); retry later",
+				c.describe(), held.Holder, held.Lease, held.Token, c.Handoff.Wait), "")
 		}
-		return lease{}, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("acquiring the handoff lease of %s/%s: %v", c.VPC, c.Attachment.Attachment, err), "")
+		return lease{}, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("acquiring the handoff lease of %s: %v", c.describe(), err), "")
 	}
 	inv.log.Info("handoff lease acquired", "holder", g.Holder, "token", g.Token, "waited", p.now().Sub(start).String())
 	return lease{holder: g.Holder, generation: g.Token, seconds: seconds}, nil
 }
 
-// releaseHandoff gives back a lease acquireHandoff took, when ADD fails.
-func (p *plugin) releaseHandoff(inv *invocation, c *Config, args *skel.CmdArgs, l lease) {
+// identity is the lease identity of the config's attachment: its
+// VPCAttachment's, none for an inline one.
+func (c *Config) identity() handoff.Identity {
+	if c.Object == nil {
+		return handoff.Identity{}
+	}
+	return handoff.Identity{Namespace: c.Object.Namespace, UID: c.Object.UID}
+}
+
+// describe names the config's attachment in messages.
+func (c *Config) describe() string {
+	if c.Object != nil {
+		return fmt.Sprintf("VPCAttachment %s/%s (%s/%s)", c.Object.Namespace, c.Object.Name, c.VPC, c.Attachment.Attachment)
+	}
+	return "attachment " + c.VPC + "/" + c.Attachment.Attachment
+}
+
+// releaseHandoff gives back a lease acquireHandoff took for the container
+// interface ifName, when ADD fails.
+func (p *plugin) releaseHandoff(inv *invocation, c *Config, containerID, ifName string, l lease) {
 	if l.holder == "" {
 		return
 	}
 	// A repeated ADD of a container that is attached already must not take
 	// the lease from under it: its record still says it holds it.
-	if rec, ok, err := inv.host.Store().Get(args.ContainerID, args.IfName); err == nil && ok && rec.Holder == l.holder {
+	if rec, ok, err := inv.host.Store().Get(containerID, ifName); err == nil && ok && rec.Holder == l.holder && rec.AttachmentUID == c.identity().UID {
 		return
 	}
-	p.release(inv, c.VPC, c.Attachment.Attachment, l)
+	p.release(inv, c.VPC, c.Attachment.Attachment, c.identity(), l)
 }
 
 // releaseRecordHandoff gives back the lease a record holds (DEL and GC).
@@ -120,12 +139,20 @@ func (p *plugin) releaseRecordHandoff(inv *invocation, rec state.Record) error {
 	if rec.Holder == "" {
 		return nil
 	}
-	p.release(inv, rec.VPC, rec.Attachment, lease{holder: rec.Holder, generation: rec.HolderGeneration, seconds: rec.LeaseSeconds})
+	p.release(inv, rec.VPC, rec.Attachment, recordIdentity(rec), lease{holder: rec.Holder, generation: rec.HolderGeneration, seconds: rec.LeaseSeconds})
 	return nil
 }
 
-func (p *plugin) release(inv *invocation, vpc, attachment string, l lease) {
-	lock, terr := leaseLock(inv, vpc, attachment, max(l.seconds, 1))
+// recordIdentity is the lease identity of a record's attachment.
+func recordIdentity(rec state.Record) handoff.Identity {
+	if rec.AttachmentUID == "" {
+		return handoff.Identity{}
+	}
+	return handoff.Identity{Namespace: rec.Namespace, UID: rec.AttachmentUID}
+}
+
+func (p *plugin) release(inv *invocation, vpc, attachment string, id handoff.Identity, l lease) {
+	lock, terr := leaseLock(inv, vpc, attachment, max(l.seconds, 1), id)
 	if terr != nil {
 		inv.log.Warn("handoff lease not released; it expires after its duration", "holder", l.holder, "error", terr.Error())
 		return

@@ -27,8 +27,8 @@ var buildVersion = "dev"
 // the runtime runs the CNI verbs, a person or a VMM launcher the node
 // subcommands.
 const about = `: the master plugin of a galactic network (CNI verbs with CNI_COMMAND set)
-usage: galactic-cni available|unavailable --vpc VPC --attachment ATTACHMENT --container ID [flags]
-       galactic-cni release|promote --vpc VPC --attachment ATTACHMENT --container ID [flags]
+usage: galactic-cni available|unavailable (--namespace NAMESPACE | --vpc VPC) --attachment ATTACHMENT --container ID [flags]
+       galactic-cni release|promote (--namespace NAMESPACE | --vpc VPC) --attachment ATTACHMENT --container ID [flags]
 Run "galactic-cni <command> -h" for a command's flags.`
 
 // filterOff is set at link time, to "true", only by the benchmark's

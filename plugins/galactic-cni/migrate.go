@@ -46,7 +46,7 @@ func parseStandby(n NetConf, handoffEnabled bool) (bool, *types.Error) {
 // standby has no host routes, a promoted one has them whatever the
 // stanza says.
 func checkSpec(c *Config, args *skel.CmdArgs, rec state.Record) hostif.Spec {
-	s := c.spec(args)
+	s := c.spec(args, args.IfName)
 	s.Standby = rec.Standby
 	return s
 }
@@ -90,9 +90,9 @@ func (p *plugin) releaseCommand(c *command, stdout io.Writer) int {
 	holder := names.Holder(c.node.NodeName, c.container)
 	switch {
 	case rec.Standby:
-		return c.fail(exitNotHolder, "container %s is a standby target of %s/%s and holds no lease: to abort the migration, DEL it", c.container, c.vpc, c.attachment)
+		return c.fail(exitNotHolder, "container %s is a standby target of %s and holds no lease: to abort the migration, DEL it", c.container, c.ref())
 	case rec.HolderGeneration < 1:
-		return c.fail(exitNotHolder, "container %s took no handoff lease on %s/%s (handoff is disabled in its network config), so it has nothing to release", c.container, c.vpc, c.attachment)
+		return c.fail(exitNotHolder, "container %s took no handoff lease on %s (handoff is disabled in its network config), so it has nothing to release", c.container, c.ref())
 	case rec.Holder != "" && rec.Holder != holder:
 		return c.fail(exitNotHolder, "the record of container %s names holder %s, not %s of this node", c.container, rec.Holder, holder)
 	}
@@ -120,7 +120,7 @@ func (p *plugin) releaseCommand(c *command, stdout io.Writer) int {
 		return c.fail(exitFailed, "the lease is released, but the node record could not be written (run release again): %v", err)
 	}
 	c.log.Info(c.name, "outcome", "ok", "holder", holder, "token", rec.HolderGeneration)
-	fmt.Fprintf(stdout, "%s/%s: %s released token %d; its path stays announced until a higher token replaces it\n", rec.VPC, rec.Attachment, holder, rec.HolderGeneration)
+	fmt.Fprintf(stdout, "%s: %s released token %d; its path stays announced until a higher token replaces it\n", c.ref(), holder, rec.HolderGeneration)
 	return exitOK
 }
 
@@ -141,7 +141,7 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	holder := names.Holder(c.node.NodeName, c.container)
 	switch {
 	case !rec.Standby && rec.HolderGeneration < 1:
-		return c.fail(exitNotHolder, "container %s took no handoff lease on %s/%s (handoff is disabled in its network config), so it cannot be promoted", c.container, c.vpc, c.attachment)
+		return c.fail(exitNotHolder, "container %s took no handoff lease on %s (handoff is disabled in its network config), so it cannot be promoted", c.container, c.ref())
 	case rec.Holder != "" && rec.Holder != holder:
 		return c.fail(exitNotHolder, "the record of container %s names holder %s, not %s of this node", c.container, rec.Holder, holder)
 	}
@@ -173,8 +173,8 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	var held *handoff.HeldError
 	switch {
 	case errors.As(err, &held):
-		return c.fail(exitHeld, "attachment %s/%s is held by %s (lease %s, token %d), which did not release it within %s: nothing was changed; the source runs `galactic-cni release` first",
-			c.vpc, c.attachment, held.Holder, held.Lease, held.Token, wait)
+		return c.fail(exitHeld, "%s is held by %s (lease %s, token %d), which did not release it within %s: nothing was changed; the source runs `galactic-cni release` first",
+			c.ref(), held.Holder, held.Lease, held.Token, wait)
 	case err != nil:
 		return c.fail(exitFailed, "acquiring the handoff lease: %v", err)
 	}
@@ -196,7 +196,7 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
 	defer cancel()
 	adv := &advert.Advertiser{API: cs.BGPAdvertisements(c.node.Namespace), Live: p.live}
-	key := advert.Key{VPC: rec.VPC, Attachment: rec.Attachment, Node: c.node.NodeName}
+	key := recordKey(rec, c.node.NodeName)
 	res, err := adv.Promote(ctx, key, rec.ContainerID, rec.IfName, g.Token)
 	if err != nil {
 		return c.fail(exitFailed, "taking the advertisement entry off standby (run promote again): %v", err)
@@ -209,6 +209,6 @@ func (p *plugin) promoteCommand(c *command, available bool, waitSeconds int, std
 	if !available {
 		report = "not reported available"
 	}
-	fmt.Fprintf(stdout, "%s/%s: %s promoted with token %d, %s\n", rec.VPC, rec.Attachment, g.Holder, g.Token, report)
+	fmt.Fprintf(stdout, "%s: %s promoted with token %d, %s\n", c.ref(), g.Holder, g.Token, report)
 	return exitOK
 }

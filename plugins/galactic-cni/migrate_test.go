@@ -29,7 +29,7 @@ func TestStandbyComesFromTheStanzaOrTheAnnotationAndNeedsHandoff(t *testing.T) {
 		{"without handoff", `,"standby":true,"handoff":{"enabled":false}`, false, types.ErrInvalidNetworkConfig, "standby needs the handoff lease"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConf([]byte(base+tc.extra+"}"), true)
+			c, err := parseConf([]byte(base+tc.extra+"}"), required)
 			if tc.code != 0 {
 				if err == nil || err.Code != tc.code || !strings.Contains(err.Msg, tc.say) {
 					t.Fatalf("got %v, want code %d saying %q", err, tc.code, tc.say)

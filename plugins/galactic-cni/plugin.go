@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +16,10 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/filter"
+	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/hostif"
 	"github.com/galactic-cni/galactic/pkg/logging"
 	"github.com/galactic-cni/galactic/pkg/names"
@@ -34,6 +38,9 @@ type plugin struct {
 	live func(netns string) bool
 	// filter is the node's packet filter; nil is the kernel's.
 	filter filter.Filter
+	// getAttachment, if set, reads VPCAttachments instead of the API
+	// server (tests).
+	getAttachment func(ctx context.Context, namespace, name string) (*v1alpha1.VPCAttachment, error)
 }
 
 // invocation is what every verb sets up first: node settings and the log.
@@ -41,6 +48,29 @@ type invocation struct {
 	node settings.Node
 	log  *slog.Logger
 	host hostif.Host
+	// cs is the API client, made on first use (api).
+	cs *client.Clients
+}
+
+// api is the invocation's one API client, from the node's kubeconfig; a
+// node that cannot have one is code 50.
+func (inv *invocation) api() (*client.Clients, *types.Error) {
+	if inv.cs != nil {
+		return inv.cs, nil
+	}
+	cfg, err := client.LoadConfig(inv.node.Kubeconfig)
+	if err == nil {
+		inv.cs, err = client.New(cfg)
+	}
+	if err != nil {
+		return nil, types.NewError(types.ErrPluginNotAvailable, "galactic-cni needs the API server: "+err.Error(), "")
+	}
+	return inv.cs, nil
+}
+
+// resolveOptions are parseConf's options for a verb of args.
+func (inv *invocation) resolveOptions(args *skel.CmdArgs, required bool) netconf.ResolveOptions {
+	return netconf.ResolveOptions{Required: required, RequireObjects: inv.node.RequireAttachmentObjects, CNIArgs: args.Args}
 }
 
 // begin loads the node settings and opens the node log with the
@@ -74,16 +104,32 @@ func confAttrs(c *Config) []any {
 	if c == nil {
 		return nil
 	}
-	return []any{"network", c.Name, "vpc", c.VPC, "attachment", c.Attachment.Attachment, "mode", c.Mode, "routing", c.Routing}
+	attrs := []any{"network", c.Name, "mode", c.Mode, "routing", c.Routing}
+	if c.Names.Inline != nil {
+		return append(attrs, "vpc", c.VPC, "attachment", c.Attachment.Attachment)
+	}
+	if len(c.Names.Objects) > 0 {
+		attrs = append(attrs, "namespace", c.Names.Namespace, "attachments", c.Names.Objects)
+	}
+	return attrs
 }
 
-func (c *Config) spec(args *skel.CmdArgs) hostif.Spec {
-	return hostif.Spec{
-		Network: c.Name, ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns,
+// spec is the hostif spec of the config's attachment on the container
+// interface ifName of the ADD of args.
+func (c *Config) spec(args *skel.CmdArgs, ifName string) hostif.Spec {
+	s := hostif.Spec{
+		Network: c.Name, ContainerID: args.ContainerID, IfName: ifName, Netns: args.Netns,
 		VPC: c.VPC, Attachment: c.Attachment.Attachment, Mode: c.Mode, Routing: c.Routing,
 		Addresses: c.Addresses, AllowedSourcePrefixes: c.AllowedSourcePrefixes, MTU: c.MTU,
 		Standby: c.Standby, WaitSeconds: int32(c.Handoff.Wait / time.Second),
 	}
+	if ifName != args.IfName {
+		s.ChainIfName = args.IfName
+	}
+	if o := c.Object; o != nil {
+		s.Namespace, s.AttachmentName, s.AttachmentUID, s.VNI, s.Announce = o.Namespace, o.Name, o.UID, o.VNI, o.Announce
+	}
+	return s
 }
 
 // vrfProbeName is a device name no attachment can have.
@@ -120,58 +166,57 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	inv, closeLog, terr := p.begin("ADD", args)
 	defer closeLog()
 	var conf *Config
-	var att *hostif.Attached
+	var done []attached
 	defer func() {
 		attrs := confAttrs(conf)
-		if att != nil {
-			attrs = append(attrs, "hostInterface", att.Host.Name, "table", att.Domain.Table, "adoptedTap", att.AdoptedTap)
+		for _, a := range done {
+			attrs = append(attrs, slog.Group(a.ifName, "hostInterface", a.att.Host.Name, "table", a.att.Domain.Table, "adoptedTap", a.att.AdoptedTap))
 		}
 		inv.finish("ADD", err, attrs...)
 	}()
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData, true); terr != nil {
+	if conf, terr = parseConf(args.StdinData, inv.resolveOptions(args, true)); terr != nil {
 		return terr
 	}
 	if terr = routingAvailable(conf); terr != nil {
 		return terr
 	}
-	lease, terr := p.acquireHandoff(inv, conf, args)
+	ts, terr := p.targets(inv, conf, args)
 	if terr != nil {
 		return terr
 	}
-	spec := conf.spec(args)
-	spec.Holder, spec.HolderGeneration, spec.LeaseSeconds = lease.holder, lease.generation, lease.seconds
-	att, err = inv.host.Setup(spec)
-	if err != nil {
-		p.releaseHandoff(inv, conf, args, lease)
-		return setupError(err)
+	if done, terr = p.addTargets(inv, args, ts); terr != nil {
+		return terr
 	}
-	return types.PrintResult(result(conf, args, att), conf.CNIVersion)
+	return types.PrintResult(result(args, done), conf.CNIVersion)
 }
 
 func ipNet(p netip.Prefix) net.IPNet {
 	return net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// result is the CNI result of an ADD: the host interface (and the
-// container end of a veth), the workload's addresses with their gateways,
-// and its default routes.
-func result(c *Config, args *skel.CmdArgs, att *hostif.Attached) *current.Result {
+// result is the CNI result of an ADD: for each attachment its host
+// interface (and the container end of a veth), its addresses with their
+// gateways and its routes: the default routes of the first, and the
+// networks of the next.
+func result(args *skel.CmdArgs, done []attached) *current.Result {
 	res := &current.Result{CNIVersion: current.ImplementedSpecVersion}
-	res.Interfaces = []*current.Interface{{Name: att.Host.Name, Mac: att.Host.MAC}}
-	ifIndex := 0
-	if att.Sandbox != nil {
-		res.Interfaces = append(res.Interfaces, &current.Interface{Name: att.Sandbox.Name, Mac: att.Sandbox.MAC, Sandbox: args.Netns})
-		ifIndex = 1
-	}
-	for _, p := range c.Addresses {
-		idx := ifIndex
-		res.IPs = append(res.IPs, &current.IPConfig{Interface: &idx, Address: ipNet(p), Gateway: hostif.Gateway(p).AsSlice()})
-	}
-	for _, d := range hostif.Defaults(c.Addresses) {
-		res.Routes = append(res.Routes, &types.Route{Dst: ipNet(d.Dst), GW: d.Via.AsSlice()})
+	for _, a := range done {
+		res.Interfaces = append(res.Interfaces, &current.Interface{Name: a.att.Host.Name, Mac: a.att.Host.MAC})
+		ifIndex := len(res.Interfaces) - 1
+		if a.att.Sandbox != nil {
+			res.Interfaces = append(res.Interfaces, &current.Interface{Name: a.att.Sandbox.Name, Mac: a.att.Sandbox.MAC, Sandbox: args.Netns})
+			ifIndex++
+		}
+		for _, p := range a.conf.Addresses {
+			idx := ifIndex
+			res.IPs = append(res.IPs, &current.IPConfig{Interface: &idx, Address: ipNet(p), Gateway: hostif.Gateway(p).AsSlice()})
+		}
+		for _, d := range hostif.Routes(a.conf.Addresses, a.ifName != args.IfName) {
+			res.Routes = append(res.Routes, &types.Route{Dst: ipNet(d.Dst), GW: d.Via.AsSlice()})
+		}
 	}
 	return res
 }
@@ -180,42 +225,41 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 	inv, closeLog, terr := p.begin("DEL", args)
 	defer closeLog()
 	var conf *Config
-	var rec state.Record
-	var found bool
+	var recs []state.Record
 	defer func() {
 		attrs := confAttrs(conf)
-		attrs = append(attrs, "recordFound", found)
-		if found {
-			attrs = append(attrs, "hostInterface", rec.HostInterface)
+		attrs = append(attrs, "recordFound", len(recs) > 0)
+		for _, rec := range recs {
+			attrs = append(attrs, slog.Group(rec.IfName, "hostInterface", rec.HostInterface))
 		}
 		inv.finish("DEL", err, attrs...)
 	}()
 	if terr != nil {
 		return terr
 	}
-	// DEL works from the record, so a config that no longer validates
-	// (its ADD failed, or it changed since) does not block the cleanup.
-	conf, cerr := parseConf(args.StdinData, true)
+	// DEL works from the records, so a config that no longer validates
+	// (its ADD failed, or it changed since) does not block the cleanup,
+	// and it needs no API server to find what it removes.
+	conf, cerr := parseConf(args.StdinData, inv.resolveOptions(args, false))
 	if cerr != nil {
-		inv.log.Warn("DEL with an invalid network config; using the node record", "error", cerr.Error())
+		inv.log.Warn("DEL with an invalid network config; using the node records", "error", cerr.Error())
 		conf = nil
 	}
-	rec, found, err = inv.host.Store().Get(args.ContainerID, args.IfName)
+	recs, err = inv.host.Store().Invocation(args.ContainerID, args.IfName)
 	if err != nil {
-		return types.NewError(types.ErrIOFailure, "reading the node record: "+err.Error(), "")
+		return types.NewError(types.ErrIOFailure, "reading the node records: "+err.Error(), "")
 	}
-	if !found {
-		// Nothing recorded: ADD never completed here, or DEL already ran.
-		return nil
-	}
-	// Detach before releasing the lease, so that a successor never
-	// attaches while this host interface is still there.
+	// Nothing recorded: ADD never completed here, or DEL already ran.
 	var errs []error
-	if err := inv.host.Teardown(rec); err != nil {
-		errs = append(errs, err)
-	}
-	if err := p.releaseRecordHandoff(inv, rec); err != nil {
-		errs = append(errs, err)
+	for _, rec := range recs {
+		// Detach before releasing the lease, so that a successor never
+		// attaches while this host interface is still there.
+		if err := inv.host.Teardown(rec); err != nil {
+			errs = append(errs, err)
+		}
+		if err := p.releaseRecordHandoff(inv, rec); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return types.NewError(types.ErrInternal, err.Error(), "")
@@ -231,24 +275,37 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData, true); terr != nil {
+	if conf, terr = parseConf(args.StdinData, inv.resolveOptions(args, true)); terr != nil {
 		return terr
 	}
 	if conf.PrevResult == nil {
 		return netconf.InvalidConfig("CHECK needs a prevResult: the runtime passes the result of ADD")
 	}
-	rec, found, err := inv.host.Store().Get(args.ContainerID, args.IfName)
+	recs, err := inv.host.Store().Invocation(args.ContainerID, args.IfName)
 	if err != nil {
-		return types.NewError(types.ErrIOFailure, "reading the node record: "+err.Error(), "")
+		return types.NewError(types.ErrIOFailure, "reading the node records: "+err.Error(), "")
 	}
-	if !found {
+	if len(recs) == 0 {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("no node record for container %s interface %s: ADD did not complete on this node", args.ContainerID, args.IfName), "")
 	}
 	var diffs []string
-	diffs = append(diffs, recordDiffs(conf, args, rec)...)
-	diffs = append(diffs, prevResultDiffs(conf, args)...)
-	if err := inv.host.Check(checkSpec(conf, args, rec)); err != nil {
-		diffs = append(diffs, err.Error())
+	var specs []hostif.Spec
+	if conf.Names.Inline != nil {
+		diffs = append(diffs, recordDiffs(conf, args, recs[0])...)
+		specs = append(specs, checkSpec(conf, args, recs[0]))
+	} else {
+		// The records say what ADD made of the VPCAttachments; CHECK
+		// needs no API server to compare the kernel with them.
+		diffs = append(diffs, objectRecordDiffs(conf, args, recs)...)
+		for _, rec := range recs {
+			specs = append(specs, hostif.RecordSpec(rec))
+		}
+	}
+	diffs = append(diffs, prevResultDiffs(conf, args, specs)...)
+	for _, s := range specs {
+		if err := inv.host.Check(s); err != nil {
+			diffs = append(diffs, err.Error())
+		}
 	}
 	if len(diffs) > 0 {
 		return types.NewError(types.ErrInternal, "kernel state differs from the config: "+strings.Join(diffs, "; "), "")
@@ -256,7 +313,7 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) (err error) {
 	return nil
 }
 
-// recordDiffs compares the node record with the config.
+// recordDiffs compares the node record with an inline config.
 func recordDiffs(c *Config, args *skel.CmdArgs, rec state.Record) []string {
 	var diffs []string
 	field := func(name, have, want string) {
@@ -266,11 +323,34 @@ func recordDiffs(c *Config, args *skel.CmdArgs, rec state.Record) []string {
 	}
 	field("vpc", rec.VPC, c.VPC)
 	field("attachment", rec.Attachment, c.Attachment.Attachment)
+	field("attachmentUID", rec.AttachmentUID, "")
 	field("mode", rec.Mode, c.Mode)
 	field("routing", rec.Routing, c.Routing)
 	field("netns", rec.Netns, args.Netns)
 	field("addresses", strings.Join(rec.Addresses, ","), strings.Join(prefixStrings(c.Addresses), ","))
 	field("allowedSourcePrefixes", strings.Join(rec.AllowedSourcePrefixes, ","), strings.Join(prefixStrings(c.AllowedSourcePrefixes), ","))
+	return diffs
+}
+
+// objectRecordDiffs compares the records of an ADD with the VPCAttachments
+// the config names, in order, and with the stanza's mode and routing.
+func objectRecordDiffs(c *Config, args *skel.CmdArgs, recs []state.Record) []string {
+	var diffs []string
+	if len(recs) != len(c.Names.Objects) {
+		diffs = append(diffs, fmt.Sprintf("the records hold %d attachments, the config names %d (%v)", len(recs), len(c.Names.Objects), c.Names.Objects))
+	}
+	for i, rec := range recs {
+		ifName := args.IfName
+		if i > 0 {
+			ifName = names.SecondaryIfName(i)
+		}
+		if i < len(c.Names.Objects) && (rec.Namespace != c.Names.Namespace || rec.AttachmentName != c.Names.Objects[i] || rec.IfName != ifName) {
+			diffs = append(diffs, fmt.Sprintf("%s holds %s, the config names VPCAttachment %s/%s there", rec.IfName, recordName(rec), c.Names.Namespace, c.Names.Objects[i]))
+		}
+		if rec.Mode != c.Mode || rec.Routing != c.Routing || rec.Netns != args.Netns {
+			diffs = append(diffs, fmt.Sprintf("the record of %s has mode %s, routing %s, netns %s; the config %s, %s, %s", rec.IfName, rec.Mode, rec.Routing, rec.Netns, c.Mode, c.Routing, args.Netns))
+		}
+	}
 	return diffs
 }
 
@@ -283,29 +363,33 @@ func prefixStrings(ps []netip.Prefix) []string {
 }
 
 // prevResultDiffs compares the addresses and interfaces of prevResult with
-// the config.
-func prevResultDiffs(c *Config, args *skel.CmdArgs) []string {
+// the specs of the ADD's attachments.
+func prevResultDiffs(c *Config, args *skel.CmdArgs, specs []hostif.Spec) []string {
 	res, err := current.NewResultFromResult(c.PrevResult)
 	if err != nil {
 		return []string{"prevResult cannot be read: " + err.Error()}
 	}
 	var diffs []string
-	var have []string
+	var have, want []string
 	for _, ip := range res.IPs {
 		have = append(have, ip.Address.String())
 	}
-	want := prefixStrings(c.Addresses)
+	for _, s := range specs {
+		want = append(want, prefixStrings(s.Addresses)...)
+	}
 	slices.Sort(have)
 	slices.Sort(want)
 	if !slices.Equal(have, want) {
 		diffs = append(diffs, fmt.Sprintf("prevResult has addresses %v, the config %v", have, want))
 	}
-	host := names.HostInterface(c.Mode, c.VPC, c.Attachment.Attachment)
-	if !slices.ContainsFunc(res.Interfaces, func(i *current.Interface) bool { return i.Name == host && i.Sandbox == "" }) {
-		diffs = append(diffs, fmt.Sprintf("prevResult lacks host interface %s", host))
-	}
-	if c.Mode == names.ModeVeth && !slices.ContainsFunc(res.Interfaces, func(i *current.Interface) bool { return i.Name == args.IfName && i.Sandbox == args.Netns }) {
-		diffs = append(diffs, fmt.Sprintf("prevResult lacks container interface %s in %s", args.IfName, args.Netns))
+	for _, s := range specs {
+		host := s.HostInterface()
+		if !slices.ContainsFunc(res.Interfaces, func(i *current.Interface) bool { return i.Name == host && i.Sandbox == "" }) {
+			diffs = append(diffs, fmt.Sprintf("prevResult lacks host interface %s", host))
+		}
+		if s.Mode == names.ModeVeth && !slices.ContainsFunc(res.Interfaces, func(i *current.Interface) bool { return i.Name == s.IfName && i.Sandbox == args.Netns }) {
+			diffs = append(diffs, fmt.Sprintf("prevResult lacks container interface %s in %s", s.IfName, args.Netns))
+		}
 	}
 	return diffs
 }
@@ -318,7 +402,7 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData, false); terr != nil {
+	if conf, terr = parseConf(args.StdinData, inv.resolveOptions(args, false)); terr != nil {
 		return terr
 	}
 	unavailable := func(msg string) error { return types.NewError(types.ErrPluginNotAvailable, msg, "") }
@@ -336,7 +420,9 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 		}
 	}
 	if conf.Handoff.Enabled {
-		if _, terr := leaseLock(inv, conf.VPC, conf.Attachment.Attachment, int32(conf.Handoff.Lease/time.Second)); terr != nil {
+		// The lease's name does not matter here: building a lock proves
+		// the node name and the kubeconfig usable, without an API call.
+		if _, terr := leaseLock(inv, conf.VPC+".status", conf.Attachment.Attachment, int32(conf.Handoff.Lease/time.Second), handoff.Identity{}); terr != nil {
 			return terr
 		}
 	}
@@ -352,7 +438,7 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) (err error) {
 	if terr != nil {
 		return terr
 	}
-	if conf, terr = parseConf(args.StdinData, false); terr != nil {
+	if conf, terr = parseConf(args.StdinData, inv.resolveOptions(args, false)); terr != nil {
 		return terr
 	}
 	valid := map[types.GCAttachment]bool{}
@@ -362,7 +448,9 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) (err error) {
 	recs, listErr := inv.host.Store().List()
 	errs := []error{listErr}
 	for _, rec := range recs {
-		if rec.Network != conf.Name || valid[types.GCAttachment{ContainerID: rec.ContainerID, IfName: rec.IfName}] {
+		// A pod's further attachments (net1, ...) are valid with the
+		// attachment of their ADD's CNI_IFNAME.
+		if rec.Network != conf.Name || valid[types.GCAttachment{ContainerID: rec.ContainerID, IfName: rec.Chain()}] {
 			continue
 		}
 		err := inv.host.Teardown(rec)

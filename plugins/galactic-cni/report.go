@@ -58,7 +58,7 @@ func (p *plugin) report(name string, args []string, stdout, stderr io.Writer) in
 	}
 	rec, node, log := c.rec, c.node, c.log
 	if rec.Holder == "" || rec.HolderGeneration < 1 {
-		return c.fail(exitNotHolder, "container %s took no handoff lease on %s/%s (handoff is disabled in its network config), so it has no availability to report", c.container, c.vpc, c.attachment)
+		return c.fail(exitNotHolder, "container %s took no handoff lease on %s (handoff is disabled in its network config), so it has no availability to report", c.container, c.ref())
 	}
 	if want := names.Holder(node.NodeName, c.container); rec.Holder != want {
 		return c.fail(exitNotHolder, "the record of container %s names holder %s, not %s of this node", c.container, rec.Holder, want)
@@ -78,7 +78,7 @@ func (p *plugin) report(name string, args []string, stdout, stderr io.Writer) in
 		return c.fail(exitFailed, "%v", err)
 	}
 	log.Info(name, "outcome", "ok", "holder", rec.Holder, "token", rec.HolderGeneration, "reason", c.reason)
-	fmt.Fprintf(stdout, "%s/%s: %s (token %d) reported %s\n", rec.VPC, rec.Attachment, rec.Holder, rec.HolderGeneration, name)
+	fmt.Fprintf(stdout, "%s: %s (token %d) reported %s\n", c.ref(), rec.Holder, rec.HolderGeneration, name)
 	return exitOK
 }
 
@@ -110,19 +110,20 @@ func recordLock(cs *client.Clients, node settings.Node, rec state.Record) (*hand
 func recordLockWith(cs *client.Clients, node settings.Node, rec state.Record, opts handoff.Options) (*handoff.Lock, error) {
 	opts.LeaseDuration = time.Duration(max(rec.LeaseSeconds, 1)) * time.Second
 	opts.ObservationDir = filepath.Join(node.StateDir, "handoff")
+	opts.Identity = recordIdentity(rec)
 	return handoff.New(cs.Leases(node.Namespace), node.Namespace, names.Lease(rec.VPC, rec.Attachment), opts)
 }
 
-// findRecord finds the node record of container on vpc/attachment: by
-// ifName when given, and otherwise the container's only record of it.
-func findRecord(store state.Store, vpc, attachment, container, ifName string) (state.Record, int, string) {
-	unknown := fmt.Sprintf("this node has no record of container %s on attachment %s/%s: the attachment is unknown here, or its ADD never ran or DEL ran already", container, vpc, attachment)
+// findRecord finds the node record of container on the attachment ref:
+// by ifName when given, and otherwise the container's only record of it.
+func findRecord(store state.Store, ref attachmentRef, container, ifName string) (state.Record, int, string) {
+	unknown := fmt.Sprintf("this node has no record of container %s on %s: the attachment is unknown here, or its ADD never ran or DEL ran already", container, ref)
 	if ifName != "" {
 		rec, ok, err := store.Get(container, ifName)
 		switch {
 		case err != nil:
 			return state.Record{}, exitFailed, err.Error()
-		case !ok || rec.VPC != vpc || rec.Attachment != attachment:
+		case !ok || !ref.matches(rec):
 			return state.Record{}, exitNoRecord, unknown
 		}
 		return rec, exitOK, ""
@@ -130,7 +131,7 @@ func findRecord(store state.Store, vpc, attachment, container, ifName string) (s
 	recs, err := store.List()
 	var found []state.Record
 	for _, r := range recs {
-		if r.ContainerID == container && r.VPC == vpc && r.Attachment == attachment {
+		if r.ContainerID == container && ref.matches(r) {
 			found = append(found, r)
 		}
 	}
@@ -138,7 +139,7 @@ func findRecord(store state.Store, vpc, attachment, container, ifName string) (s
 	case len(found) == 1:
 		return found[0], exitOK, ""
 	case len(found) > 1:
-		return state.Record{}, exitUsage, fmt.Sprintf("container %s has %s/%s on %d interfaces: pass --ifname", container, vpc, attachment, len(found))
+		return state.Record{}, exitUsage, fmt.Sprintf("container %s has %s on %d interfaces: pass --ifname", container, ref, len(found))
 	case err != nil:
 		return state.Record{}, exitFailed, err.Error()
 	}

@@ -48,6 +48,8 @@ func TestTheReportRefusesWithItsOwnExitCodeBeforeAnyAPICall(t *testing.T) {
 		{ContainerID: "c3", IfName: "net0", VPC: "blue", Attachment: "twice", Holder: "node-a/c3", HolderGeneration: 1},
 		{ContainerID: "c3", IfName: "net1", VPC: "blue", Attachment: "twice", Holder: "node-a/c3", HolderGeneration: 1},
 		{ContainerID: "c4", IfName: "net0", VPC: "blue", Attachment: "renamed", Holder: "node-old/c4", HolderGeneration: 1},
+		{ContainerID: "c5", IfName: "eth0", VPC: "blue-1a2b3c4d", Attachment: "web-5e6f7a8b", Namespace: "tenant-a", AttachmentName: "web", AttachmentUID: "u1", Holder: "node-a/c5", HolderGeneration: 2},
+		{ContainerID: "c5", IfName: "net1", ChainIfName: "eth0", VPC: "blue-1a2b3c4d", Attachment: "db-00000000", Namespace: "tenant-a", AttachmentName: "db", AttachmentUID: "u2"},
 	} {
 		if err := store.Put(r); err != nil {
 			t.Fatal(err)
@@ -78,6 +80,14 @@ func TestTheReportRefusesWithItsOwnExitCodeBeforeAnyAPICall(t *testing.T) {
 		{"a record of another node name", []string{"--vpc", "blue", "--attachment", "renamed", "--container", "c4"}, exitNotHolder, "node-old/c4"},
 		{"an attachment on two interfaces without --ifname", []string{"--vpc", "blue", "--attachment", "twice", "--container", "c3"}, exitUsage, "--ifname"},
 		{"a holder, but no API server", []string{"--vpc", "blue", "--attachment", "web-0-net0", "--container", "c1"}, exitFailed, "kubeconfig"},
+		{"neither namespace nor vpc", []string{"--attachment", "web", "--container", "c5"}, exitUsage, "--namespace (a VPCAttachment's) or --vpc"},
+		{"both namespace and vpc", []string{"--namespace", "tenant-a", "--vpc", "blue", "--attachment", "web", "--container", "c5"}, exitUsage, "both set"},
+		{"an invalid namespace", []string{"--namespace", "Tenant", "--attachment", "web", "--container", "c5"}, exitUsage, "DNS-1123"},
+		{"a VPCAttachment of another namespace", []string{"--namespace", "tenant-b", "--attachment", "web", "--container", "c5"}, exitNoRecord, "VPCAttachment tenant-b/web"},
+		{"a VPCAttachment by its data-plane names", []string{"--vpc", "blue-1a2b3c4d", "--attachment", "web-5e6f7a8b", "--container", "c5"}, exitNoRecord, "no record"},
+		{"an inline attachment by namespace", []string{"--namespace", "tenant-a", "--attachment", "web-0-net0", "--container", "c1"}, exitNoRecord, "no record"},
+		{"a VPCAttachment without handoff", []string{"--namespace", "tenant-a", "--attachment", "db", "--container", "c5"}, exitNotHolder, "VPCAttachment tenant-a/db"},
+		{"a VPCAttachment's holder, but no API server", []string{"--namespace", "tenant-a", "--attachment", "web", "--container", "c5"}, exitFailed, "kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -12,8 +12,8 @@ import (
 	"github.com/galactic-cni/galactic/pkg/netconf"
 )
 
-func TestAllowedSourcePrefixesComeFromTheStanzaOrThePod(t *testing.T) {
-	c, err := parseConf(conf(t, map[string]any{"allowedSourcePrefixes": []string{"192.168.0.0/16", "fd00:1::/64"}}), true)
+func TestAllowedSourcePrefixesComeFromTheStanzaAndNeverFromThePod(t *testing.T) {
+	c, err := parseConf(conf(t, map[string]any{"allowedSourcePrefixes": []string{"192.168.0.0/16", "fd00:1::/64"}}), required)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,14 +21,11 @@ func TestAllowedSourcePrefixesComeFromTheStanzaOrThePod(t *testing.T) {
 	if !slices.Equal(c.AllowedSourcePrefixes, want) {
 		t.Fatalf("allowedSourcePrefixes %v, want %v", c.AllowedSourcePrefixes, want)
 	}
-	c, err = parseConf(conf(t, map[string]any{"runtimeConfig": map[string]any{netconf.CapabilityPodAnnotations: map[string]string{
+	_, err = parseConf(conf(t, map[string]any{"runtimeConfig": map[string]any{netconf.CapabilityPodAnnotations: map[string]string{
 		netconf.AnnotationAllowedSourcePrefixes: " 0.0.0.0/0, ::/0 ",
-	}}}), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(c.AllowedSourcePrefixes) != 2 || c.AllowedSourcePrefixes[0].Bits() != 0 {
-		t.Fatalf("from the annotation: %v", c.AllowedSourcePrefixes)
+	}}}), required)
+	if err == nil || err.Code != types.ErrInvalidNetworkConfig || !strings.Contains(err.Msg, "spec.allowedSourcePrefixes") {
+		t.Fatalf("the pod annotation: want code 7 naming spec.allowedSourcePrefixes, got %v", err)
 	}
 }
 
@@ -42,10 +39,8 @@ func TestBadAllowedSourcePrefixesAreCode7NamingTheEntry(t *testing.T) {
 		{map[string]any{"allowedSourcePrefixes": []string{"fe80::/10", "fe80::/10"}}, "repeats allowedSourcePrefixes[0]"},
 		{map[string]any{"allowedSourcePrefixes": []string{"fe80::%eth0/10"}}, "is not a CIDR"},
 		{map[string]any{"allowedSourcePrefixes": manyPrefixes(17)}, "more than 16 IPv4 source prefixes"},
-		{map[string]any{"runtimeConfig": map[string]any{netconf.CapabilityPodAnnotations: map[string]string{
-			netconf.AnnotationAllowedSourcePrefixes: "10.0.0.0/33"}}}, "pod annotation " + netconf.AnnotationAllowedSourcePrefixes},
 	} {
-		_, err := parseConf(conf(t, tc.change), true)
+		_, err := parseConf(conf(t, tc.change), required)
 		if err == nil || err.Code != types.ErrInvalidNetworkConfig || !strings.Contains(err.Msg, tc.want) {
 			t.Errorf("%v: want code 7 with %q, got %v", tc.change, tc.want, err)
 		}

@@ -166,7 +166,7 @@ func (b *bench) referenceNode(c *harness.Cluster, n *harness.ClusterNode) error 
 // clusterPod is a pod pinned to node; with an attachment it is a VPC
 // workload.
 func clusterPod(name, node, attachment, addr string) *corev1.Pod {
-	p := harness.VPCPod(name, "blue", attachment, addr, "10100")
+	p := harness.VPCPod(name, attachment)
 	if attachment == "" {
 		p.Annotations, p.Spec.Tolerations = nil, nil
 	}

@@ -44,15 +44,15 @@ func (n *ClusterNode) PodNetns(namespace, name string) (*Netns, error) {
 	return &Netns{Name: "pod-" + name, Path: fmt.Sprintf("/proc/%d/ns/net", st.Pid)}, nil
 }
 
-// VPCPod is a VPC workload for a cluster node: its attachment in
-// annotations (veth), the dedicated nodes' selector and toleration, and
-// one container running the pause program of the nodes' local image.
-func VPCPod(name, vpc, attachment, addr, vni string) *corev1.Pod {
+// VPCPod is a VPC workload for a cluster node: the VPCAttachment of its
+// namespace it names in an annotation (veth), the dedicated nodes'
+// selector and toleration, and one container running the pause program of
+// the nodes' local image.
+func VPCPod(name, attachment string) *corev1.Pod {
 	taint := VPCNodeTaint()
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Annotations: map[string]string{
-			netconf.AnnotationVPC: vpc, netconf.AnnotationAttachment: attachment, netconf.AnnotationAddresses: addr,
-			netconf.AnnotationMode: names.ModeVeth, netconf.AnnotationVNI: vni,
+			netconf.AnnotationAttachment: attachment, netconf.AnnotationMode: names.ModeVeth,
 		}},
 		Spec: corev1.PodSpec{
 			NodeSelector:                  map[string]string{VPCNodeLabel: "true"},

@@ -63,7 +63,9 @@ type VMM interface {
 
 // Migration moves one attachment's instance from Source to Target.
 type Migration struct {
-	VPC, Attachment string
+	// Namespace and Attachment name a VPCAttachment; VPC and Attachment
+	// an inline attachment.
+	Namespace, VPC, Attachment string
 	// Network is the conflist name on both nodes; IfName is CNI_IFNAME.
 	Network, IfName string
 	Source, Target  Side
@@ -94,7 +96,11 @@ type Result struct {
 }
 
 func (m *Migration) flags(s Side) []string {
-	return []string{"--vpc", m.VPC, "--attachment", m.Attachment, "--container", harness.ContainerID(s.Container.Path), "--ifname", m.IfName}
+	named := []string{"--vpc", m.VPC}
+	if m.Namespace != "" {
+		named = []string{"--namespace", m.Namespace}
+	}
+	return append(named, "--attachment", m.Attachment, "--container", harness.ContainerID(s.Container.Path), "--ifname", m.IfName)
 }
 
 // Run performs the migration:

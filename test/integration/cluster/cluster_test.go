@@ -26,6 +26,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -46,6 +48,8 @@ type fixture struct {
 	installed bool
 	// workloads are the pods the pod test made, once they ping.
 	workloads []*workload
+	// vpc is VPC blue of the default namespace, the pods' VPCAttachments'.
+	vpc *v1alpha1.VPC
 }
 
 var fx *fixture
@@ -322,22 +326,56 @@ func TestKubectlLogsAndExecReachAPodOnEveryNodeAndTheKubeletsCarryTheirRelease(t
 	}
 }
 
-const (
-	vpc = "blue"
-	vni = "10100"
-)
+const vpc = "blue"
 
-// vpcPod is a VPC workload that keeps off the nodes of the other pods
-// labelled spread.
-func vpcPod(name, attachment, addr string) *corev1.Pod {
+// vpcPod is a VPC workload naming its VPCAttachment attachment, kept off
+// the nodes of the other pods labelled spread.
+func vpcPod(name, attachment string) *corev1.Pod {
 	spread := map[string]string{"app": "ping"}
-	p := harness.VPCPod(name, vpc, attachment, addr, vni)
+	p := harness.VPCPod(name, attachment)
 	p.Labels = spread
 	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 			LabelSelector: &metav1.LabelSelector{MatchLabels: spread}, TopologyKey: "kubernetes.io/hostname"}},
 	}}
 	return p
+}
+
+func readyCondition() metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}
+}
+
+// attachment makes VPCAttachment name with addr in VPC blue of the default
+// namespace (the VPC too, on first use) and makes both ready as
+// galactic-controller would: status through the status subresource.
+func (f *fixture) attachment(t *testing.T, ctx context.Context, name string, addr netip.Addr) *v1alpha1.VPCAttachment {
+	t.Helper()
+	api, err := client.New(f.c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.vpc == nil {
+		v, err := api.VPCs(metav1.NamespaceDefault).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: []v1alpha1.CIDR{"10.20.0.0/24"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Status = v1alpha1.VPCStatus{VNI: 10100, DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: []metav1.Condition{readyCondition()}}
+		if f.vpc, err = api.VPCs(metav1.NamespaceDefault).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := api.VPCAttachments(metav1.NamespaceDefault).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.VPCAttachmentSpec{VPC: vpc, Addresses: []v1alpha1.IPAddress{v1alpha1.IPAddress(addr.String())}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Status = v1alpha1.VPCAttachmentStatus{VNI: f.vpc.Status.VNI, Addresses: []v1alpha1.Prefix{v1alpha1.Prefix(addr.String() + "/24")},
+		Dataplane:  &v1alpha1.Dataplane{VPC: f.vpc.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))},
+		Conditions: []metav1.Condition{readyCondition()}}
+	if a, err = api.VPCAttachments(metav1.NamespaceDefault).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // createPod creates p and waits until it is Ready; it returns the node
@@ -389,6 +427,13 @@ type workload struct {
 	addr             netip.Addr
 	node             *harness.ClusterNode
 	netns            *harness.Netns
+	// object is its VPCAttachment; the nodes name it by its data-plane names.
+	object *v1alpha1.VPCAttachment
+}
+
+// dataplane are the nodes' names of the workload's attachment.
+func (w *workload) dataplane() (string, string) {
+	return w.object.Status.Dataplane.VPC, w.object.Status.Dataplane.Attachment
 }
 
 func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *testing.T) {
@@ -405,7 +450,8 @@ func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *t
 		{name: "web-1", attachment: "web-1-net0", addr: netip.MustParseAddr("10.20.0.6")},
 	}
 	for _, w := range pods {
-		w.node = f.createPod(t, ctx, vpcPod(w.name, w.attachment, w.addr.String()+"/24"))
+		w.object = f.attachment(t, ctx, w.attachment, w.addr)
+		w.node = f.createPod(t, ctx, vpcPod(w.name, w.attachment))
 		if w.netns, err = w.node.PodNetns(metav1.NamespaceDefault, w.name); err != nil {
 			t.Fatal(err)
 		}
@@ -415,7 +461,8 @@ func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *t
 	}
 	for _, w := range pods {
 		eventually(t, time.Minute, w.attachment+" advertised from "+w.node.Name, func() (bool, string) {
-			advs := env.Advertisements(t, vpc, w.attachment)
+			dpVPC, dpAtt := w.dataplane()
+			advs := env.Advertisements(t, dpVPC, dpAtt)
 			routes, err := f.fabric.EVPNRoutes()
 			if err != nil {
 				return false, err.Error()
@@ -451,7 +498,8 @@ func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *
 		}
 	}
 	prefix := netip.PrefixFrom(src.addr, 32)
-	if r, err := observer.node.KernelRoute(vpc, prefix); err != nil || r == nil || !gatewayIs(r.Gw, src.node.Underlay) {
+	dpVPC, _ := src.dataplane()
+	if r, err := observer.node.KernelRoute(dpVPC, prefix); err != nil || r == nil || !gatewayIs(r.Gw, src.node.Underlay) {
 		t.Fatalf("before the move %s routes %s by %+v (%v), want via %s", observer.node.Name, prefix, r, err, src.node.Underlay)
 	}
 	wctx, stop := context.WithCancel(ctx)
@@ -460,7 +508,7 @@ func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := env.WatchLease(wctx, names.Lease(vpc, src.attachment))
+	leases, err := env.WatchLease(wctx, names.Lease(src.dataplane()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,18 +519,18 @@ func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *
 	if err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, src.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	moved := vpcPod(src.name+"-moved", src.attachment, src.addr.String()+"/24")
+	moved := vpcPod(src.name+"-moved", src.attachment)
 	moved.Labels, moved.Spec.Affinity = nil, nil
 	moved.Spec.NodeSelector["kubernetes.io/hostname"] = dst.Name
 	if n := f.createPod(t, ctx, moved); n != dst {
 		t.Fatalf("the replacement runs on %s, want %s", n.Name, dst.Name)
 	}
-	f.workloads[0] = &workload{name: moved.Name, attachment: src.attachment, addr: src.addr, node: dst}
+	f.workloads[0] = &workload{name: moved.Name, attachment: src.attachment, addr: src.addr, node: dst, object: src.object}
 	if f.workloads[0].netns, err = dst.PodNetns(metav1.NamespaceDefault, moved.Name); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, time.Minute, observer.node.Name+" routing "+prefix.String()+" via "+dst.Name, func() (bool, string) {
-		r, err := observer.node.KernelRoute(vpc, prefix)
+		r, err := observer.node.KernelRoute(dpVPC, prefix)
 		return err == nil && r != nil && gatewayIs(r.Gw, dst.Underlay), fmt.Sprintf("%+v %v", r, err)
 	})
 	eventually(t, time.Minute, observer.name+" pings the moved pod", func() (bool, string) {
@@ -571,7 +619,8 @@ func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(
 		}
 		return false, fmt.Sprintf("%d pods, none terminating or starting", len(pods.Items))
 	})
-	w := vpcPod("web-2", "web-2-net0", "10.20.0.7/24")
+	f.attachment(t, ctx, "web-2-net0", netip.MustParseAddr("10.20.0.7"))
+	w := vpcPod("web-2", "web-2-net0")
 	w.Labels, w.Spec.Affinity = nil, nil
 	w.Spec.NodeSelector["kubernetes.io/hostname"] = mid
 	if _, err := f.c.Kube.CoreV1().Pods(w.Namespace).Create(ctx, w, metav1.CreateOptions{}); err != nil {

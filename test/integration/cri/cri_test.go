@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
@@ -9,11 +10,13 @@ import (
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/netconf"
+	"github.com/galactic-cni/galactic/test/harness"
 )
 
 func TestAnAnnotatedPodIsAttachedByContainerdAndStopAndRemoveReleaseIt(t *testing.T) {
 	n := newCRINode(t, "node-a", true)
-	id := n.runPod(t, "web-0", annotations("web-0-net0", "10.20.0.5/24"))
+	n.attachment(t, "web-0-net0", "10.20.0.5")
+	id := n.runPod(t, "web-0", map[string]string{netconf.AnnotationAttachment: "{pod}-net0", netconf.AnnotationMode: "veth"})
 
 	st, err := n.ctd.InspectPod(id)
 	if err != nil {
@@ -34,7 +37,8 @@ func TestAnAnnotatedPodIsAttachedByContainerdAndStopAndRemoveReleaseIt(t *testin
 		t.Fatalf("advertisement entries %+v, want one for sandbox %s", a.Spec.Containers, id)
 	}
 	got := a.Spec.Containers[0]
-	if got.ContainerID != want.ContainerID || got.IfName != want.IfName || got.Netns != want.Netns || !slices.Equal(got.Prefixes, want.Prefixes) {
+	if got.ContainerID != want.ContainerID || got.IfName != want.IfName || got.Netns != want.Netns || !slices.Equal(got.Prefixes, want.Prefixes) ||
+		got.AttachmentUID != string(n.objects["web-0-net0"].UID) {
 		t.Fatalf("advertisement entry %+v, want containerd's sandbox ID and netns path: %+v", got, want)
 	}
 	if a.Spec.VNI != 10100 || !slices.Equal(a.Spec.Prefixes, want.Prefixes) {
@@ -46,7 +50,7 @@ func TestAnAnnotatedPodIsAttachedByContainerdAndStopAndRemoveReleaseIt(t *testin
 	}
 	// The workload end is in the sandbox with its address.
 	out, err := n.node.Run("nsenter", "--net="+st.Netns, "ip", "-o", "addr", "show", "dev", "eth0")
-	if err != nil || !strings.Contains(out, "10.20.0.5/24") {
+	if err != nil || !strings.Contains(out, "10.20.0.5/16") {
 		t.Fatalf("eth0 in the sandbox: %v: %s", err, out)
 	}
 
@@ -67,7 +71,7 @@ func TestAPodWithoutAnnotationsFailsWithCode7NamingTheAnnotationAndLeavesNothing
 	}
 	msg := err.Error()
 	t.Logf("crictl runp failed as it should: %s", msg)
-	for _, want := range []string{"vpc is required", netconf.AnnotationVPC} {
+	for _, want := range []string{"no attachment is named", "annotate the pod with " + netconf.AnnotationAttachment} {
 		if !strings.Contains(msg, want) {
 			t.Fatalf("crictl's error does not carry galactic's message (%q): %s", want, msg)
 		}
@@ -91,7 +95,8 @@ func TestAPodWithoutAnnotationsFailsWithCode7NamingTheAnnotationAndLeavesNothing
 
 func TestStoppingAPodWhoseNetnsIsGoneStillReleasesItsAttachment(t *testing.T) {
 	n := newCRINode(t, "node-a", true)
-	id := n.runPod(t, "web-0", annotations("web-0-net0", "10.20.0.5/24"))
+	n.attachment(t, "web-0-net0", "10.20.0.5")
+	id := n.runPod(t, "web-0", annotations("web-0-net0"))
 	st, err := n.ctd.InspectPod(id)
 	if err != nil {
 		t.Fatal(err)
@@ -105,4 +110,74 @@ func TestStoppingAPodWhoseNetnsIsGoneStillReleasesItsAttachment(t *testing.T) {
 	n.assertReleased(t, "web-0-net0")
 	n.crictl(t, "rmp", id)
 	n.assertReleased(t, "web-0-net0")
+}
+
+func TestAPodChoosingItsNetworkOrNamingAnotherNamespacesAttachmentNeverStartsAndTheOwnerIsUntouched(t *testing.T) {
+	n := newCRINode(t, "node-a", true)
+	n.attachment(t, "web-0-net0", "10.20.0.5")
+	owner := n.runPod(t, "web-0", annotations("web-0-net0"))
+	before := n.attached(t, "web-0-net0")
+	for _, tc := range []struct {
+		name string
+		pod  harness.PodSpec
+		say  []string
+	}{
+		{"another namespace's attachment", harness.PodSpec{Name: "intruder", Namespace: "mallory", Annotations: annotations("web-0-net0")},
+			[]string{"VPCAttachment mallory/web-0-net0", "does not exist in namespace mallory"}},
+		{"a chosen VPC and address", harness.PodSpec{Name: "intruder", Annotations: map[string]string{
+			netconf.AnnotationAttachment: "web-0-net0", netconf.AnnotationVPC: vpc, netconf.AnnotationAddresses: "10.20.0.5/16"}},
+			[]string{"pod annotation network.galactic.dev/vpc is refused", "spec.vpc"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := n.ctd.RunPod(tc.pod)
+			if err == nil {
+				t.Fatal("the pod started")
+			}
+			for _, want := range tc.say {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("crictl's error does not carry galactic's message (%q): %v", want, err)
+				}
+			}
+			if code := n.addErrorCode(t); code != 7 {
+				t.Errorf("galactic-cni's ADD logged code %d, want 7 (invalid network config)", code)
+			}
+		})
+	}
+	after := n.attached(t, "web-0-net0")
+	if after.advertisementVersion != before.advertisementVersion || after.ifIndex != before.ifIndex || after.lease != before.lease {
+		t.Fatalf("the owner's attachment changed:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if err := n.node.Ping(netip.MustParseAddr("10.20.0.5")); err != nil {
+		t.Errorf("the node does not reach the owner's pod: %v", err)
+	}
+	n.crictl(t, "stopp", owner)
+	n.assertReleased(t, "web-0-net0")
+}
+
+func TestAPodWithTwoAttachmentsGetsEth0AndNet1UnderContainerdAndStopReleasesBoth(t *testing.T) {
+	n := newCRINode(t, "node-a", true)
+	n.attachment(t, "db-0-net0", "10.20.0.6")
+	n.attachment(t, "db-0-net1", "10.20.1.6")
+	id := n.runPod(t, "db-0", map[string]string{netconf.AnnotationAttachments: "{pod}-net0,{pod}-net1", netconf.AnnotationMode: "veth"})
+	st, err := n.ctd.InspectPod(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ att, ifName, addr string }{{"db-0-net0", "eth0", "10.20.0.6/16"}, {"db-0-net1", "net1", "10.20.1.6/16"}} {
+		out, err := n.node.Run("nsenter", "--net="+st.Netns, "ip", "-o", "addr", "show", "dev", c.ifName)
+		if err != nil || !strings.Contains(out, c.addr) {
+			t.Fatalf("%s in the sandbox: %v: %s", c.ifName, err, out)
+		}
+		a := n.advertisement(t, c.att)
+		if a == nil || len(a.Spec.Containers) != 1 || a.Spec.Containers[0].IfName != c.ifName || a.Spec.Containers[0].ContainerID != id {
+			t.Fatalf("%s's advertisement: %+v", c.att, a)
+		}
+		if l := n.lease(t, c.att); l.HolderIdentity != names.Holder("node-a", id) {
+			t.Fatalf("%s's lease: %+v", c.att, l)
+		}
+	}
+	n.crictl(t, "stopp", id)
+	n.assertReleased(t, "db-0-net0")
+	n.assertReleased(t, "db-0-net1")
+	n.crictl(t, "rmp", id)
 }

@@ -47,15 +47,12 @@ func conflist(handoffEnabled bool) map[string]any {
 	}
 }
 
-// annotations attach a pod to attachment in VPC blue as a veth.
-func annotations(attachment string, addrs ...string) map[string]string {
-	return map[string]string{
-		netconf.AnnotationVPC:        vpc,
-		netconf.AnnotationAttachment: attachment,
-		netconf.AnnotationMode:       names.ModeVeth,
-		netconf.AnnotationAddresses:  strings.Join(addrs, ","),
-		netconf.AnnotationVNI:        "10100",
-	}
+// podNamespace is where the tests' pods and their VPCAttachments are.
+const podNamespace = "default"
+
+// annotations attach a pod to its VPCAttachment attachment as a veth.
+func annotations(attachment string) map[string]string {
+	return map[string]string{netconf.AnnotationAttachment: attachment, netconf.AnnotationMode: names.ModeVeth}
 }
 
 // criNode is a node with containerd running on it.
@@ -63,6 +60,71 @@ type criNode struct {
 	env  *harness.Env
 	node *harness.Node
 	ctd  *harness.Containerd
+	// objects are the VPCAttachments of the test, by name.
+	objects map[string]*v1alpha1.VPCAttachment
+}
+
+// attachment makes VPCAttachment name in VPC blue of podNamespace with
+// addrs and makes it ready as galactic-controller would (status through
+// the status subresource); the test's end deletes it.
+func (n *criNode) attachment(t *testing.T, name string, addrs ...string) {
+	t.Helper()
+	v := ensureVPC(t, n.env)
+	spec := v1alpha1.VPCAttachmentSpec{VPC: vpc}
+	for _, s := range addrs {
+		spec.Addresses = append(spec.Addresses, v1alpha1.IPAddress(s))
+	}
+	a, err := n.env.API.VPCAttachments(podNamespace).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.env.API.VPCAttachments(podNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	a.Status = v1alpha1.VPCAttachmentStatus{VNI: v.Status.VNI,
+		Dataplane:  &v1alpha1.Dataplane{VPC: v.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))},
+		Conditions: []metav1.Condition{readyCondition()}}
+	for _, s := range addrs {
+		a.Status.Addresses = append(a.Status.Addresses, v1alpha1.Prefix(s+"/16"))
+	}
+	if a, err = n.env.API.VPCAttachments(podNamespace).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.objects[name] = a
+}
+
+func readyCondition() metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}
+}
+
+// ensureVPC makes VPC blue (10.20.0.0/16, VNI 10100) of podNamespace ready
+// once for the package.
+func ensureVPC(t *testing.T, env *harness.Env) *v1alpha1.VPC {
+	t.Helper()
+	v, err := env.API.VPCs(podNamespace).Get(ctx, vpc, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		v, err = env.API.VPCs(podNamespace).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: []v1alpha1.CIDR{"10.20.0.0/16"}}}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Status.DataplaneName == "" {
+		v.Status = v1alpha1.VPCStatus{VNI: 10100, DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: []metav1.Condition{readyCondition()}}
+		if v, err = env.API.VPCs(podNamespace).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
+// dataplane are the node's names of attachment.
+func (n *criNode) dataplane(t *testing.T, attachment string) (string, string) {
+	t.Helper()
+	a := n.objects[attachment]
+	if a == nil {
+		t.Fatalf("the test made no VPCAttachment %s", attachment)
+	}
+	return a.Status.Dataplane.VPC, a.Status.Dataplane.Attachment
 }
 
 func newCRINode(t *testing.T, name string, handoffEnabled bool) *criNode {
@@ -70,7 +132,7 @@ func newCRINode(t *testing.T, name string, handoffEnabled bool) *criNode {
 	env := harness.Setup(t)
 	node := env.NewNode(t, name)
 	node.WriteConflist(t, conflist(handoffEnabled))
-	n := &criNode{env: env, node: node}
+	n := &criNode{env: env, node: node, objects: map[string]*v1alpha1.VPCAttachment{}}
 	n.ctd = env.StartContainerd(t, node)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -105,7 +167,8 @@ func (n *criNode) crictl(t *testing.T, args ...string) string {
 // there is none.
 func (n *criNode) advertisement(t *testing.T, attachment string) *v1alpha1.BGPAdvertisement {
 	t.Helper()
-	a, err := n.env.API.BGPAdvertisements(harness.Namespace).Get(ctx, names.Advertisement(vpc, attachment, n.node.Name), metav1.GetOptions{})
+	dv, da := n.dataplane(t, attachment)
+	a, err := n.env.API.BGPAdvertisements(harness.Namespace).Get(ctx, names.Advertisement(dv, da, n.node.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -119,7 +182,7 @@ func (n *criNode) advertisement(t *testing.T, attachment string) *v1alpha1.BGPAd
 // lease).
 func (n *criNode) lease(t *testing.T, attachment string) handoff.Record {
 	t.Helper()
-	l, err := n.env.API.Leases(harness.Namespace).Get(ctx, names.Lease(vpc, attachment), metav1.GetOptions{})
+	l, err := n.env.API.Leases(harness.Namespace).Get(ctx, names.Lease(n.dataplane(t, attachment)), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return handoff.Record{}
 	}
@@ -132,9 +195,10 @@ func (n *criNode) lease(t *testing.T, attachment string) handoff.Record {
 // hostLink is the node's host interface of attachment, nil when absent.
 func (n *criNode) hostLink(t *testing.T, attachment string) netlink.Link {
 	t.Helper()
+	dv, da := n.dataplane(t, attachment)
 	var link netlink.Link
 	err := n.node.Do(func() error {
-		l, err := netlink.LinkByName(names.HostInterface(names.ModeVeth, vpc, attachment))
+		l, err := netlink.LinkByName(names.HostInterface(names.ModeVeth, dv, da))
 		if errors.As(err, &netlink.LinkNotFoundError{}) {
 			return nil
 		}
@@ -187,7 +251,7 @@ func (n *criNode) assertReleased(t *testing.T, attachment string) {
 		left = append(left, "host interface "+l.Attrs().Name)
 	}
 	for _, r := range n.records(t) {
-		if r.Attachment == attachment {
+		if r.AttachmentName == attachment {
 			left = append(left, "record of "+r.ContainerID)
 		}
 	}

@@ -10,17 +10,16 @@ import (
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
-// staticPod is a static pod manifest with the attachment annotations; its
-// one container runs the pause program of the local sandbox image.
-func staticPod(name, attachment, addr string) string {
+// staticPod is a static pod manifest naming its VPCAttachment in an
+// annotation; its one container runs the pause program of the local
+// sandbox image.
+func staticPod(name, attachment string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: %s
-  namespace: default
+  namespace: %s
   annotations:
-    %s: %s
-    %s: %s
     %s: %s
     %s: veth
 spec:
@@ -29,7 +28,7 @@ spec:
     image: %s
     imagePullPolicy: Never
     command: ["/pause"]
-`, name, netconf.AnnotationVPC, vpc, netconf.AnnotationAttachment, attachment, netconf.AnnotationAddresses, addr, netconf.AnnotationMode, harness.SandboxImage)
+`, name, podNamespace, netconf.AnnotationAttachment, attachment, netconf.AnnotationMode, harness.SandboxImage)
 }
 
 func TestAStaticPodOfARealKubeletIsAttachedAndItsDeletionReleasesIt(t *testing.T) {
@@ -44,7 +43,8 @@ func TestAStaticPodOfARealKubeletIsAttachedAndItsDeletionReleasesIt(t *testing.T
 		}
 	})
 	const att = "static-0-net0"
-	if err := k.WriteStaticPod("static-0", staticPod("static-0", att, "10.20.0.8/24")); err != nil {
+	n.attachment(t, att, "10.20.0.8")
+	if err := k.WriteStaticPod("static-0", staticPod("static-0", att)); err != nil {
 		t.Fatal(err)
 	}
 	var id string

@@ -39,9 +39,11 @@ func (n *criNode) attached(t *testing.T, attachment string) attachedState {
 
 func TestRestartingContainerdWithPodsRunningChangesNothingAndStopStillReleases(t *testing.T) {
 	n := newCRINode(t, "node-a", true)
+	n.attachment(t, "web-0-net0", "10.20.0.5")
+	n.attachment(t, "web-1-net0", "10.20.0.6")
 	pods := map[string]string{
-		"web-0-net0": n.runPod(t, "web-0", annotations("web-0-net0", "10.20.0.5/24")),
-		"web-1-net0": n.runPod(t, "web-1", annotations("web-1-net0", "10.20.0.6/24", "fd20::6/64")),
+		"web-0-net0": n.runPod(t, "web-0", annotations("web-0-net0")),
+		"web-1-net0": n.runPod(t, "web-1", annotations("web-1-net0")),
 	}
 	before := map[string]attachedState{}
 	for att := range pods {
@@ -115,18 +117,20 @@ func TestNetworkReadyFollowsGalacticStatusWhileTheAPIServerIsUnreachable(t *test
 func TestAReplacementPodStartsOnlyAfterThePredecessorStopsWithTheNextToken(t *testing.T) {
 	n := newCRINode(t, "node-a", true)
 	const att = "web-0-net0"
-	w, err := n.env.API.Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + names.Lease(vpc, att)})
+	n.attachment(t, att, "10.20.0.5")
+	dv, da := n.dataplane(t, att)
+	w, err := n.env.API.Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + names.Lease(dv, da)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	aw, err := n.env.API.BGPAdvertisements(harness.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(vpc, att)})
+	aw, err := n.env.API.BGPAdvertisements(harness.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(dv, da)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer aw.Stop()
 
-	first := n.runPod(t, "web-0", annotations(att, "10.20.0.5/24"))
+	first := n.runPod(t, "web-0", annotations(att))
 	token := n.lease(t, att).LeaseTransitions
 
 	type result struct {
@@ -135,7 +139,7 @@ func TestAReplacementPodStartsOnlyAfterThePredecessorStopsWithTheNextToken(t *te
 	}
 	second := make(chan result, 1)
 	go func() {
-		id, err := n.ctd.RunPod(harness.PodSpec{Name: "web-0", UID: "web-0-replacement", Annotations: annotations(att, "10.20.0.5/24")})
+		id, err := n.ctd.RunPod(harness.PodSpec{Name: "web-0", UID: "web-0-replacement", Annotations: annotations(att)})
 		second <- result{id, err}
 	}()
 	// The replacement's ADD is under way and waits for the lease.

@@ -75,6 +75,32 @@ type attachment struct {
 	mode    string
 	// announce is galactic-bgp's; empty is always.
 	announce string
+	// object is the VPCAttachment of an object-backed attachment: the
+	// stanzas name it, and the node names it by its data-plane names.
+	object *v1alpha1.VPCAttachment
+}
+
+// domain is the attachment's VPC on the node: its routing domain.
+func (a attachment) domain() string {
+	if a.object != nil {
+		return a.object.Status.Dataplane.VPC
+	}
+	return vpc
+}
+
+// nodeName is the attachment's name on the node.
+func (a attachment) nodeName() string {
+	if a.object != nil {
+		return a.object.Status.Dataplane.Attachment
+	}
+	return a.name
+}
+
+func (a attachment) uid() string {
+	if a.object != nil {
+		return string(a.object.UID)
+	}
+	return ""
 }
 
 // vm is the migrating attachment of one test; its lease and
@@ -85,32 +111,36 @@ func (cl *cluster) vm(t *testing.T, name string) attachment {
 	return attachment{name: name, address: "10.20.0.5/24", mode: "veth"}
 }
 
-func (a attachment) network() string { return vpc + "-" + a.name }
+func (a attachment) network() string { return a.domain() + "-" + a.name }
 
 func (a attachment) addr() netip.Addr { return netip.MustParsePrefix(a.address).Addr() }
 
 func (a attachment) prefix() netip.Prefix { return netip.PrefixFrom(a.addr(), 32) }
 
-func (a attachment) lease() string { return names.Lease(vpc, a.name) }
+func (a attachment) lease() string { return names.Lease(a.domain(), a.nodeName()) }
 
 // install writes the attachment's chain on n: galactic-cni with handoff
 // and the pod annotations capability (a migration target's runtime passes
 // network.galactic.dev/standby), then galactic-bgp.
 func (a attachment) install(t *testing.T, n *harness.Node) {
 	t.Helper()
-	n.WriteConflist(t, map[string]any{
-		"cniVersion": "1.1.0", "name": a.network(),
-		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": a.name, "mode": a.mode, "routing": "table",
-				"addresses":    []string{a.address},
-				"handoff":      map[string]any{"enabled": true, "waitSeconds": waitSeconds, "leaseSeconds": 60},
-				"capabilities": map[string]bool{netconf.CapabilityPodAnnotations: true}},
-			a.bgpStanza(),
-		},
-	})
+	cni := map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": a.name, "mode": a.mode, "routing": "table",
+		"addresses":    []string{a.address},
+		"handoff":      map[string]any{"enabled": true, "waitSeconds": waitSeconds, "leaseSeconds": 60},
+		"capabilities": map[string]bool{netconf.CapabilityPodAnnotations: true}}
+	if a.object != nil {
+		// A VMM's stanza names its VPCAttachment, nothing of its network.
+		delete(cni, "vpc")
+		delete(cni, "addresses")
+		cni["namespace"] = a.object.Namespace
+	}
+	n.WriteConflist(t, map[string]any{"cniVersion": "1.1.0", "name": a.network(), "plugins": []any{cni, a.bgpStanza()}})
 }
 
 func (a attachment) bgpStanza() map[string]any {
+	if a.object != nil {
+		return map[string]any{"type": "galactic-bgp", "namespace": a.object.Namespace, "attachment": a.name}
+	}
 	bgp := map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name, "vni": vni}
 	if a.announce != "" {
 		bgp["announce"] = a.announce
@@ -234,7 +264,7 @@ func hostRoute(t *testing.T, n *routed, p netip.Prefix) *netlink.Route {
 // advertisement is n's advertisement of vm, nil when there is none.
 func (cl *cluster) advertisement(t *testing.T, vm attachment, n *routed) *v1alpha1.BGPAdvertisement {
 	t.Helper()
-	obj, err := cl.env.API.BGPAdvertisements(harness.Namespace).Get(context.Background(), names.Advertisement(vpc, vm.name, n.Name), metav1.GetOptions{})
+	obj, err := cl.env.API.BGPAdvertisements(harness.Namespace).Get(context.Background(), names.Advertisement(vm.domain(), vm.nodeName(), n.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -257,7 +287,7 @@ func records(t *testing.T, n *routed, vm attachment) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(data), `"attachment":"`+vm.name+`"`) {
+		if strings.Contains(string(data), `"attachment":"`+vm.nodeName()+`"`) {
 			out = append(out, f)
 		}
 	}
@@ -271,7 +301,7 @@ func hostInterfaces(t *testing.T, n *routed, vm attachment) []string {
 	err := n.Do(func() error {
 		links, err := netlink.LinkList()
 		for _, l := range links {
-			if l.Attrs().Alias == names.Alias(vpc, vm.name) {
+			if l.Attrs().Alias == names.AliasOf(vm.domain(), vm.nodeName(), vm.uid()) {
 				out = append(out, l.Attrs().Name)
 			}
 		}

@@ -83,6 +83,12 @@ func (cl *cluster) bootVM(t *testing.T, as *vm.GuestAssets, name string) *live {
 	t.Helper()
 	at := cl.vm(t, name)
 	at.mode = "tap"
+	return cl.bootVMOf(t, as, at)
+}
+
+// bootVMOf is bootVM of the attachment at.
+func (cl *cluster) bootVMOf(t *testing.T, as *vm.GuestAssets, at attachment) *live {
+	t.Helper()
 	at.install(t, cl.a.Node)
 	src := harness.NewContainer(t)
 	out, err := cl.a.CNITool("add", at.network(), src, ifName)

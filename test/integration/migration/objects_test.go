@@ -1,0 +1,137 @@
+package migration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+// objectAttachments makes VPC blue in namespace ns with VNI vni and one
+// ready VPCAttachment per name and address, as galactic-controller would
+// make them ready (status through the status subresource).
+func objectAttachments(t *testing.T, env *harness.Env, ns string, vni int32, addrs map[string]string) map[string]*v1alpha1.VPCAttachment {
+	t.Helper()
+	ctx := context.Background()
+	_, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	v, err := env.API.VPCs(ns).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: []v1alpha1.CIDR{"10.20.0.0/24"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}}
+	v.Status = v1alpha1.VPCStatus{VNI: vni, DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: ready}
+	if v, err = env.API.VPCs(ns).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*v1alpha1.VPCAttachment{}
+	for name, addr := range addrs {
+		a, err := env.API.VPCAttachments(ns).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.VPCAttachmentSpec{VPC: vpc, Addresses: []v1alpha1.IPAddress{v1alpha1.IPAddress(addr)}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Status = v1alpha1.VPCAttachmentStatus{VNI: vni, Addresses: []v1alpha1.Prefix{v1alpha1.Prefix(addr + "/24")},
+			Dataplane:  &v1alpha1.Dataplane{VPC: v.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))},
+			Conditions: ready}
+		if a, err = env.API.VPCAttachments(ns).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = a
+	}
+	return out
+}
+
+// TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRouteOnce
+// is the live migration of a qemu guest whose VMM names a VPCAttachment:
+// the standby target is in the same namespace, the lease (the attachment's
+// data-plane name, labelled with its UID) has one holder at every version,
+// node-c's route changes once, and the guest and its TCP connection go on.
+func TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRouteOnce(t *testing.T) {
+	cl := newCluster(t)
+	as := guestAssets(t)
+	objs := objectAttachments(t, cl.env, "tenant-mig", 20100, map[string]string{"vm": "10.20.0.5", "client": "10.20.0.7"})
+	vmAtt := attachment{name: "vm", address: "10.20.0.5/24", mode: "tap", object: objs["vm"]}
+	l := cl.bootVMOf(t, as, vmAtt)
+	clientAtt := attachment{name: "client", address: "10.20.0.7/24", mode: "veth", object: objs["client"]}
+	wc := clientAtt.add(t, cl.c.Node)
+	eventually(t, "the client reaches the guest", func() error { return wc.Ping(vmAtt.addr()) })
+	conn := dialEcho(t, wc, vmAtt)
+	if err := conn.roundTrip(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, err := l.qemu.Source.UptimeNow(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := cl.env.Lease(t, vmAtt.lease())
+	if rec := handoff.RecordFromLease(lease); rec.Identity.UID != vmAtt.uid() || rec.Identity.Namespace != "tenant-mig" {
+		t.Fatalf("the guest's lease %s carries identity %+v", lease.Name, rec.Identity)
+	}
+	token := harness.LeaseToken(lease)
+
+	leases := cl.watchLease(t, vmAtt)
+	routes := watchRoute(t, cl.c, vmAtt.prefix())
+	pinger := startPinger(t, wc, vmAtt)
+	time.Sleep(500 * time.Millisecond)
+	m := cl.migration(t, vmAtt, cl.a, cl.b, l.src)
+	m.Namespace, m.VPC = "tenant-mig", ""
+	m.VMM = l.qemu
+	m.AfterStandby = func() error {
+		// The standby target built its tap of the same attachment, with
+		// the same UID, and holds nothing yet.
+		if ifs := hostInterfaces(t, cl.b, vmAtt); len(ifs) != 1 {
+			t.Errorf("node-b's standby interfaces of the guest: %v", ifs)
+		}
+		if h := harness.LeaseHolder(cl.env.Lease(t, vmAtt.lease())); h != holder(cl.a, l.src) {
+			t.Errorf("the lease moved at the standby ADD: holder %q", h)
+		}
+		return nil
+	}
+	if _, err := m.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the guest answers on node-b", func() error { return wc.Ping(vmAtt.addr()) })
+	if err := conn.roundTrip(20 * time.Second); err != nil {
+		t.Fatalf("the TCP connection did not survive the migration: %v", err)
+	}
+	time.Sleep(time.Second)
+	st := pinger.Stop()
+	after, err := l.qemu.Target.UptimeNow(10 * time.Second)
+	if err != nil || after <= before {
+		t.Errorf("the guest's uptime %s before, %s after (%v)", before, after, err)
+	}
+	ch := routes.Changes()
+	if len(ch) != 1 || ch[0].Deleted || ch[0].Via != cl.b.Underlay {
+		t.Fatalf("node-c's route: want one change to via %s, got %v", cl.b.Underlay, ch)
+	}
+	versions, err := leases.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.OneHolder(versions); err != nil {
+		t.Fatalf("%v in %+v", err, versions)
+	}
+	if last := versions[len(versions)-1]; last.Holder != holder(cl.b, m.Target.Container) || last.Token != token+1 {
+		t.Fatalf("lease after the migration: %+v", last)
+	}
+	adv := cl.advertisement(t, vmAtt, cl.b)
+	if adv == nil || adv.Labels[v1alpha1.LabelAttachmentUID] != vmAtt.uid() || len(adv.Spec.Containers) != 1 ||
+		adv.Spec.Containers[0].AttachmentUID != vmAtt.uid() || adv.Spec.Containers[0].HolderGeneration != token+1 {
+		t.Fatalf("node-b's advertisement after the promote: %+v", adv)
+	}
+	if cl.advertisement(t, vmAtt, cl.a) != nil || len(hostInterfaces(t, cl.a, vmAtt)) != 0 {
+		t.Error("node-a kept the guest's advertisement or tap after its DEL")
+	}
+	t.Logf("blackout %s, lost %d of %d", st.LongestGap, st.Lost, st.Sent)
+}

@@ -1,0 +1,345 @@
+// Package objects tests the data path of object-backed attachments: pods
+// and VMMs name VPCAttachments, nodes take nothing else as truth, identity
+// is the attachment's UID, and a pod may have several.
+package objects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/handoff"
+	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/netconf"
+	"github.com/galactic-cni/galactic/pkg/state"
+	"github.com/galactic-cni/galactic/test/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+var ctx = context.Background()
+
+// tenant is a namespace with one VPC.
+type tenant struct {
+	env *harness.Env
+	ns  string
+	vpc *v1alpha1.VPC
+}
+
+// lastVNI is the VNI the last VPC got: each gets another, as from
+// galactic-controller, so no two VPCs of the package's API server share one.
+var lastVNI atomic.Int32
+
+// newTenant makes namespace ns with VPC vpc over networks, made ready as
+// galactic-controller would: a VNI of its own and the VPC's data-plane
+// name, written through the status subresource.
+func newTenant(t *testing.T, env *harness.Env, ns, vpc string, networks ...v1alpha1.CIDR) *tenant {
+	t.Helper()
+	_, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	v, err := env.API.VPCs(ns).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: networks}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.API.VPCs(ns).Delete(context.Background(), vpc, metav1.DeleteOptions{}) })
+	v.Status = v1alpha1.VPCStatus{VNI: 1000 + lastVNI.Add(1), DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: []metav1.Condition{ready()}}
+	if v, err = env.API.VPCs(ns).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &tenant{env: env, ns: ns, vpc: v}
+}
+
+func ready() metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}
+}
+
+// attach makes VPCAttachment name with addresses (IPs) in the tenant's VPC
+// and makes it ready as galactic-controller would: each address with its
+// network's prefix length, the VNI and the data-plane names.
+func (tn *tenant) attach(t *testing.T, name string, policy v1alpha1.ReclaimPolicy, addrs ...string) *v1alpha1.VPCAttachment {
+	t.Helper()
+	spec := v1alpha1.VPCAttachmentSpec{VPC: tn.vpc.Name, ReclaimPolicy: policy}
+	for _, a := range addrs {
+		spec.Addresses = append(spec.Addresses, v1alpha1.IPAddress(a))
+	}
+	a, err := tn.env.API.VPCAttachments(tn.ns).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = tn.env.API.VPCAttachments(tn.ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	a.Status.VNI = tn.vpc.Status.VNI
+	for _, s := range addrs {
+		addr := netip.MustParseAddr(s)
+		for _, n := range tn.vpc.Spec.Networks {
+			if p := netip.MustParsePrefix(string(n)); p.Contains(addr) {
+				a.Status.Addresses = append(a.Status.Addresses, v1alpha1.Prefix(netip.PrefixFrom(addr, p.Bits()).String()))
+			}
+		}
+	}
+	a.Status.Dataplane = &v1alpha1.Dataplane{VPC: tn.vpc.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))}
+	a.Status.Conditions = []metav1.Condition{ready()}
+	if a, err = tn.env.API.VPCAttachments(tn.ns).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// remove deletes an attachment and waits until it is gone.
+func (tn *tenant) remove(t *testing.T, name string) {
+	t.Helper()
+	if err := tn.env.API.VPCAttachments(tn.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "VPCAttachment "+tn.ns+"/"+name+" gone", func() error {
+		_, err := tn.env.API.VPCAttachments(tn.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+}
+
+// eventually polls cond every 50 ms until it returns nil or limit passes.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, limit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// handoffConf is a handoff stanza that waits briefly.
+var handoffConf = map[string]any{"enabled": true, "waitSeconds": 5, "leaseSeconds": 30}
+
+// podNetwork writes the conflist a CRI runtime would use for every pod on
+// node: veth, table routing, the pod annotations capability, and
+// galactic-bgp after galactic-cni.
+func podNetwork(t *testing.T, node *harness.Node, withHandoff bool) {
+	t.Helper()
+	caps := map[string]bool{netconf.CapabilityPodAnnotations: true}
+	cni := map[string]any{"type": "galactic-cni", "mode": "veth", "routing": "table", "capabilities": caps, "handoff": map[string]any{"enabled": false}}
+	if withHandoff {
+		cni["handoff"] = handoffConf
+	}
+	node.WriteConflist(t, map[string]any{"cniVersion": "1.1.0", "name": "pods", "plugins": []any{
+		cni, map[string]any{"type": "galactic-bgp", "capabilities": caps},
+	}})
+}
+
+// pod is a pod sandbox as a CRI runtime runs it: a netns, an ID, a
+// namespace and name, and annotations.
+type pod struct {
+	*harness.Netns
+	ns, name    string
+	annotations map[string]string
+}
+
+func newPod(t *testing.T, ns, name string, annotations map[string]string) *pod {
+	return &pod{Netns: harness.NewContainer(t), ns: ns, name: name, annotations: annotations}
+}
+
+func (p *pod) id() string { return harness.ContainerID(p.Path) }
+
+// rt is the pod's runtime config as containerd passes it: CNI_ARGS with
+// the pod's namespace and name, its annotations as a capability argument.
+func (p *pod) rt() *libcni.RuntimeConf {
+	rt := harness.RuntimeConf(p.Netns, "eth0")
+	rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", p.ns}, {"K8S_POD_NAME", p.name}, {"K8S_POD_INFRA_CONTAINER_ID", rt.ContainerID}}
+	rt.CapabilityArgs = map[string]any{netconf.CapabilityPodAnnotations: p.annotations}
+	return rt
+}
+
+func (p *pod) add(node *harness.Node) (*current.Result, error) {
+	res, err := harness.LibCNI{Node: node, Network: "pods"}.Add(ctx, p.rt())
+	if err != nil {
+		return nil, err
+	}
+	return current.NewResultFromResult(res)
+}
+
+func (p *pod) mustAdd(t *testing.T, node *harness.Node) *current.Result {
+	t.Helper()
+	res, err := p.add(node)
+	if err != nil {
+		t.Fatalf("ADD of pod %s/%s on %s: %v", p.ns, p.name, node.Name, err)
+	}
+	return res
+}
+
+func (p *pod) del(t *testing.T, node *harness.Node) {
+	t.Helper()
+	if err := (harness.LibCNI{Node: node, Network: "pods"}).Del(ctx, p.rt()); err != nil {
+		t.Fatalf("DEL of pod %s/%s on %s: %v", p.ns, p.name, node.Name, err)
+	}
+}
+
+func (p *pod) check(t *testing.T, node *harness.Node) {
+	t.Helper()
+	if err := (harness.LibCNI{Node: node, Network: "pods"}).Check(ctx, p.rt()); err != nil {
+		t.Fatalf("CHECK of pod %s/%s on %s: %v", p.ns, p.name, node.Name, err)
+	}
+}
+
+// cniError returns the CNI error of err, failing t when it is not one.
+func cniError(t *testing.T, err error) *types.Error {
+	t.Helper()
+	var e *types.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("want a CNI error, got %v", err)
+	}
+	return e
+}
+
+// dataplane is an attachment's data-plane names.
+func dataplane(a *v1alpha1.VPCAttachment) (vpc, att string) {
+	return a.Status.Dataplane.VPC, a.Status.Dataplane.Attachment
+}
+
+// leaseOf is the attachment's handoff lease, nil when there is none.
+func leaseOf(t *testing.T, env *harness.Env, a *v1alpha1.VPCAttachment) *coordinationv1.Lease {
+	t.Helper()
+	l, err := env.API.Leases(harness.Namespace).Get(ctx, names.Lease(dataplane(a)), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// advertisementOf is the attachment's advertisement of node, nil when
+// there is none.
+func advertisementOf(t *testing.T, env *harness.Env, a *v1alpha1.VPCAttachment, node string) *v1alpha1.BGPAdvertisement {
+	t.Helper()
+	vpc, att := dataplane(a)
+	obj, err := env.API.BGPAdvertisements(harness.Namespace).Get(ctx, names.Advertisement(vpc, att, node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// hostLink is the node's host interface of the attachment (veth), nil
+// when there is none.
+func hostLink(t *testing.T, node *harness.Node, a *v1alpha1.VPCAttachment) netlink.Link {
+	t.Helper()
+	vpc, att := dataplane(a)
+	var l netlink.Link
+	if err := node.Do(func() error {
+		var err error
+		l, err = netlink.LinkByName(names.HostInterface(names.ModeVeth, vpc, att))
+		if errors.As(err, &netlink.LinkNotFoundError{}) {
+			l, err = nil, nil
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// records are the node's records.
+func records(t *testing.T, node *harness.Node) []state.Record {
+	t.Helper()
+	recs, err := state.NewStore(node.Settings.StateDir).List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// snapshot is a node's links, rules and routes as `ip` prints them, but
+// the IPv6 link-local ones the kernel adds on its own time.
+func snapshot(t *testing.T, node *harness.Node) string {
+	t.Helper()
+	var out strings.Builder
+	for _, args := range [][]string{{"-o", "link"}, {"rule"}, {"-6", "rule"}, {"route", "show", "table", "all"}, {"-6", "route", "show", "table", "all"}} {
+		s, err := node.Run("ip", args...)
+		if err != nil {
+			t.Fatalf("ip %v on %s: %v: %s", args, node.Name, err, s)
+		}
+		for _, line := range strings.SplitAfter(s, "\n") {
+			if !strings.Contains(line, "fe80:") {
+				out.WriteString(line)
+			}
+		}
+	}
+	return out.String()
+}
+
+// leaseRecord is a lease as pkg/handoff reads it.
+func leaseRecord(l *coordinationv1.Lease) handoff.Record { return handoff.RecordFromLease(l) }
+
+// addr is the first address of an attachment's status.
+func addr(a *v1alpha1.VPCAttachment) netip.Addr {
+	return netip.MustParsePrefix(string(a.Status.Addresses[0])).Addr()
+}
+
+// writeSettings writes node.Settings back to its node config file.
+func writeSettings(t *testing.T, node *harness.Node) {
+	t.Helper()
+	data, err := json.MarshalIndent(node.Settings, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(node.ConfigPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// routed is a node on the fabric with galactic-router running.
+type routed struct {
+	*harness.Node
+	Underlay netip.Addr
+}
+
+func newRouted(t *testing.T, env *harness.Env, f *harness.Fabric, name string) *routed {
+	t.Helper()
+	n := forwardingNode(t, env, name)
+	ul := f.Attach(t, n)
+	n.StartRouter(t, f.FabricRouterConfig(ul), "--resync", "2s")
+	return &routed{Node: n, Underlay: ul}
+}
+
+// forwardingNode is a node that forwards between its workloads, as
+// galactic's nodes must.
+func forwardingNode(t *testing.T, env *harness.Env, name string) *harness.Node {
+	t.Helper()
+	n := env.NewNode(t, name)
+	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+		t.Fatalf("enabling forwarding: %v %s", err, out)
+	}
+	return n
+}
