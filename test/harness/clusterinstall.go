@@ -94,7 +94,7 @@ data:
         { "type": "galactic-cni", "mode": "veth", "routing": "table", "mtu": 1450,
           "handoff": { "enabled": true, "waitSeconds": 30, "leaseSeconds": 60 },
           "capabilities": { "io.kubernetes.cri.pod-annotations": true } },
-        { "type": "galactic-bgp", "announce": "always",
+        { "type": "galactic-bgp",
           "capabilities": { "io.kubernetes.cri.pod-annotations": true } }
       ]
     }
