@@ -35,6 +35,10 @@ type Env struct {
 	BinDir string
 	Kube   kubernetes.Interface
 	API    *client.Clients
+
+	ctrlOnce sync.Once
+	ctrl     *Controller
+	ctrlErr  error
 }
 
 var (
@@ -52,8 +56,10 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Close stops the control plane and removes the built binaries.
+// Close stops the controller (if started), the control plane and removes
+// the built binaries.
 func (e *Env) Close() {
+	e.stopController()
 	e.CP.Stop()
 	_ = os.RemoveAll(e.BinDir)
 }

@@ -41,7 +41,7 @@ func TestAnAnnotatedPodIsAttachedByContainerdAndStopAndRemoveReleaseIt(t *testin
 		got.AttachmentUID != string(n.objects["web-0-net0"].UID) {
 		t.Fatalf("advertisement entry %+v, want containerd's sandbox ID and netns path: %+v", got, want)
 	}
-	if a.Spec.VNI != 10100 || !slices.Equal(a.Spec.Prefixes, want.Prefixes) {
+	if a.Spec.VNI != n.objects["web-0-net0"].Status.VNI || !slices.Equal(a.Spec.Prefixes, want.Prefixes) {
 		t.Fatalf("advertisement spec vni %d prefixes %v", a.Spec.VNI, a.Spec.Prefixes)
 	}
 	l := n.lease(t, "web-0-net0")

@@ -60,61 +60,21 @@ type criNode struct {
 	env  *harness.Env
 	node *harness.Node
 	ctd  *harness.Containerd
-	// objects are the VPCAttachments of the test, by name.
+	// objects are the VPCAttachments of the test, by name, in tenant's VPC.
 	objects map[string]*v1alpha1.VPCAttachment
+	tenant  *harness.Tenant
 }
 
-// attachment makes VPCAttachment name in VPC blue of podNamespace with
-// addrs and makes it ready as galactic-controller would (status through
-// the status subresource); the test's end deletes it.
+// attachment makes VPCAttachment name in VPC blue of podNamespace
+// requesting addrs, made Ready by galactic-controller; the test's end
+// deletes it.
 func (n *criNode) attachment(t *testing.T, name string, addrs ...string) {
 	t.Helper()
-	v := ensureVPC(t, n.env)
-	spec := v1alpha1.VPCAttachmentSpec{VPC: vpc}
-	for _, s := range addrs {
-		spec.Addresses = append(spec.Addresses, v1alpha1.IPAddress(s))
+	if n.tenant == nil {
+		n.env.StartController(t)
+		n.tenant = n.env.NewTenant(t, podNamespace, vpc, "10.20.0.0/16")
 	}
-	a, err := n.env.API.VPCAttachments(podNamespace).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = n.env.API.VPCAttachments(podNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	a.Status = v1alpha1.VPCAttachmentStatus{VNI: v.Status.VNI,
-		Dataplane:  &v1alpha1.Dataplane{VPC: v.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))},
-		Conditions: []metav1.Condition{readyCondition()}}
-	for _, s := range addrs {
-		a.Status.Addresses = append(a.Status.Addresses, v1alpha1.Prefix(s+"/16"))
-	}
-	if a, err = n.env.API.VPCAttachments(podNamespace).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	n.objects[name] = a
-}
-
-func readyCondition() metav1.Condition {
-	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}
-}
-
-// ensureVPC makes VPC blue (10.20.0.0/16, VNI 10100) of podNamespace ready
-// once for the package.
-func ensureVPC(t *testing.T, env *harness.Env) *v1alpha1.VPC {
-	t.Helper()
-	v, err := env.API.VPCs(podNamespace).Get(ctx, vpc, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		v, err = env.API.VPCs(podNamespace).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: []v1alpha1.CIDR{"10.20.0.0/16"}}}, metav1.CreateOptions{})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Status.DataplaneName == "" {
-		v.Status = v1alpha1.VPCStatus{VNI: 10100, DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: []metav1.Condition{readyCondition()}}
-		if v, err = env.API.VPCs(podNamespace).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return v
+	n.objects[name] = n.tenant.Attach(t, name, "", addrs...)
 }
 
 // dataplane are the node's names of attachment.

@@ -1,53 +1,23 @@
 package migration
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/handoff"
-	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
-// objectAttachments makes VPC blue in namespace ns with VNI vni and one
-// ready VPCAttachment per name and address, as galactic-controller would
-// make them ready (status through the status subresource).
-func objectAttachments(t *testing.T, env *harness.Env, ns string, vni int32, addrs map[string]string) map[string]*v1alpha1.VPCAttachment {
+// objectAttachments makes VPC blue (10.20.0.0/24) in namespace ns and one
+// VPCAttachment per name and address, made Ready by galactic-controller.
+func objectAttachments(t *testing.T, env *harness.Env, ns string, addrs map[string]string) map[string]*v1alpha1.VPCAttachment {
 	t.Helper()
-	ctx := context.Background()
-	_, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	v, err := env.API.VPCs(ns).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: []v1alpha1.CIDR{"10.20.0.0/24"}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready := []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}}
-	v.Status = v1alpha1.VPCStatus{VNI: vni, DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: ready}
-	if v, err = env.API.VPCs(ns).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	env.StartController(t)
+	tn := env.NewTenant(t, ns, vpc, "10.20.0.0/24")
 	out := map[string]*v1alpha1.VPCAttachment{}
 	for name, addr := range addrs {
-		a, err := env.API.VPCAttachments(ns).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1alpha1.VPCAttachmentSpec{VPC: vpc, Addresses: []v1alpha1.IPAddress{v1alpha1.IPAddress(addr)}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Status = v1alpha1.VPCAttachmentStatus{VNI: vni, Addresses: []v1alpha1.Prefix{v1alpha1.Prefix(addr + "/24")},
-			Dataplane:  &v1alpha1.Dataplane{VPC: v.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))},
-			Conditions: ready}
-		if a, err = env.API.VPCAttachments(ns).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		out[name] = a
+		out[name] = tn.Attach(t, name, "", addr)
 	}
 	return out
 }
@@ -60,7 +30,7 @@ func objectAttachments(t *testing.T, env *harness.Env, ns string, vni int32, add
 func TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRouteOnce(t *testing.T) {
 	cl := newCluster(t)
 	as := guestAssets(t)
-	objs := objectAttachments(t, cl.env, "tenant-mig", 20100, map[string]string{"vm": "10.20.0.5", "client": "10.20.0.7"})
+	objs := objectAttachments(t, cl.env, "tenant-mig", map[string]string{"vm": "10.20.0.5", "client": "10.20.0.7"})
 	vmAtt := attachment{name: "vm", address: "10.20.0.5/24", mode: "tap", object: objs["vm"]}
 	l := cl.bootVMOf(t, as, vmAtt)
 	clientAtt := attachment{name: "client", address: "10.20.0.7/24", mode: "veth", object: objs["client"]}

@@ -7,11 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +18,6 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -36,88 +33,13 @@ func TestMain(m *testing.M) { harness.Main(m) }
 
 var ctx = context.Background()
 
-// tenant is a namespace with one VPC.
-type tenant struct {
-	env *harness.Env
-	ns  string
-	vpc *v1alpha1.VPC
-}
-
-// lastVNI is the VNI the last VPC got: each gets another, as from
-// galactic-controller, so no two VPCs of the package's API server share one.
-var lastVNI atomic.Int32
-
-// newTenant makes namespace ns with VPC vpc over networks, made ready as
-// galactic-controller would: a VNI of its own and the VPC's data-plane
-// name, written through the status subresource.
-func newTenant(t *testing.T, env *harness.Env, ns, vpc string, networks ...v1alpha1.CIDR) *tenant {
+// setup is the package's environment with galactic-controller running:
+// it allocates the tests' VPCs and attachments.
+func setup(t *testing.T) *harness.Env {
 	t.Helper()
-	_, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	v, err := env.API.VPCs(ns).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: networks}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.API.VPCs(ns).Delete(context.Background(), vpc, metav1.DeleteOptions{}) })
-	v.Status = v1alpha1.VPCStatus{VNI: 1000 + lastVNI.Add(1), DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: []metav1.Condition{ready()}}
-	if v, err = env.API.VPCs(ns).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return &tenant{env: env, ns: ns, vpc: v}
-}
-
-func ready() metav1.Condition {
-	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}
-}
-
-// attach makes VPCAttachment name with addresses (IPs) in the tenant's VPC
-// and makes it ready as galactic-controller would: each address with its
-// network's prefix length, the VNI and the data-plane names.
-func (tn *tenant) attach(t *testing.T, name string, policy v1alpha1.ReclaimPolicy, addrs ...string) *v1alpha1.VPCAttachment {
-	t.Helper()
-	spec := v1alpha1.VPCAttachmentSpec{VPC: tn.vpc.Name, ReclaimPolicy: policy}
-	for _, a := range addrs {
-		spec.Addresses = append(spec.Addresses, v1alpha1.IPAddress(a))
-	}
-	a, err := tn.env.API.VPCAttachments(tn.ns).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = tn.env.API.VPCAttachments(tn.ns).Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	a.Status.VNI = tn.vpc.Status.VNI
-	for _, s := range addrs {
-		addr := netip.MustParseAddr(s)
-		for _, n := range tn.vpc.Spec.Networks {
-			if p := netip.MustParsePrefix(string(n)); p.Contains(addr) {
-				a.Status.Addresses = append(a.Status.Addresses, v1alpha1.Prefix(netip.PrefixFrom(addr, p.Bits()).String()))
-			}
-		}
-	}
-	a.Status.Dataplane = &v1alpha1.Dataplane{VPC: tn.vpc.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))}
-	a.Status.Conditions = []metav1.Condition{ready()}
-	if a, err = tn.env.API.VPCAttachments(tn.ns).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-// remove deletes an attachment and waits until it is gone.
-func (tn *tenant) remove(t *testing.T, name string) {
-	t.Helper()
-	if err := tn.env.API.VPCAttachments(tn.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "VPCAttachment "+tn.ns+"/"+name+" gone", func() error {
-		_, err := tn.env.API.VPCAttachments(tn.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there (%v)", err)
-	})
+	env := harness.Setup(t)
+	env.StartController(t)
+	return env
 }
 
 // eventually polls cond every 50 ms until it returns nil or limit passes.

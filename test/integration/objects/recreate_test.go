@@ -1,14 +1,16 @@
 package objects
 
 import (
-	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
@@ -31,14 +33,20 @@ func galacticCNI(t *testing.T, env *harness.Env, node *harness.Node, args ...str
 }
 
 func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPredecessor(t *testing.T) {
-	env := harness.Setup(t)
+	env := setup(t)
 	for _, policy := range []v1alpha1.ReclaimPolicy{v1alpha1.ReclaimDelete, v1alpha1.ReclaimRetain} {
 		t.Run(string(policy), func(t *testing.T) {
 			node := env.NewNode(t, "node-a")
 			podNetwork(t, node, true)
 			ns := "recreate-" + strings.ToLower(string(policy))
-			tn := newTenant(t, env, ns, "blue", "10.20.0.0/16")
-			old := tn.attach(t, "web", policy, "10.20.0.5")
+			tn := env.NewTenant(t, ns, "blue", "10.20.0.0/16")
+			// Under Retain the controller picks the address, and gives the
+			// successor the same one; under Delete it is requested.
+			var want []string
+			if policy == v1alpha1.ReclaimDelete {
+				want = []string{"10.20.0.5"}
+			}
+			old := tn.Attach(t, "web", policy, want...)
 			first := newPod(t, ns, "web-0", map[string]string{"network.galactic.dev/attachment": "web"})
 			first.mustAdd(t, node)
 			galacticCNI(t, env, node, "available", "--namespace", ns, "--attachment", "web", "--container", first.id())
@@ -48,16 +56,11 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			}
 			oldLink := hostLink(t, node, old)
 			oldAdv := advertisementOf(t, env, old, "node-a")
-			t.Cleanup(func() {
-				// What galactic-controller deletes of a reclaimed attachment.
-				_ = env.API.Leases(harness.Namespace).Delete(context.Background(), oldLease.Name, metav1.DeleteOptions{})
-				_ = env.API.BGPAdvertisements(harness.Namespace).Delete(context.Background(), oldAdv.Name, metav1.DeleteOptions{})
-			})
 
 			// The first pod goes while the API server is out of reach: its
-			// lease (held, available) and advertisement stay behind, as
-			// after a node's crash. Then the attachment is deleted and made
-			// again with the same name: a new UID.
+			// lease (held, available) and advertisement entry stay behind,
+			// as after a node's crash. Deleting the attachment waits while
+			// they are live.
 			if err := node.SetAPIReachable(false); err != nil {
 				t.Fatal(err)
 			}
@@ -65,28 +68,57 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			if err := node.SetAPIReachable(true); err != nil {
 				t.Fatal(err)
 			}
-			tn.remove(t, "web")
-			recreated := tn.attach(t, "web", policy, "10.20.0.5")
+			if err := env.API.VPCAttachments(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the deleted attachment held while in use", func() error {
+				a, err := env.API.VPCAttachments(ns).Get(ctx, "web", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionHolderAvailable)
+				if a.DeletionTimestamp == nil || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonHolderTerminating {
+					return fmt.Errorf("deleting %v, HolderAvailable %+v", a.DeletionTimestamp, c)
+				}
+				return nil
+			})
+			// Released by their own rules: the sandbox's network namespace
+			// goes, galactic-gc prunes the dead entry, and the lease
+			// expires; then the controller reclaims the attachment.
+			first.Delete()
+			gcOnce(t, env, node)
+			tn.WaitGone(t, "web", 2*time.Minute)
+			if leaseOf(t, env, old) != nil || advertisementOf(t, env, old, "node-a") != nil {
+				t.Fatal("the reclaimed attachment's lease or advertisement is left")
+			}
+
+			recreated := tn.Attach(t, "web", policy, want...)
 			if recreated.UID == old.UID || recreated.Status.Dataplane.Attachment == old.Status.Dataplane.Attachment {
 				t.Fatalf("the recreated attachment has the old identity: %s %s", recreated.UID, recreated.Status.Dataplane.Attachment)
 			}
-
 			second := newPod(t, ns, "web-0", map[string]string{"network.galactic.dev/attachment": "web"})
 			second.mustAdd(t, node)
 			// A fresh lease history: another lease, token 1, not available.
 			l := leaseOf(t, env, recreated)
 			rec := leaseRecord(l)
 			if l.Name == oldLease.Name || rec.LeaseTransitions != 1 || rec.HolderIdentity != names.Holder("node-a", second.id()) || rec.Identity.UID != string(recreated.UID) {
-				t.Fatalf("the new holder's lease %s: %+v (the predecessor's is %s)", l.Name, rec, oldLease.Name)
+				t.Fatalf("the new holder's lease %s: %+v (the predecessor's was %s)", l.Name, rec, oldLease.Name)
 			}
 			if st, reason, _ := handoff.AvailabilityOf(l, string(recreated.UID), rec.HolderIdentity, 1); st != metav1.ConditionFalse || reason != handoff.ReasonAcquired {
 				t.Fatalf("the new holder starts %s (%s), want not available", st, reason)
 			}
-			// The predecessor's lease is left to its own release, untouched.
-			if now := leaseOf(t, env, old); now == nil || now.ResourceVersion != oldLease.ResourceVersion {
-				t.Errorf("the predecessor's lease was written: %+v", now)
-			}
-			// Another host interface, carrying the new UID; the old one is gone.
+			eventually(t, 30*time.Second, "the recreated attachment's status shows its holder not available", func() error {
+				a, err := env.API.VPCAttachments(ns).Get(ctx, "web", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionHolderAvailable)
+				if a.Status.Holder == nil || a.Status.Holder.Node != "node-a" || a.Status.Holder.Generation != 1 || c == nil || c.Status != metav1.ConditionFalse {
+					return fmt.Errorf("holder %+v, HolderAvailable %+v", a.Status.Holder, c)
+				}
+				return nil
+			})
+			// Another host interface, carrying the new UID.
 			link := hostLink(t, node, recreated)
 			if link == nil || link.Attrs().Name == oldLink.Attrs().Name || !strings.HasSuffix(link.Attrs().Alias, "/"+string(recreated.UID)) {
 				t.Fatalf("the new host interface %v (alias %q), the predecessor's %s", link, aliasOf(link), oldLink.Attrs().Name)
@@ -94,14 +126,11 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			if hostLink(t, node, old) != nil {
 				t.Errorf("the predecessor's host interface %s is still there", oldLink.Attrs().Name)
 			}
-			// Its own advertisement, its own entry; the predecessor's is left alone.
+			// Its own advertisement, its own entry.
 			adv := advertisementOf(t, env, recreated, "node-a")
 			if adv == nil || adv.Name == oldAdv.Name || adv.Labels[v1alpha1.LabelAttachmentUID] != string(recreated.UID) ||
 				len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].ContainerID != second.id() || adv.Spec.Containers[0].AttachmentUID != string(recreated.UID) || adv.Spec.Containers[0].HolderGeneration != 1 {
 				t.Fatalf("the new advertisement: %+v", adv)
-			}
-			if now := advertisementOf(t, env, old, "node-a"); now == nil || now.ResourceVersion != oldAdv.ResourceVersion {
-				t.Errorf("the predecessor's advertisement was written: %+v", now)
 			}
 			if policy == v1alpha1.ReclaimRetain && addr(recreated) != addr(old) {
 				t.Errorf("under Retain the address is %s, was %s", addr(recreated), addr(old))
@@ -112,6 +141,16 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			second.check(t, node)
 			second.del(t, node)
 		})
+	}
+}
+
+// gcOnce runs one galactic-gc pass on node.
+func gcOnce(t *testing.T, env *harness.Env, node *harness.Node) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"), "--config", node.ConfigPath, "--once")
+	cmd.Env = append(os.Environ(), node.Environ()...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("galactic-gc --once on %s: %v\n%s", node.Name, err, out)
 	}
 }
 

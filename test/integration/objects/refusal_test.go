@@ -13,12 +13,14 @@ import (
 )
 
 func TestAPodNamingAnotherNamespacesAttachmentOrChoosingItsNetworkIsRefusedAndTouchesNothing(t *testing.T) {
-	env := harness.Setup(t)
+	env := setup(t)
 	node := env.NewNode(t, "node-a")
 	podNetwork(t, node, true)
-	tenantA := newTenant(t, env, "tenant-a", "blue", "10.20.0.0/16")
-	newTenant(t, env, "mallory", "blue", "10.20.0.0/16")
-	web := tenantA.attach(t, "web", v1alpha1.ReclaimDelete, "10.20.0.5")
+	tenantA := env.NewTenant(t, "tenant-a", "blue", "10.20.0.0/16")
+	env.NewTenant(t, "mallory", "blue", "10.20.0.0/16")
+	web := tenantA.Attach(t, "web", v1alpha1.ReclaimDelete, "10.20.0.5")
+	// An attachment the controller cannot make Ready: its VPC does not exist.
+	tenantA.AttachUnready(t, "lost", "green", v1alpha1.ReasonVPCNotFound)
 
 	owner := newPod(t, "tenant-a", "web-0", map[string]string{"network.galactic.dev/attachment": "web"})
 	owner.mustAdd(t, node)
@@ -48,6 +50,8 @@ func TestAPodNamingAnotherNamespacesAttachmentOrChoosingItsNetworkIsRefusedAndTo
 			types.ErrInvalidNetworkConfig, []string{"network.galactic.dev/vni is refused", "status.vni"}},
 		{"a pod lifts its source check", "tenant-a", map[string]string{"network.galactic.dev/attachment": "web", "network.galactic.dev/allowed-source-prefixes": "0.0.0.0/0"},
 			types.ErrInvalidNetworkConfig, []string{"network.galactic.dev/allowed-source-prefixes is refused", "spec.allowedSourcePrefixes"}},
+		{"a pod names an attachment that is not Ready", "tenant-a", map[string]string{"network.galactic.dev/attachment": "lost"},
+			types.ErrTryAgainLater, []string{"VPCAttachment tenant-a/lost is not Ready", "VPCNotFound"}},
 		{"a pod names nothing", "tenant-a", map[string]string{},
 			types.ErrInvalidNetworkConfig, []string{"annotate the pod with network.galactic.dev/attachment"}},
 	} {
@@ -88,10 +92,10 @@ func TestAPodNamingAnotherNamespacesAttachmentOrChoosingItsNetworkIsRefusedAndTo
 }
 
 func TestAVMMsStanzaNamesAVPCAttachmentAndANodeThatRequiresObjectsRefusesInlineOnes(t *testing.T) {
-	env := harness.Setup(t)
+	env := setup(t)
 	node := env.NewNode(t, "node-a")
-	tn := newTenant(t, env, "tenant-a", "blue", "10.20.0.0/16", "fd20::/48")
-	vm := tn.attach(t, "vm-0", v1alpha1.ReclaimDelete, "10.20.0.5", "fd20::5")
+	tn := env.NewTenant(t, "tenant-a", "blue", "10.20.0.0/16", "fd20::/48")
+	vm := tn.Attach(t, "vm-0", v1alpha1.ReclaimDelete, "10.20.0.5", "fd20::5")
 	node.WriteConflist(t, map[string]any{"cniVersion": "1.1.0", "name": "vm-0", "plugins": []any{
 		map[string]any{"type": "galactic-cni", "namespace": "tenant-a", "attachment": "vm-0", "mode": "tap", "routing": "table", "handoff": handoffConf},
 		map[string]any{"type": "galactic-bgp", "namespace": "tenant-a", "attachment": "vm-0"},

@@ -12,17 +12,17 @@ import (
 )
 
 func TestAPodWithTwoAttachmentsPingsOverBothAndItsReAddWithBSwappedForCKeepsA(t *testing.T) {
-	env := harness.Setup(t)
+	env := setup(t)
 	node := forwardingNode(t, env, "node-a")
 	podNetwork(t, node, true)
 	// Three VPCs of one tenant, a peer pod in each.
-	blue := newTenant(t, env, "tenant-a", "blue", "10.20.0.0/16")
-	green := newTenant(t, env, "tenant-a", "green", "10.30.0.0/16")
-	red := newTenant(t, env, "tenant-a", "red", "10.40.0.0/16")
-	a, b, c := blue.attach(t, "a", v1alpha1.ReclaimDelete, "10.20.0.5"), green.attach(t, "b", v1alpha1.ReclaimDelete, "10.30.0.5"), red.attach(t, "c", v1alpha1.ReclaimDelete, "10.40.0.5")
+	blue := env.NewTenant(t, "tenant-a", "blue", "10.20.0.0/16")
+	green := env.NewTenant(t, "tenant-a", "green", "10.30.0.0/16")
+	red := env.NewTenant(t, "tenant-a", "red", "10.40.0.0/16")
+	a, b, c := blue.Attach(t, "a", v1alpha1.ReclaimDelete, "10.20.0.5"), green.Attach(t, "b", v1alpha1.ReclaimDelete, "10.30.0.5"), red.Attach(t, "c", v1alpha1.ReclaimDelete, "10.40.0.5")
 	var peers []*pod
-	for _, tn := range []*tenant{blue, green, red} {
-		peer := tn.attach(t, tn.vpc.Name+"-peer", v1alpha1.ReclaimDelete, map[string]string{"blue": "10.20.0.6", "green": "10.30.0.6", "red": "10.40.0.6"}[tn.vpc.Name])
+	for _, tn := range []*harness.Tenant{blue, green, red} {
+		peer := tn.Attach(t, tn.VPC.Name+"-peer", v1alpha1.ReclaimDelete, map[string]string{"blue": "10.20.0.6", "green": "10.30.0.6", "red": "10.40.0.6"}[tn.VPC.Name])
 		p := newPod(t, "tenant-a", peer.Name, map[string]string{"network.galactic.dev/attachment": peer.Name})
 		p.mustAdd(t, node)
 		peers = append(peers, p)

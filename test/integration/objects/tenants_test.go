@@ -15,7 +15,7 @@ import (
 var marker = []byte("galactic")
 
 func TestTwoTenantsVPCBlueWithTheSameNamesAndAddressesOnTwoNodesEachReachOnlyTheirOwnPeer(t *testing.T) {
-	env := harness.Setup(t)
+	env := setup(t)
 	harness.RequireFRR(t)
 	f := harness.NewFabric(t)
 	a := newRouted(t, env, f, "node-a")
@@ -27,10 +27,10 @@ func TestTwoTenantsVPCBlueWithTheSameNamesAndAddressesOnTwoNodesEachReachOnlyThe
 	// tenant-a's web is on node-a and its peer on node-b; tenant-b's the
 	// other way round, so each node holds 10.20.0.5 of one tenant and
 	// 10.20.0.6 of the other.
-	ta := newTenant(t, env, "tenant-a", "blue", "10.20.0.0/16")
-	tb := newTenant(t, env, "tenant-b", "blue", "10.20.0.0/16")
-	webA, peerA := ta.attach(t, "web", v1alpha1.ReclaimDelete, "10.20.0.5"), ta.attach(t, "peer", v1alpha1.ReclaimDelete, "10.20.0.6")
-	webB, peerB := tb.attach(t, "web", v1alpha1.ReclaimDelete, "10.20.0.5"), tb.attach(t, "peer", v1alpha1.ReclaimDelete, "10.20.0.6")
+	ta := env.NewTenant(t, "tenant-a", "blue", "10.20.0.0/16")
+	tb := env.NewTenant(t, "tenant-b", "blue", "10.20.0.0/16")
+	webA, peerA := ta.Attach(t, "web", v1alpha1.ReclaimDelete, "10.20.0.5"), ta.Attach(t, "peer", v1alpha1.ReclaimDelete, "10.20.0.6")
+	webB, peerB := tb.Attach(t, "web", v1alpha1.ReclaimDelete, "10.20.0.5"), tb.Attach(t, "peer", v1alpha1.ReclaimDelete, "10.20.0.6")
 
 	podWebA := newPod(t, "tenant-a", "web-0", map[string]string{"network.galactic.dev/attachment": "web"})
 	podPeerB := newPod(t, "tenant-b", "peer-0", map[string]string{"network.galactic.dev/attachment": "peer"})
