@@ -35,9 +35,11 @@ func (k NodeKernel) SyncFilter() (filter.SyncResult, error) {
 	var atts []filter.Attachment
 	for _, r := range recs {
 		a := hostif.RecordFilter(r)
-		if ok, err := k.LinkExists(a.Interface); err != nil {
+		// Only the interface's own identity's elements: a record of a
+		// predecessor of the same names allows nothing on a successor's.
+		if l, err := k.Link(a.Interface); err != nil {
 			return filter.SyncResult{}, err
-		} else if ok {
+		} else if l.Found && (!l.Galactic || l.UID == r.AttachmentUID) {
 			atts = append(atts, a)
 		}
 	}

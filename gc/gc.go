@@ -19,7 +19,10 @@ type Tap struct {
 	Index      int
 	VPC        string
 	Attachment string
-	Carrier    bool
+	// UID is the VPCAttachment's its ifalias carries; empty for an inline
+	// attachment's tap.
+	UID     string
+	Carrier bool
 	// Holders are the processes with a tun fd bound to the tap.
 	Holders []int
 }
@@ -33,14 +36,23 @@ type Kernel interface {
 	Taps() ([]Tap, error)
 	// Tap re-reads one tap; ok is false when it is gone.
 	Tap(name string) (t Tap, ok bool, err error)
-	// LinkExists reports whether a host interface exists.
-	LinkExists(name string) (bool, error)
+	// Link reports whether a host interface exists and whose it is.
+	Link(name string) (Link, error)
 	// Release undoes what galactic-cni set up for a record whose container
 	// is gone: host interface if still there, rules, and the routing domain
 	// with its last attachment. It must tolerate what is already gone.
 	Release(rec state.Record) error
 	// RemoveTap removes a tap that no record describes.
 	RemoveTap(t Tap) error
+}
+
+// Link is what the collector needs to know of a host interface.
+type Link struct {
+	Found bool
+	// Galactic says its ifalias is galactic's; UID is the VPCAttachment's
+	// UID it carries, empty for an inline attachment's.
+	Galactic bool
+	UID      string
 }
 
 // PruneResult says what pruning one advertisement changed.
@@ -122,7 +134,10 @@ type Report struct {
 	Errors map[string]int
 }
 
-type attachmentKey struct{ vpc, attachment string }
+// attachmentKey is one identity's attachment: the names and the UID. A
+// record, tap or entry of the same names and another UID is another
+// identity's (a predecessor's or a successor's), judged by its own rules.
+type attachmentKey struct{ vpc, attachment, uid string }
 
 // Pass runs one GC pass. It returns an error when any step failed; what
 // could be done was done.
@@ -150,7 +165,7 @@ func (c *Collector) Pass(ctx context.Context) (Report, error) {
 	liveRecord := map[attachmentKey]bool{}
 	for _, rec := range records {
 		if c.Live(rec.Netns) {
-			liveRecord[attachmentKey{rec.VPC, rec.Attachment}] = true
+			liveRecord[attachmentKey{rec.VPC, rec.Attachment, rec.AttachmentUID}] = true
 		}
 	}
 
@@ -165,7 +180,7 @@ func (c *Collector) Pass(ctx context.Context) (Report, error) {
 		adv := &advs[i]
 		for _, e := range adv.Spec.Containers {
 			if c.Live(e.Netns) {
-				advertisedHere[attachmentKey{adv.Spec.VPC, adv.Spec.Attachment}] = true
+				advertisedHere[attachmentKey{adv.Spec.VPC, adv.Spec.Attachment, e.AttachmentUID}] = true
 			}
 		}
 		res, err := c.Adverts.Prune(ctx, adv)
@@ -204,13 +219,15 @@ func (c *Collector) collectRecords(store state.Store, records []state.Record, r 
 		if c.Live(rec.Netns) {
 			continue
 		}
-		exists, err := c.Kernel.LinkExists(rec.HostInterface)
+		l, err := c.Kernel.Link(rec.HostInterface)
 		if err != nil {
 			fail("links", err)
 			continue
 		}
-		if exists {
-			// A tap outlives its container by design; the tap reclaim decides.
+		if l.Found && (!l.Galactic || l.UID == rec.AttachmentUID) {
+			// A tap outlives its container by design; the tap reclaim
+			// decides. An interface of the name carrying another UID is
+			// another identity's: this record's own is gone.
 			continue
 		}
 		if err := c.Kernel.Release(rec); err != nil {
@@ -242,7 +259,7 @@ func (c *Collector) collectTaps(ctx context.Context, store state.Store, mem *mem
 			continue
 		}
 		r.TapsDetached++
-		key := attachmentKey{t.VPC, t.Attachment}
+		key := attachmentKey{t.VPC, t.Attachment, t.UID}
 		switch {
 		case !mem.see(t.Name, t.Index):
 			keep(t, KeptFirstSighting)
@@ -301,7 +318,7 @@ func (c *Collector) recheck(ctx context.Context, store state.Store, t Tap) (stri
 	}
 	var mine []state.Record
 	for _, rec := range records {
-		if rec.VPC != t.VPC || rec.Attachment != t.Attachment {
+		if rec.VPC != t.VPC || rec.Attachment != t.Attachment || rec.AttachmentUID != t.UID {
 			continue
 		}
 		if c.Live(rec.Netns) {
@@ -315,7 +332,7 @@ func (c *Collector) recheck(ctx context.Context, store state.Store, t Tap) (stri
 	}
 	if adv != nil {
 		for _, e := range adv.Spec.Containers {
-			if c.Live(e.Netns) {
+			if e.AttachmentUID == t.UID && c.Live(e.Netns) {
 				return KeptAdvertisedHere, nil, nil
 			}
 		}

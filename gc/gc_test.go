@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
@@ -14,8 +15,11 @@ import (
 )
 
 type fakeKernel struct {
-	taps     map[string]Tap
-	links    map[string]bool
+	taps  map[string]Tap
+	links map[string]bool
+	// uids are galactic host interfaces (not taps) by name, with the UID
+	// their ifalias carries.
+	uids     map[string]string
 	released []string
 	removed  []string
 }
@@ -33,14 +37,22 @@ func (k *fakeKernel) Tap(name string) (Tap, bool, error) {
 	return t, ok, nil
 }
 
-func (k *fakeKernel) LinkExists(name string) (bool, error) {
-	_, tap := k.taps[name]
-	return tap || k.links[name], nil
+func (k *fakeKernel) Link(name string) (Link, error) {
+	if t, tap := k.taps[name]; tap {
+		return Link{Found: true, Galactic: true, UID: t.UID}, nil
+	}
+	if uid, ok := k.uids[name]; ok {
+		return Link{Found: true, Galactic: true, UID: uid}, nil
+	}
+	return Link{Found: k.links[name]}, nil
 }
 
 func (k *fakeKernel) Release(rec state.Record) error {
 	k.released = append(k.released, rec.ContainerID)
-	delete(k.taps, rec.HostInterface)
+	// As hostif's Teardown: another identity's interface of the name stays.
+	if t, ok := k.taps[rec.HostInterface]; ok && t.UID == rec.AttachmentUID {
+		delete(k.taps, rec.HostInterface)
+	}
 	return nil
 }
 
@@ -292,5 +304,96 @@ func TestADeadHoldersLeaseIsReleasedOnceAndCountedOnce(t *testing.T) {
 	}
 	if len(leases.released) != 1 {
 		t.Fatalf("released %v", leases.released)
+	}
+}
+
+// A predecessor's leftovers (UID "old") and a successor's (UID "new") of
+// the same names are judged each by its own identity.
+
+func TestALiveRecordOrEntryOfAnotherUIDDoesNotKeepAPredecessorsTap(t *testing.T) {
+	w := newWorld(t)
+	old := detachedTap("gt1", 7)
+	old.UID = "old"
+	w.kernel.taps["gt1"] = old
+	w.live["/var/run/netns/c2"] = true
+	if err := w.store.Put(state.Record{ContainerID: "c2", IfName: "net0", Netns: "/var/run/netns/c2", VPC: "blue", Attachment: "web-0",
+		AttachmentUID: "new", HostInterface: "gv2"}); err != nil {
+		t.Fatal(err)
+	}
+	w.kernel.uids = map[string]string{"gv2": "new"}
+	w.advs.items = []v1alpha1.BGPAdvertisement{{Spec: v1alpha1.BGPAdvertisementSpec{VPC: "blue", Attachment: "web-0", Node: "a",
+		Containers: []v1alpha1.ContainerEntry{{ContainerID: "c2", IfName: "net0", Netns: "/var/run/netns/c2", AttachmentUID: "new"}}}}}
+	w.pass(t)
+	if r := w.pass(t); r.TapsReclaimed != 1 {
+		t.Fatalf("the predecessor's tap should be reclaimed on its own rules: %+v", r)
+	}
+	if len(w.kernel.released) != 0 {
+		t.Fatalf("the successor's live record was released with the predecessor's tap: %v", w.kernel.released)
+	}
+	if _, ok, _ := w.store.Get("c2", "net0"); !ok {
+		t.Fatal("the successor's record is gone")
+	}
+}
+
+func TestATapIsKeptByALiveRecordOrEntryOfItsOwnUID(t *testing.T) {
+	for _, by := range []string{"record", "entry"} {
+		t.Run(by, func(t *testing.T) {
+			w := newWorld(t)
+			tp := detachedTap("gt1", 7)
+			tp.UID = "new"
+			w.kernel.taps["gt1"] = tp
+			w.live["/var/run/netns/c2"] = true
+			if by == "record" {
+				_ = w.store.Put(state.Record{ContainerID: "c2", IfName: "net0", Netns: "/var/run/netns/c2", VPC: "blue", Attachment: "web-0", AttachmentUID: "new", HostInterface: "gt1"})
+			} else {
+				w.advs.items = []v1alpha1.BGPAdvertisement{{Spec: v1alpha1.BGPAdvertisementSpec{VPC: "blue", Attachment: "web-0", Node: "a",
+					Containers: []v1alpha1.ContainerEntry{{ContainerID: "c2", IfName: "net0", Netns: "/var/run/netns/c2", AttachmentUID: "new"}}}}}
+			}
+			w.pass(t)
+			if r := w.pass(t); r.TapsReclaimed != 0 {
+				t.Fatalf("%+v", r)
+			}
+		})
+	}
+}
+
+func TestAPredecessorsTapIsReclaimedWithItsOwnDeadRecordsOnly(t *testing.T) {
+	w := newWorld(t)
+	old := detachedTap("gt1", 7)
+	old.UID = "old"
+	w.kernel.taps["gt1"] = old
+	_ = w.store.Put(state.Record{ContainerID: "a", IfName: "net0", Netns: "/gone-a", VPC: "blue", Attachment: "web-0", AttachmentUID: "old", HostInterface: "gt1"})
+	// A dead record of the successor whose own interface is gone: the
+	// records pass removes it, the tap's reclaim does not count it.
+	_ = w.store.Put(state.Record{ContainerID: "b", IfName: "net0", Netns: "/gone-b", VPC: "blue", Attachment: "web-0", AttachmentUID: "new", HostInterface: "gt1"})
+	w.pass(t)
+	r := w.pass(t)
+	if r.TapsReclaimed != 1 || !slices.Contains(w.kernel.released, "a") {
+		t.Fatalf("the predecessor's tap and record: %+v, released %v", r, w.kernel.released)
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, ok, _ := w.store.Get(id, "net0"); ok {
+			t.Errorf("record %s left", id)
+		}
+	}
+}
+
+func TestADeadRecordWhoseInterfaceNowCarriesAnotherUIDIsReleased(t *testing.T) {
+	w := newWorld(t)
+	// The predecessor's dead record; its host interface's name now
+	// carries the successor's UID (an adopted inline attachment's
+	// interface, say): the record's own interface is gone.
+	_ = w.store.Put(state.Record{ContainerID: "old", IfName: "eth0", Netns: "/gone", Mode: "veth", VPC: "blue", Attachment: "web-0", HostInterface: "gv1"})
+	w.kernel.uids = map[string]string{"gv1": "new"}
+	if r := w.pass(t); r.RecordsRemoved != 1 || len(w.kernel.released) != 1 {
+		t.Fatalf("%+v, released %v", r, w.kernel.released)
+	}
+	// Its own identity's interface keeps a dead record (a tap outlives its
+	// container; the tap reclaim decides).
+	w = newWorld(t)
+	_ = w.store.Put(state.Record{ContainerID: "c", IfName: "net0", Netns: "/gone", Mode: "tap", VPC: "blue", Attachment: "web-0", AttachmentUID: "new", HostInterface: "gv1"})
+	w.kernel.uids = map[string]string{"gv1": "new"}
+	if r := w.pass(t); r.RecordsRemoved != 0 || len(w.kernel.released) != 0 {
+		t.Fatalf("%+v, released %v", r, w.kernel.released)
 	}
 }

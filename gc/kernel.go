@@ -27,13 +27,13 @@ func tapOf(l netlink.Link, holders map[string][]int) (Tap, bool) {
 	if _, isTap := l.(*netlink.Tuntap); !isTap || !names.IsHostInterface(names.ModeTap, l.Attrs().Name) {
 		return Tap{}, false
 	}
-	vpc, att, ok := names.ParseAlias(l.Attrs().Alias)
+	vpc, att, uid, ok := names.ParseAliasUID(l.Attrs().Alias)
 	if !ok {
 		// Galactic's name without galactic's alias: not ours to judge.
 		return Tap{}, false
 	}
 	st := tap.StatusOf(l, holders)
-	return Tap{Name: st.Name, Index: st.Index, VPC: vpc, Attachment: att, Carrier: st.Carrier, Holders: st.Holders}, true
+	return Tap{Name: st.Name, Index: st.Index, VPC: vpc, Attachment: att, UID: uid, Carrier: st.Carrier, Holders: st.Holders}, true
 }
 
 // Taps lists the galactic taps: name and ifalias must both say so.
@@ -72,13 +72,18 @@ func (k NodeKernel) Tap(name string) (Tap, bool, error) {
 	return t, ok, nil
 }
 
-// LinkExists reports whether a device of that name exists.
-func (k NodeKernel) LinkExists(name string) (bool, error) {
-	_, err := netlinksafe.LinkByName(name)
+// Link reports whether a device of that name exists, and the identity
+// its ifalias names.
+func (k NodeKernel) Link(name string) (Link, error) {
+	l, err := netlinksafe.LinkByName(name)
 	if errors.As(err, &netlink.LinkNotFoundError{}) {
-		return false, nil
+		return Link{}, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return Link{}, err
+	}
+	_, _, uid, ok := names.ParseAliasUID(l.Attrs().Alias)
+	return Link{Found: true, Galactic: ok, UID: uid}, nil
 }
 
 // Release undoes a dead container's record as galactic-cni DEL would.
@@ -100,7 +105,12 @@ func (h HandoffLeases) lock(rec state.Record) (*handoff.Lock, handoff.Grant, err
 	if d <= 0 {
 		d = 60 * time.Second
 	}
-	l, err := handoff.New(h.Leases, h.Namespace, names.Lease(rec.VPC, rec.Attachment), handoff.Options{LeaseDuration: d})
+	// A lease of another UID is never renewed or released for this record.
+	opts := handoff.Options{LeaseDuration: d}
+	if rec.AttachmentUID != "" {
+		opts.Identity = handoff.Identity{Namespace: rec.Namespace, UID: rec.AttachmentUID}
+	}
+	l, err := handoff.New(h.Leases, h.Namespace, names.Lease(rec.VPC, rec.Attachment), opts)
 	return l, handoff.Grant{Holder: rec.Holder, Token: rec.HolderGeneration}, err
 }
 

@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strconv"
 	"testing"
@@ -100,5 +101,41 @@ func TestARenewalKeepsTheHoldersAvailabilityReportAndNodeLabel(t *testing.T) {
 	}
 	if after.Labels[names.LabelHolderNode] != "node-a" {
 		t.Errorf("holder-node label %q", after.Labels[names.LabelHolderNode])
+	}
+}
+
+func TestALeaseOfAnotherUIDIsNeitherRenewedNorReleasedForARecord(t *testing.T) {
+	ctx := context.Background()
+	leases := &fakeLeaseClient{leases: map[string]*coordinationv1.Lease{}}
+	name := names.Lease("blue", "web-0-net0")
+	// The successor (UID "new") holds the lease of the same names, with
+	// the holder and token the predecessor's record remembers.
+	lock, err := handoff.New(leases, "galactic-system", name, handoff.Options{LeaseDuration: time.Minute,
+		Identity: handoff.Identity{Namespace: "tenant-a", UID: "new"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := lock.TryAcquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := leases.Get(ctx, name, metav1.GetOptions{})
+
+	h := HandoffLeases{Leases: leases, Namespace: "galactic-system"}
+	rec := state.Record{VPC: "blue", Attachment: "web-0-net0", Namespace: "tenant-a", AttachmentUID: "old",
+		Holder: g.Holder, HolderGeneration: g.Token, LeaseSeconds: 60}
+	if err := h.Renew(ctx, rec); !errors.Is(err, handoff.ErrLost) {
+		t.Errorf("renewing another UID's lease: %v, want ErrLost", err)
+	}
+	if err := h.Release(ctx, rec); !errors.Is(err, handoff.ErrLost) {
+		t.Errorf("releasing another UID's lease: %v, want ErrLost", err)
+	}
+	if after, _ := leases.Get(ctx, name, metav1.GetOptions{}); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the successor's lease was written: %+v", after.Spec)
+	}
+	// Its own record renews it.
+	rec.AttachmentUID = "new"
+	if err := h.Renew(ctx, rec); err != nil {
+		t.Errorf("renewing its own UID's lease: %v", err)
 	}
 }
