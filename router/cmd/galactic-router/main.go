@@ -57,6 +57,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	}
 	cfgPath := fs.String("config", "", "router config (default $"+config.EnvConfig+" or "+config.DefaultPath+")")
 	resync := fs.Duration("resync", 30*time.Second, "longest time the kernel and the status go unchecked without an event")
+	ribWait := fs.Duration("rib-wait", 30*time.Second, "how long a started router waits for every peer's End-of-RIB once one has sent it, before judging the routes it found")
 	bootIDFile := fs.String("boot-id-file", router.BootIDPath, "where the kernel's boot ID is read: a new one means the node rebooted and saved paths are not replayed")
 	nodeConfig := fs.String("node-config", "", "node settings file (default $"+settings.EnvConfig+" or "+settings.DefaultConfig+")")
 	underlay := fs.String("underlay", "", "the underlay address when the config has none (a reflector set's shared config takes each host's)")
@@ -96,7 +97,10 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 		if *resync <= 0 {
 			return fmt.Errorf("--resync must be positive, got %s", *resync)
 		}
-		return serve(cfg, node, *resync, *bootIDFile)
+		if *ribWait <= 0 {
+			return fmt.Errorf("--rib-wait must be positive, got %s", *ribWait)
+		}
+		return serve(cfg, node, *resync, *ribWait, *bootIDFile)
 	case "drain":
 		return drain(node, stdout)
 	}
@@ -104,7 +108,7 @@ func run(args []string, getenv func(string) string, stdout io.Writer) error {
 	return fmt.Errorf("unknown command %q", verb)
 }
 
-func serve(cfg *config.Config, node settings.Node, resync time.Duration, bootIDFile string) error {
+func serve(cfg *config.Config, node settings.Node, resync, ribWait time.Duration, bootIDFile string) error {
 	if err := node.RequireNodeName(); err != nil {
 		return err
 	}
@@ -128,7 +132,7 @@ func serve(cfg *config.Config, node settings.Node, resync time.Duration, bootIDF
 		Adverts: cs.BGPAdvertisements(node.Namespace), Leases: cs.Leases(node.Namespace),
 		LeaseSelector: names.HolderNodeSelector(node.NodeName), Judge: handoff.Availability,
 		Attachments: cs.VPCAttachments(""),
-		Live:        liveness.Netns, Log: log, Resync: resync,
+		Live:        liveness.Netns, Log: log, Resync: resync, RIBWait: ribWait,
 		BootID: func() (string, error) {
 			b, err := os.ReadFile(bootIDFile)
 			return strings.TrimSpace(string(b)), err
