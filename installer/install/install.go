@@ -195,6 +195,8 @@ func (o Options) desiredFiles(p paths) ([]file, error) {
 		Namespace:  o.Namespace,
 		StateDir:   p.stateDir,
 		LogFile:    p.logFile,
+
+		RequireAttachmentObjects: o.RequireAttachmentObjects,
 	}, "", "  ")
 	if err != nil {
 		return nil, err

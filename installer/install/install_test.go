@@ -71,7 +71,9 @@ func must(t *testing.T, err error) {
 
 func TestInstallWritesThePluginsNodeSettingsAndKubeconfigWithTheirModes(t *testing.T) {
 	f := newFixture(t)
-	must(t, Install(f.options()))
+	o := f.options()
+	o.RequireAttachmentObjects = true
+	must(t, Install(o))
 
 	for _, c := range []struct {
 		path string
@@ -111,6 +113,7 @@ func TestInstallWritesThePluginsNodeSettingsAndKubeconfigWithTheirModes(t *testi
 	wantNode := settings.Node{
 		NodeName: "node-a", Kubeconfig: f.path("/etc/galactic/kubeconfig"), Namespace: "galactic-system",
 		StateDir: f.path("/var/lib/galactic"), LogFile: f.path("/var/log/galactic/galactic.log"), Path: f.path("/etc/galactic/node.json"),
+		RequireAttachmentObjects: true,
 	}
 	if n != wantNode {
 		t.Errorf("node settings:\n got %+v\nwant %+v", n, wantNode)

@@ -63,6 +63,10 @@ type Options struct {
 	// dir and the log file's directory are created.
 	StateDir string
 	LogFile  string
+	// RequireAttachmentObjects is written into the node settings: the
+	// plugins then refuse inline attachments, so every attachment on the
+	// node is a VPCAttachment the control plane granted.
+	RequireAttachmentObjects bool
 	// Namespace holds the galactic objects.
 	Namespace string
 	// NodeName is this node's Kubernetes name; from NODE_NAME or

@@ -79,6 +79,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.StringVar(&o.ConflistSource, "conflist-file", "", "network config list to install into --cni-conf-dir (a mounted ConfigMap file); empty installs none")
 		fs.StringVar(&o.ConflistName, "conflist-name", "", "file name of the installed conflist, ending in .conflist (default: the --conflist-file's name)")
 		fs.StringVar(&o.LogFile, "log-file", settings.DefaultLogFile, "node log file to name in the settings (under --root); its directory is created")
+		fs.BoolVar(&o.RequireAttachmentObjects, "require-attachment-objects", false,
+			"set requireAttachmentObjects in the node settings: the plugins refuse inline attachments (a stanza's vpc, addresses or vni), so every attachment is a VPCAttachment")
 	case "run":
 		fs.DurationVar(&interval, "interval", install.DefaultInterval, "how often to re-read the credential sources")
 		fs.DurationVar(&grace, "grace", install.DefaultGrace, "exit non-zero after refreshing has failed for this long")
