@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -27,8 +28,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
-	"github.com/galactic-cni/galactic/pkg/client"
+	"github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/pkg/names"
+	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -48,8 +50,9 @@ type fixture struct {
 	installed bool
 	// workloads are the pods the pod test made, once they ping.
 	workloads []*workload
-	// vpc is VPC blue of the default namespace, the pods' VPCAttachments'.
-	vpc *v1alpha1.VPC
+	// tenant is namespace tenant-a with VPC blue, the workloads' and their
+	// VPCAttachments', which galactic-controller allocates.
+	tenant *harness.Tenant
 }
 
 var fx *fixture
@@ -326,13 +329,15 @@ func TestKubectlLogsAndExecReachAPodOnEveryNodeAndTheKubeletsCarryTheirRelease(t
 	}
 }
 
-const vpc = "blue"
+// tenantA is the namespace of the workloads and their VPCAttachments.
+const tenantA = "tenant-a"
 
-// vpcPod is a VPC workload naming its VPCAttachment attachment, kept off
-// the nodes of the other pods labelled spread.
+// vpcPod is a VPC workload of tenant-a naming its VPCAttachment
+// attachment, kept off the nodes of the other pods labelled spread.
 func vpcPod(name, attachment string) *corev1.Pod {
 	spread := map[string]string{"app": "ping"}
 	p := harness.VPCPod(name, attachment)
+	p.Namespace = tenantA
 	p.Labels = spread
 	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
@@ -341,41 +346,19 @@ func vpcPod(name, attachment string) *corev1.Pod {
 	return p
 }
 
-func readyCondition() metav1.Condition {
-	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now()}
-}
-
-// attachment makes VPCAttachment name with addr in VPC blue of the default
-// namespace (the VPC too, on first use) and makes both ready as
-// galactic-controller would: status through the status subresource.
-func (f *fixture) attachment(t *testing.T, ctx context.Context, name string, addr netip.Addr) *v1alpha1.VPCAttachment {
+// attachment makes VPCAttachment name requesting addr in tenant-a's VPC
+// blue (the namespace and the VPC too, on first use) and waits until
+// galactic-controller made it Ready. They stay until the uninstall test.
+func (f *fixture) attachment(t *testing.T, name string, addr netip.Addr) *v1alpha1.VPCAttachment {
 	t.Helper()
-	api, err := client.New(f.c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.vpc == nil {
-		v, err := api.VPCs(metav1.NamespaceDefault).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: []v1alpha1.CIDR{"10.20.0.0/24"}}}, metav1.CreateOptions{})
+	if f.tenant == nil {
+		env, err := f.c.Env()
 		if err != nil {
 			t.Fatal(err)
 		}
-		v.Status = v1alpha1.VPCStatus{VNI: 10100, DataplaneName: names.DataplaneName(vpc, string(v.UID)), Conditions: []metav1.Condition{readyCondition()}}
-		if f.vpc, err = api.VPCs(metav1.NamespaceDefault).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		f.tenant = env.NewLastingTenant(t, tenantA, "blue", "10.20.0.0/24")
 	}
-	a, err := api.VPCAttachments(metav1.NamespaceDefault).Create(ctx, &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.VPCAttachmentSpec{VPC: vpc, Addresses: []v1alpha1.IPAddress{v1alpha1.IPAddress(addr.String())}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Status = v1alpha1.VPCAttachmentStatus{VNI: f.vpc.Status.VNI, Addresses: []v1alpha1.Prefix{v1alpha1.Prefix(addr.String() + "/24")},
-		Dataplane:  &v1alpha1.Dataplane{VPC: f.vpc.Status.DataplaneName, Attachment: names.DataplaneName(name, string(a.UID))},
-		Conditions: []metav1.Condition{readyCondition()}}
-	if a, err = api.VPCAttachments(metav1.NamespaceDefault).UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return a
+	return f.tenant.Attach(t, name, "", addr.String())
 }
 
 // createPod creates p and waits until it is Ready; it returns the node
@@ -450,9 +433,12 @@ func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *t
 		{name: "web-1", attachment: "web-1-net0", addr: netip.MustParseAddr("10.20.0.6")},
 	}
 	for _, w := range pods {
-		w.object = f.attachment(t, ctx, w.attachment, w.addr)
+		w.object = f.attachment(t, w.attachment, w.addr)
+		if got := w.object.Status.Addresses; len(got) != 1 || got[0] != v1alpha1.Prefix(w.addr.String()+"/24") {
+			t.Fatalf("galactic-controller gave %s the addresses %v, want %s/24", w.attachment, got, w.addr)
+		}
 		w.node = f.createPod(t, ctx, vpcPod(w.name, w.attachment))
-		if w.netns, err = w.node.PodNetns(metav1.NamespaceDefault, w.name); err != nil {
+		if w.netns, err = w.node.PodNetns(tenantA, w.name); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -480,6 +466,146 @@ func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *t
 		})
 	}
 	f.workloads = pods
+}
+
+// TestAPodOfAnotherNamespaceNeverStartsWithTenantAsNetworkAndTenantAIsUntouched:
+// a pod in namespace mallory, on the node of tenant-a's web-0, names
+// tenant-a's VPCAttachment, and another chooses VPC blue and web-0's
+// address with annotations. Neither sandbox starts (the kubelet retries,
+// and each event carries the CNI error naming the reason), and
+// throughout, tenant-a's lease keeps its holder and token, its
+// advertisement its entry, the other node its route, and pings between
+// tenant-a's pods lose nothing.
+func TestAPodOfAnotherNamespaceNeverStartsWithTenantAsNetworkAndTenantAIsUntouched(t *testing.T) {
+	f := requireWorkloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env, err := f.c.Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, peer := f.workloads[0], f.workloads[1]
+	dpVPC, dpAtt := web.dataplane()
+	prefix := netip.PrefixFrom(web.addr, 32)
+	lease := env.Lease(t, names.Lease(dpVPC, dpAtt))
+	adv := env.Advertisements(t, dpVPC, dpAtt)[web.node.Name]
+	if len(adv.Spec.Containers) != 1 {
+		t.Fatalf("web-0's advertisement has entries %+v", adv.Spec.Containers)
+	}
+	entry := adv.Spec.Containers[0]
+
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	routes, err := peer.node.WatchRoute(wctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := env.WatchLease(wctx, lease.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinger, err := peer.netns.StartPinger(web.addr, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const mallory = "mallory"
+	if _, err := f.c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mallory}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.c.Kube.CoreV1().Namespaces().Delete(context.Background(), mallory, metav1.DeleteOptions{})
+	})
+	intruders := []struct {
+		pod *corev1.Pod
+		say []string
+	}{
+		{intruder("names-web-0", web.attachment, nil, web.node.Name),
+			[]string{"VPCAttachment mallory/" + web.attachment, "does not exist in namespace mallory"}},
+		{intruder("chooses-blue", "", map[string]string{"network.galactic.dev/vpc": "blue", "network.galactic.dev/addresses": web.addr.String() + "/24"}, web.node.Name),
+			[]string{"pod annotation network.galactic.dev/", "is refused", "VPCAttachment"}},
+	}
+	for _, in := range intruders {
+		if _, err := f.c.Kube.CoreV1().Pods(mallory).Create(ctx, in.pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each sandbox fails, with the reason in the pod's events, more than
+	// once (the kubelet retries); none becomes ready.
+	for _, in := range intruders {
+		eventually(t, 2*time.Minute, "pod mallory/"+in.pod.Name+"'s sandbox refused twice", func() (bool, string) {
+			evs, err := f.c.Kube.CoreV1().Events(mallory).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + in.pod.Name + ",reason=FailedCreatePodSandBox"})
+			if err != nil {
+				return false, err.Error()
+			}
+			var count int32
+			var msg string
+			for _, e := range evs.Items {
+				count += max(e.Count, 1)
+				msg = e.Message
+			}
+			for _, s := range in.say {
+				if !strings.Contains(msg, s) {
+					return false, fmt.Sprintf("%d events, the last says %q, want %q", count, msg, s)
+				}
+			}
+			if count >= 2 {
+				t.Logf("pod mallory/%s: %d FailedCreatePodSandBox events, the last: %s", in.pod.Name, count, msg)
+			}
+			return count >= 2, fmt.Sprintf("%d events: %s", count, msg)
+		})
+		p, err := f.c.Kube.CoreV1().Pods(mallory).Get(ctx, in.pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if podReady(p) || p.Status.Phase != corev1.PodPending {
+			t.Errorf("pod mallory/%s is %s (ready %v)", p.Name, p.Status.Phase, podReady(p))
+		}
+		if _, err := web.node.PodNetns(mallory, in.pod.Name); err == nil {
+			t.Errorf("pod mallory/%s has a ready sandbox on %s", in.pod.Name, web.node.Name)
+		}
+	}
+	for _, in := range intruders {
+		f.deletePod(t, ctx, mallory, in.pod.Name)
+	}
+
+	st := pinger.Stop()
+	if st.Lost > 0 || st.Received == 0 {
+		t.Errorf("%s -> %s while mallory's pods were refused: %+v, want no reply lost", peer.name, web.name, st)
+	}
+	if ch := routes.Changes(); len(ch) != 0 {
+		t.Errorf("%s's route to %s changed: %v", peer.node.Name, prefix, ch)
+	}
+	versions, err := leases.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := handoff.RecordFromLease(lease)
+	for _, v := range versions {
+		if v.Holder != want.HolderIdentity || v.Token != int64(want.LeaseTransitions) {
+			t.Errorf("web-0's lease changed: %+v, was holder %q token %d", v, want.HolderIdentity, want.LeaseTransitions)
+		}
+	}
+	now := env.Advertisements(t, dpVPC, dpAtt)
+	if len(now) != 1 || len(now[web.node.Name].Spec.Containers) != 1 || !reflect.DeepEqual(now[web.node.Name].Spec.Containers[0], entry) {
+		t.Errorf("web-0's advertisements changed: %+v, the entry was %+v", now, entry)
+	}
+	if err := peer.netns.Ping(web.addr); err != nil {
+		t.Errorf("%s no longer reaches %s: %v", peer.name, web.name, err)
+	}
+}
+
+// intruder is a pod of namespace mallory on node, naming attachment (if
+// any) and carrying annotations.
+func intruder(name, attachment string, annotations map[string]string, node string) *corev1.Pod {
+	p := harness.VPCPod(name, attachment)
+	p.Namespace = "mallory"
+	if attachment == "" {
+		delete(p.Annotations, netconf.AnnotationAttachment)
+	}
+	maps.Copy(p.Annotations, annotations)
+	p.Spec.NodeSelector["kubernetes.io/hostname"] = node
+	return p
 }
 
 func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *testing.T) {
@@ -516,7 +642,7 @@ func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *
 	// Delete the pod and at once create its replacement on dst: with
 	// handoff on, the replacement's ADD waits until the old pod's DEL has
 	// released the attachment.
-	if err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, src.name, metav1.DeleteOptions{}); err != nil {
+	if err := f.c.Kube.CoreV1().Pods(tenantA).Delete(ctx, src.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	moved := vpcPod(src.name+"-moved", src.attachment)
@@ -526,7 +652,7 @@ func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *
 		t.Fatalf("the replacement runs on %s, want %s", n.Name, dst.Name)
 	}
 	f.workloads[0] = &workload{name: moved.Name, attachment: src.attachment, addr: src.addr, node: dst, object: src.object}
-	if f.workloads[0].netns, err = dst.PodNetns(metav1.NamespaceDefault, moved.Name); err != nil {
+	if f.workloads[0].netns, err = dst.PodNetns(tenantA, moved.Name); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, time.Minute, observer.node.Name+" routing "+prefix.String()+" via "+dst.Name, func() (bool, string) {
@@ -583,6 +709,9 @@ func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(
 			t.Fatal(err)
 		}
 	}
+	// The attachment of the pod created mid-rollout, made beforehand: the
+	// rollout replaces galactic-controller too.
+	f.attachment(t, "web-2-net0", netip.MustParseAddr("10.20.0.7"))
 	a, b := f.workloads[0], f.workloads[1]
 	pa, err := a.netns.StartPinger(b.addr, 10*time.Millisecond)
 	if err != nil {
@@ -619,7 +748,6 @@ func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(
 		}
 		return false, fmt.Sprintf("%d pods, none terminating or starting", len(pods.Items))
 	})
-	f.attachment(t, ctx, "web-2-net0", netip.MustParseAddr("10.20.0.7"))
 	w := vpcPod("web-2", "web-2-net0")
 	w.Labels, w.Spec.Affinity = nil, nil
 	w.Spec.NodeSelector["kubernetes.io/hostname"] = mid
@@ -684,13 +812,19 @@ func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
 	f.dumpOnFailure(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// No workload uses the network any more; their DELs withdraw.
-	pods, err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	// No workload uses the network any more; their DELs withdraw. Then
+	// the tenants' VPCAttachments and VPCs go while galactic-controller
+	// still runs to let them go.
+	pods, err := f.c.Kube.CoreV1().Pods(tenantA).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
 		f.deletePod(t, ctx, p.Namespace, p.Name)
+	}
+	// As docs/operate/uninstall.md says.
+	if _, err := f.c.Kubectl(ctx, "delete", "vpcattachments,vpcs", "--all", "--all-namespaces", "--wait", "--timeout=2m"); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := f.c.Kubectl(ctx, "delete", "-k", f.overlay, "--wait"); err != nil {
 		t.Fatal(err)
