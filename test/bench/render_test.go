@@ -88,7 +88,7 @@ func missingEverything() *Results {
 		},
 		Controller: &ControllerResult{Burst: 1000, Parallel: 32, Creating: 3 * time.Second, ReadyAfter: 14 * time.Second,
 			Writes:   map[string]int{"create vpcaddresses": 1000, "patch vpcattachments": 1500, "update vpcattachments/status": 1000},
-			Requests: 4000, Scale: 10000, LeaderRSS: 120 * 1024, StandbyRSS: 90 * 1024, ScaleReadyAfter: time.Minute,
+			Requests: 4000, Scale: 10000, LeaderRSS: 120 * 1024, LeaderRSSReady: 130 * 1024, StandbyRSS: 90 * 1024, ScaleReadyAfter: time.Minute,
 			Failover: 18 * time.Second, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 500 * time.Millisecond},
 	}
 }
