@@ -66,6 +66,33 @@ func (a inline) conflist() map[string]any {
 	}}
 }
 
+// objectConflist names the VPCAttachment ns/name, as a VMM's stanza does
+// once its attachment is an object: nothing of its network.
+func (a inline) objectConflist(ns string) map[string]any {
+	return map[string]any{"cniVersion": "1.1.0", "name": a.network(), "plugins": []any{
+		map[string]any{"type": "galactic-cni", "namespace": ns, "attachment": a.name, "mode": "veth", "routing": "table",
+			"handoff": map[string]any{"enabled": true, "waitSeconds": 20, "leaseSeconds": 3600}},
+		map[string]any{"type": "galactic-bgp", "namespace": ns, "attachment": a.name},
+	}}
+}
+
+// linkOf is the index and ifalias of a link in a node.
+func linkOf(t *testing.T, n *harness.Node, name string) (int, string) {
+	t.Helper()
+	var idx int
+	var alias string
+	if err := n.Do(func() error {
+		l, err := netlink.LinkByName(name)
+		if err == nil {
+			idx, alias = l.Attrs().Index, l.Attrs().Alias
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("%s on %s: %v", name, n.Name, err)
+	}
+	return idx, alias
+}
+
 // routedNode is a harness node on the fabric running galactic-router.
 func routedNode(t *testing.T, env *harness.Env, fab *harness.Fabric, name string) *harness.Node {
 	t.Helper()
@@ -91,16 +118,7 @@ func addInline(t *testing.T, env *harness.Env, n *harness.Node, a inline) *harne
 
 func ifindex(t *testing.T, n *harness.Node, name string) int {
 	t.Helper()
-	var idx int
-	if err := n.Do(func() error {
-		l, err := netlink.LinkByName(name)
-		if err == nil {
-			idx = l.Attrs().Index
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("%s on %s: %v", name, n.Name, err)
-	}
+	idx, _ := linkOf(t, n, name)
 	return idx
 }
 
@@ -241,7 +259,39 @@ func TestAdoptTurnsInlineAttachmentsIntoObjectsAndKeepsTheirLeasesInterfacesAndR
 	if err := dbC.Ping(web.prefix().Addr()); err != nil {
 		t.Errorf("db does not reach web after adoption: %v", err)
 	}
-	_ = webC
+
+	// The workload restarts: the DEL of its inline ADD, then an ADD that
+	// names the VPCAttachment. It gets the same host interface name and
+	// address, the UID everywhere, and the route comes back to node A.
+	a.WriteConflist(t, web.conflist())
+	if out, err := a.CNITool("del", web.network(), webC, "net0"); err != nil {
+		t.Fatalf("DEL of the adopted inline web: %v %s", err, out)
+	}
+	// The runtime removes the sandbox; what the inline DEL left of it in
+	// the adopted advertisement goes with the node GC's next pass.
+	webC.Delete()
+	a.MustGC(t)
+	webC2 := harness.NewContainer(t)
+	a.WriteConflist(t, web.objectConflist(ns))
+	if out, err := a.CNITool("add", web.network(), webC2, "net0"); err != nil {
+		t.Fatalf("ADD of web by its VPCAttachment: %v %s", err, out)
+	}
+	if _, alias := linkOf(t, a, hostIf); alias != names.AliasOf("green", "web", string(webAtt.UID)) {
+		t.Errorf("web's host interface %s has ifalias %q after the ADD by object, want %q", hostIf, alias, names.AliasOf("green", "web", string(webAtt.UID)))
+	}
+	adv := env.Advertisements(t, "green", "web")[a.Name]
+	if len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].ContainerID != harness.ContainerID(webC2.Path) || adv.Spec.Containers[0].AttachmentUID != string(webAtt.UID) {
+		t.Errorf("web's advertisement after the ADD by object: %+v", adv.Spec.Containers)
+	}
+	f.waitAttachment(t, ns, "web", func(att *v1alpha1.VPCAttachment) error {
+		if h := att.Status.Holder; h == nil || h.Node != a.Name || h.Generation <= int64(*leaseBefore.Spec.LeaseTransitions) {
+			return fmt.Errorf("holder %+v, want %s after generation %d", att.Status.Holder, a.Name, *leaseBefore.Spec.LeaseTransitions)
+		}
+		return condition(att.Status.Conditions, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, "")
+	})
+	waitFor(t, waitLimit, "db reaches web's new container", func() (*string, error) { s := ""; return &s, nil }, func(*string) error {
+		return dbC.Ping(web.prefix().Addr())
+	})
 
 	// Again: nothing left to do, nothing written.
 	before := []string{vpc.ResourceVersion}
