@@ -103,7 +103,14 @@ func (b *bench) apiCounts() error {
 			return err
 		}
 	}
-	cs := make([]*harness.Netns, 6)
+	if err := a.WriteConflistFile(objectConf("bench-api-o", "bench-api", "api-obj", true)); err != nil {
+		return err
+	}
+	obj, err := b.objectChain(a, "bench-api", "api-obj")
+	if err != nil {
+		return err
+	}
+	cs := make([]*harness.Netns, 7)
 	for i := range cs {
 		if cs[i], err = b.container(); err != nil {
 			return err
@@ -141,6 +148,8 @@ func (b *bench) apiCounts() error {
 		{"", "", func() (string, error) { cs[4].Delete(); return "", nil }},
 		{"GC pass after a crash (netns gone, no DEL)", "", gc(a)},
 		{"GC pass after that", "", gc(a)},
+		{"ADD of a VPCAttachment: first container of the attachment on the node", "ADD+object", cni("add", "bench-api-o", a, cs[6])},
+		{"DEL of a VPCAttachment: last container of the attachment on the node", "DEL+object", cni("del", "bench-api-o", a, cs[6])},
 	}
 	for _, s := range steps {
 		if s.op == "" {
@@ -157,6 +166,9 @@ func (b *bench) apiCounts() error {
 		return err
 	}
 	if err := b.checkReleased(nb, "api", "api-0"); err != nil {
+		return err
+	}
+	if err := b.checkReleased(a, obj.Status.Dataplane.VPC, obj.Status.Dataplane.Attachment); err != nil {
 		return err
 	}
 

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/test/harness"
@@ -34,11 +35,15 @@ func addressesOf(vpc string) []string {
 
 const ifName = "net0"
 
+// objectNamespace holds the chain latency section's VPCAttachments.
+const objectNamespace = "bench-lat"
+
 // Chain rows of the latency table.
 const (
 	ChainReference = "reference: tap + static IPAM"
 	ChainGalactic  = "galactic chain, handoff off"
 	ChainHandoff   = "galactic chain, handoff on"
+	ChainObjects   = "galactic chain, VPCAttachment, handoff off"
 	ChainCNIOnly   = "galactic-cni alone (no API)"
 	ChainFloor     = "floor: loopback"
 )
@@ -76,6 +81,57 @@ func galacticConf(network, vpc, att string, handoff bool, bgp bool) map[string]a
 	return map[string]any{"cniVersion": "1.1.0", "name": network, "plugins": plugins}
 }
 
+// objectConf is galacticConf (handoff off) naming VPCAttachment att of
+// namespace ns instead of an inline attachment: the addresses, VNI and
+// VPC come from the object.
+func objectConf(network, ns, att string, bgp bool) map[string]any {
+	plugins := []any{map[string]any{
+		"type": "galactic-cni", "namespace": ns, "attachment": att, "mode": "tap", "routing": "table",
+		"mtu": benchMTU, "handoff": map[string]any{"enabled": false},
+	}}
+	if bgp {
+		plugins = append(plugins, map[string]any{"type": "galactic-bgp", "namespace": ns, "attachment": att})
+	}
+	return map[string]any{"cniVersion": "1.1.0", "name": network, "plugins": plugins}
+}
+
+// The tenant of the object-backed chains: its VPC has subnets of its own,
+// since in table mode galactic-cni refuses an address that another VPC on
+// the node routes.
+var (
+	objectNetworks  = []v1alpha1.CIDR{"10.20.3.0/24", "fd20:3::/64"}
+	objectAddresses = []string{"10.20.3.5", "fd20:3::5"}
+)
+
+// objectChain makes, in namespace ns, a VPC that galactic-controller
+// allocates, a resident attachment of it attached on n (undone when the
+// section ends) and attachment att for the loop, and returns att.
+func (b *bench) objectChain(n *node, ns, att string) (*v1alpha1.VPCAttachment, error) {
+	if err := b.startController(); err != nil {
+		return nil, err
+	}
+	t, err := b.tenant(b.env.API, b.env.Kube, ns, "obj", objectNetworks...)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.attach(b.ctx, "resident"); err != nil {
+		return nil, err
+	}
+	network := "resident-" + ns
+	if err := n.WriteConflistFile(objectConf(network, ns, "resident", false)); err != nil {
+		return nil, err
+	}
+	c, err := b.container()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.cnitool(n, "add", network, c, ifName); err != nil {
+		return nil, err
+	}
+	b.undo = append(b.undo, func() { _, _ = b.cnitool(n, "del", network, c, ifName) })
+	return t.attach(b.ctx, att, objectAddresses...)
+}
+
 // referenceConf is the upstream tap plugin with the static IPAM plugin:
 // a tap, two addresses and a default route, and nothing remote. The IPv6
 // address has no gateway, so the plugin does not wait for DAD on a tap
@@ -107,6 +163,7 @@ func (b *bench) chainLatency() error {
 		{result: &ChainResult{Name: ChainGalactic, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-galactic", conf: galacticConf("bench-galactic", "lat", "lat-off", false, true), vpc: "lat", att: "lat-off"},
 		{result: &ChainResult{Name: ChainHandoff, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-handoff", conf: galacticConf("bench-handoff", "lath", "lat-on", true, true), vpc: "lath", att: "lat-on"},
 		{result: &ChainResult{Name: ChainCNIOnly, Plugins: "galactic-cni"}, network: "bench-cni", conf: galacticConf("bench-cni", "latc", "lat-cni", false, false), vpc: "latc", att: "lat-cni"},
+		{result: &ChainResult{Name: ChainObjects, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-objects", conf: objectConf("bench-objects", objectNamespace, "lat-obj", true)},
 		{result: &ChainResult{Name: ChainFloor, Plugins: "loopback"}, network: "bench-floor", conf: map[string]any{"cniVersion": "1.1.0", "name": "bench-floor", "plugins": []any{map[string]any{"type": "loopback"}}}},
 	}
 	// A resident attachment keeps each VPC's routing domain on the node, as
@@ -125,6 +182,17 @@ func (b *bench) chainLatency() error {
 			return err
 		}
 		defer b.cnitool(n, "del", network, c, ifName)
+	}
+	// The VPC and the attachment exist before the loop, as a VM's do before
+	// its VMM starts: the loop measures ADD and DEL, not allocation.
+	obj, err := b.objectChain(n, objectNamespace, "lat-obj")
+	if err != nil {
+		return err
+	}
+	for _, ch := range chains {
+		if ch.result.Name == ChainObjects {
+			ch.vpc, ch.att = obj.Status.Dataplane.VPC, obj.Status.Dataplane.Attachment
+		}
 	}
 	var active []*chain
 	for _, ch := range chains {

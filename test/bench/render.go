@@ -135,6 +135,7 @@ func (r *Results) Targets() []Target {
 			ts = append(ts, t)
 		}
 	}
+	ts = append(ts, r.objectTargets()...)
 	if len(r.Unattributed) > 0 {
 		ts = append(ts, Target{Key: "api-unattributed", Section: "api-requests", What: "API requests counted per program (needed for the request targets)", Measured: r.unattributed(),
 			Ref: "every request names its program", Miss: "the API request targets are not judged in this run"})
@@ -202,6 +203,7 @@ func (r *Results) Targets() []Target {
 	ts = append(ts, r.migrationTargets()...)
 	ts = append(ts, r.isolationTargets()...)
 	ts = append(ts, r.routeScaleTargets()...)
+	ts = append(ts, r.clusterTargets()...)
 	return append(ts, r.controllerTargets()...)
 }
 
@@ -448,6 +450,7 @@ func renderChains(w *strings.Builder, r *Results) {
 	p("")
 	p("- **reference**: upstream `tap` (%s) creating a tap in the container namespace, with the `static` IPAM plugin: the same two addresses, an IPv4 gateway and a default route, nothing remote.", r.Versions.Plugins)
 	p("- **galactic chain**: `galactic-cni` (tap mode, `routing: table`, the same addresses, MTU %d) and `galactic-bgp`, against the embedded API server; handoff off, and handoff on (`waitSeconds` 5, `leaseSeconds` 15), where every ADD finds the lease free because the DEL before released it.", benchMTU)
+	p("- **galactic chain, VPCAttachment**: the same chain, handoff off, with a stanza that names a VPCAttachment (`namespace` + `attachment`) instead of an inline attachment: its VPC (own subnets, a resident attachment of its own) and the attachment (the same kind of addresses, requested) were made once before the loop and made Ready by a `galactic-controller` running beside the API server; each ADD reads the attachment, each DEL works from the node record. Its targets compare it with the inline chain of the same run.")
 	p("- **galactic-cni alone** and the **floor** (cnitool with the trivial `loopback` plugin) split the chain's time into parts; they are not targets.")
 	p("")
 	ref := r.chain(ChainReference)
@@ -887,6 +890,8 @@ func (r *Results) reason(t Target) string {
 		return "The proxy tells programs apart by the user agent client-go sends, the program's name unless set otherwise; these requests carried none, so the HTTP client they went through was built without it."
 	case "api-budget":
 		return fmt.Sprintf("The requests each program made are listed in %s.", r.secLink("api-requests"))
+	case "chain-objects", "api-objects", "cluster-ratio":
+		return r.objectReason(t)
 	case "gc-pass":
 		row := r.gcRow(targetGCTaps)
 		in := row.InProcess.P50()

@@ -53,12 +53,15 @@ func missingEverything() *Results {
 			{Name: ChainReference, Plugins: "tap, static", Add: repeat(10, 5), Del: repeat(20, 5)},
 			{Name: ChainGalactic, Plugins: "galactic-cni, galactic-bgp", Add: repeat(35, 5), Del: repeat(70, 5)},
 			{Name: ChainHandoff, Plugins: "galactic-cni, galactic-bgp", Add: repeat(45, 5), Del: repeat(80, 5)},
+			{Name: ChainObjects, Plugins: "galactic-cni, galactic-bgp", Add: repeat(40, 5), Del: repeat(75, 5)},
 		},
 		Ops: []OpCount{
 			{Op: "ADD", Common: "ADD", Requests: requests(AgentBGP, 4)},
 			{Op: "DEL", Common: "DEL", Requests: append(requests(AgentBGP, 2), requests(AgentCNI, 1)...)},
 			{Op: "ADD with handoff", Common: "ADD+handoff", Requests: append(requests(AgentBGP, 3), requests(AgentCNI, 3)...)},
 			{Op: "DEL with handoff", Common: "DEL+handoff", Requests: append(requests(AgentBGP, 3), requests(AgentCNI, 2)...)},
+			{Op: "ADD of a VPCAttachment", Common: "ADD+object", Requests: append(requests(AgentBGP, 5), requests(AgentCNI, 2)...)},
+			{Op: "DEL of a VPCAttachment", Common: "DEL+object", Requests: append(requests(AgentBGP, 3), requests(AgentCNI, 2)...)},
 		},
 		GC: []GCRow{
 			{Taps: 100, Pass: msSample(40), Wall: msSample(50), InProcess: msSample(40), Requests: requests(AgentGC, 1)},
@@ -86,6 +89,10 @@ func missingEverything() *Results {
 			},
 			Failed: []string{"TestAtTheIssuesScale/FRR_(no_rtc) (GALACTIC_SCALE_LARGE=1)"},
 		},
+		Cluster: &ClusterBench{Bringup: time.Minute, Rows: []*ClusterResult{
+			{Name: ClusterReference, Ready: msSample(900, 950)},
+			{Name: ClusterGalactic, Ready: msSample(1100, 1200), FirstPing: msSample(1500)},
+		}},
 		Controller: &ControllerResult{Burst: 1000, Parallel: 32, Creating: 3 * time.Second, ReadyAfter: 14 * time.Second,
 			Writes:   map[string]int{"create vpcaddresses": 1000, "patch vpcattachments": 1500, "update vpcattachments/status": 1000},
 			Requests: 4000, Scale: 10000, LeaderRSS: 120 * 1024, LeaderRSSReady: 130 * 1024, StandbyRSS: 90 * 1024, ScaleReadyAfter: time.Minute,
@@ -109,7 +116,8 @@ func TestEveryMissedTargetHasAReasonOfItsOwn(t *testing.T) {
 	}
 	for _, f := range []string{"chain-ratio", "api-budget", "gc-pass", "gc-lists", "routing", "migration", "filter-share", "filter-forwarding",
 		"scale-churn", "scale-received", "scale-start", "scale-every", "scale-rss", "scale-announce",
-		"controller-ready", "controller-writes", "controller-rss", "controller-failover"} {
+		"controller-ready", "controller-writes", "controller-rss", "controller-failover",
+		"chain-objects", "api-objects", "cluster-ratio"} {
 		if !families[f] {
 			t.Errorf("no %s target in the run built to miss every kind", f)
 		}
