@@ -37,10 +37,14 @@ func CreateClusterFabric() (*Fabric, error) {
 	return CreateFabric(FabricOptions{ASN: 65010, GracefulRestartSeconds: 120})
 }
 
+// ClusterWithdrawHoldSeconds is the cluster overlay's withdrawHoldSeconds.
+const ClusterWithdrawHoldSeconds = 30
+
 // WriteOverlay writes into dir a kustomize overlay of installer/manifests
 // that sets the image (by digest) and the fabric's values: the router's
-// AS and reflector, and table routing in the conflist (this kernel has no
-// VRF). Nothing else of the shipped manifests changes.
+// AS and reflector, its withdrawal hold (ClusterWithdrawHoldSeconds), and
+// table routing in the conflist (this kernel has no VRF). Nothing else of
+// the shipped manifests changes.
 func WriteOverlay(dir, imageRef string, f *Fabric) error {
 	rel, err := filepath.Rel(dir, filepath.Join(RepoRoot(), "installer", "manifests"))
 	if err != nil {
@@ -63,6 +67,11 @@ patches:
 - path: controller.yaml
 `, rel, name, digest)
 	asn := f.Options.ASN
+	// FRR keeps no graceful-restart copy of EVPN routes, so only the
+	// receivers' withdrawal hold bridges a galactic pod's replacement in
+	// a rolling update; on this loaded 2-core machine that replacement
+	// (pod teardown, init container, router start, RIB sync) can take
+	// longer than the shipped 10 s.
 	fabric := fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -75,7 +84,7 @@ data:
       "routeTargetASN": 65000,
       "listenPort": -1,
       "gracefulRestart": { "enabled": true, "restartSeconds": 120 },
-      "withdrawHoldSeconds": 10,
+      "withdrawHoldSeconds": %d,
       "peers": [ { "address": "%s", "asn": %d, "holdSeconds": 9, "keepaliveSeconds": 3 } ],
       "metricsAddress": "127.0.0.1:9655"
     }
@@ -98,7 +107,7 @@ data:
           "capabilities": { "io.kubernetes.cri.pod-annotations": true } }
       ]
     }
-`, asn, f.RR, asn)
+`, asn, ClusterWithdrawHoldSeconds, f.RR, asn)
 	for file, data := range map[string]string{"kustomization.yaml": k, "fabric.yaml": fabric, "controller.yaml": controllerOverlay} {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(data), 0o644); err != nil {
 			return err
