@@ -20,7 +20,7 @@ import (
 // Rows of the cluster pod start table.
 const (
 	ClusterReference = "reference: tap + static IPAM"
-	ClusterGalactic  = "galactic DaemonSet, handoff on"
+	ClusterGalactic  = "galactic DaemonSet, VPCAttachment, handoff on"
 )
 
 // ClusterResult is one row of pod start through the whole cluster: the
@@ -89,17 +89,31 @@ func (b *bench) clusterPodStart() error {
 	if err := c.WaitDaemonSetReady(b.ctx, 2); err != nil {
 		return err
 	}
+	if err := c.WaitControllerReady(b.ctx, 2); err != nil {
+		return err
+	}
 	res.Bringup = time.Since(start)
-	b.say("cluster: up in %s (control plane, fabric, make image, three nodes, DaemonSet ready)", res.Bringup.Round(time.Second))
+	b.say("cluster: up in %s (control plane, fabric, make image, three nodes, DaemonSet and controller ready)", res.Bringup.Round(time.Second))
+	// The shipped DaemonSet attaches only VPCAttachments: every galactic
+	// pod names one of the tenant's, which the controller Deployment
+	// allocated before the pod is created.
+	view, err := c.Env()
+	if err != nil {
+		return err
+	}
+	t, err := b.tenant(view.API, c.Kube, clusterTenant, "bench", "10.20.0.0/24")
+	if err != nil {
+		return err
+	}
 
 	// The peer every galactic pod pings is a resident pod on node-b; one
 	// on node-a keeps the VPC's routing there, as on a node that runs
 	// workloads.
-	for _, r := range []*corev1.Pod{
-		clusterPod("resident-b", "node-b", "bench-resident-b", "10.20.0.6/24"),
-		clusterPod("resident-a", "node-a", "bench-resident-a", "10.20.0.7/24"),
-	} {
-		if _, _, err := b.startPod(c, r); err != nil {
+	for _, r := range []struct{ pod, node, addr string }{{"resident-b", "node-b", "10.20.0.6"}, {"resident-a", "node-a", "10.20.0.7"}} {
+		if _, err := t.attach(b.ctx, "bench-"+r.pod, r.addr); err != nil {
+			return err
+		}
+		if _, _, err := b.startPod(c, clusterPod(r.pod, r.node, "bench-"+r.pod)); err != nil {
 			return err
 		}
 	}
@@ -109,7 +123,11 @@ func (b *bench) clusterPodStart() error {
 	for i := range total {
 		// A new attachment and address each time: node-b learns each
 		// route afresh, through the fabric.
-		p := clusterPod(fmt.Sprintf("bench-%d", i), "node-a", fmt.Sprintf("bench-%d", i), fmt.Sprintf("10.20.0.%d/24", 10+i))
+		att := fmt.Sprintf("bench-%d", i)
+		if _, err := t.attach(b.ctx, att, fmt.Sprintf("10.20.0.%d", 10+i)); err != nil {
+			return err
+		}
+		p := clusterPod(att, "node-a", att)
 		ready, netns, err := b.startPod(c, p)
 		if err != nil {
 			return err
@@ -119,15 +137,18 @@ func (b *bench) clusterPodStart() error {
 			return fmt.Errorf("%s: first ping: %w", p.Name, err)
 		}
 		ping := time.Since(created)
-		if err := b.deletePod(c, p.Name); err != nil {
+		if err := b.deletePod(c, p.Namespace, p.Name); err != nil {
 			return err
 		}
-		r := clusterPod(fmt.Sprintf("ref-%d", i), "node-ref", "", "")
+		if err := t.detach(b.ctx, att); err != nil {
+			return err
+		}
+		r := clusterPod(fmt.Sprintf("ref-%d", i), "node-ref", "")
 		refReady, _, err := b.startPod(c, r)
 		if err != nil {
 			return err
 		}
-		if err := b.deletePod(c, r.Name); err != nil {
+		if err := b.deletePod(c, r.Namespace, r.Name); err != nil {
 			return err
 		}
 		if i >= b.opts.CRIWarmup {
@@ -163,12 +184,18 @@ func (b *bench) referenceNode(c *harness.Cluster, n *harness.ClusterNode) error 
 	return err
 }
 
+// clusterTenant is the namespace of the galactic pods and their
+// VPCAttachments.
+const clusterTenant = "bench-tenant"
+
 // clusterPod is a pod pinned to node; with an attachment it is a VPC
-// workload.
-func clusterPod(name, node, attachment, addr string) *corev1.Pod {
+// workload of the tenant naming that VPCAttachment.
+func clusterPod(name, node, attachment string) *corev1.Pod {
 	p := harness.VPCPod(name, attachment)
 	if attachment == "" {
 		p.Annotations, p.Spec.Tolerations = nil, nil
+	} else {
+		p.Namespace = clusterTenant
 	}
 	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
 	return p
@@ -209,8 +236,8 @@ func (b *bench) startPod(c *harness.Cluster, p *corev1.Pod) (time.Duration, *har
 	}
 }
 
-func (b *bench) deletePod(c *harness.Cluster, name string) error {
-	pods := c.Kube.CoreV1().Pods(metav1.NamespaceDefault)
+func (b *bench) deletePod(c *harness.Cluster, namespace, name string) error {
+	pods := c.Kube.CoreV1().Pods(namespace)
 	if err := pods.Delete(b.ctx, name, metav1.DeleteOptions{}); err != nil {
 		return err
 	}
@@ -239,7 +266,7 @@ func renderCluster(w *strings.Builder, r *Results) {
 		p("")
 		return
 	}
-	p("The harness cluster ([the test harness](contributing/test-harness.md)): kube-apiserver, kube-controller-manager, kube-scheduler, and per node a containerd and a registered kubelet in the node's own network and mount namespaces. Two nodes run the galactic DaemonSet applied with `kubectl apply -k`; a third has no galactic and the reference conflist (`tap` + `static`) in its `/etc/cni/net.d`. A Pod pinned to a node is created through the API and polled every 20 ms until Ready; a galactic pod (annotations, handoff on; a new attachment and address each time, so the other node learns its route through the fabric) then pings a resident pod on the other galactic node every 5 ms until the first answer; another resident pod keeps the VPC on the pod's node. One pod at a time, alternating, %d times each after %d warm-up rounds. The cluster came up in %s (control plane, fabric, `make image`, three nodes, DaemonSet ready; binaries cached).", r.Options.CRIIterations, r.Options.CRIWarmup, cb.Bringup.Round(time.Second))
+	p("The harness cluster ([the test harness](contributing/test-harness.md)): kube-apiserver, kube-controller-manager, kube-scheduler, and per node a containerd and a registered kubelet in the node's own network and mount namespaces. Two nodes run the galactic DaemonSet applied with `kubectl apply -k`; a third has no galactic and the reference conflist (`tap` + `static`) in its `/etc/cni/net.d`. A Pod pinned to a node is created through the API and polled every 20 ms until Ready; a galactic pod (handoff on, as the DaemonSet ships; it names a VPCAttachment of its namespace, which the controller Deployment made Ready before the pod's creation; a new attachment and address each time, so the other node learns its route through the fabric) then pings a resident pod on the other galactic node every 5 ms until the first answer; another resident pod keeps the VPC on the pod's node. One pod at a time, alternating, %d times each after %d warm-up rounds. The cluster came up in %s (control plane, fabric, `make image`, three nodes, DaemonSet and controller ready; binaries cached).", r.Options.CRIIterations, r.Options.CRIWarmup, cb.Bringup.Round(time.Second))
 	p("")
 	p("| conflist | create → Ready p50 | p90 | p50 / ref | create → first ping across nodes p50 | p90 |")
 	p("|---|---|---|---|---|---|")
