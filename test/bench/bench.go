@@ -88,7 +88,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (res *Results, err er
 	b.res.Machine = readMachine()
 	b.say("machine: %d CPUs (%s), kernel %s, load average %s", b.res.Machine.CPUs, b.res.Machine.Model, b.res.Machine.Kernel, b.res.Machine.LoadStart)
 	b.say("building binaries and starting etcd + kube-apiserver")
-	if b.env, err = harness.NewEnv(out); err != nil {
+	if b.env, err = harness.NewEnv(b.ctx, out); err != nil {
 		return nil, err
 	}
 	b.undo = append(b.undo, b.env.Close)

@@ -13,6 +13,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/galactic-cni/galactic/pkg/netconf"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/migration"
 	"github.com/galactic-cni/galactic/test/vm"
@@ -90,7 +91,7 @@ func (b *bench) migrateVia(r *MigrationResult, i int) error {
 			return err
 		}
 		b.undo = append(b.undo, rr.Close)
-		routerConfig = func(ul netip.Addr) harness.RouterConfig { return rr.RouterConfig(f, ul) }
+		routerConfig = func(ul netip.Addr) config.File { return rr.RouterConfig(f, ul) }
 	}
 	var nodes []*routedNode
 	for _, name := range []string{"a", "b", "c"} {

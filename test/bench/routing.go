@@ -271,17 +271,12 @@ func (b *bench) startGobgpd(n *routedNode, f *harness.Fabric) error {
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(gobgpdConf, harness.FabricASN, n.underlay, f.RR, harness.FabricASN)), 0o644); err != nil {
 		return err
 	}
-	out, err := os.Create(filepath.Join(n.Dir, "gobgpd.log"))
+	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, gobgpd, "-f", conf, "-p", "--pprof-disable", "--api-hosts", "127.0.0.1:"+gobgpdPort)
+	p, err := harness.StartProcess("gobgpd", cmd, filepath.Join(n.Dir, "gobgpd.log"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, gobgpd, "-f", conf, "-p", "--pprof-disable", "--api-hosts", "127.0.0.1:"+gobgpdPort)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return err
-	}
-	b.undo = append(b.undo, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); out.Close() })
+	b.undo = append(b.undo, p.Kill)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if e, err := b.run(n.node, nil, nil, gobgpCLI, "-p", gobgpdPort, "neighbor"); err == nil && strings.Contains(string(e.Stdout), "Establ") {
@@ -289,7 +284,7 @@ func (b *bench) startGobgpd(n *routedNode, f *harness.Fabric) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("gobgpd's session with FRR is not established; its log is %s", out.Name())
+	return fmt.Errorf("gobgpd's session with FRR is not established; its log is %s", filepath.Join(n.Dir, "gobgpd.log"))
 }
 
 // routedConf is a chain of galactic-cni and galactic-bgp with a VNI.

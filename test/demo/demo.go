@@ -22,7 +22,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -47,21 +46,16 @@ const (
 	mtu = 1450
 )
 
-// attachment is one VPC attachment of the demo.
-type attachment struct {
-	vpc, name, mode string
-	vni             int
-	addresses       []string
-	announce        string
-	handoff         bool
-}
+// withHandoff is the handoff of the demo's attachments that have it on.
+var withHandoff = &harness.Handoff{WaitSeconds: 30, LeaseSeconds: leaseSeconds}
 
 var (
 	// theVM is what moves around; client pings it from node-c.
-	theVM  = attachment{vpc: "blue", name: "web-0-net0", mode: "tap", vni: vniBlue, addresses: []string{"10.20.0.5/24", "fd20::5/64"}, announce: "whenAvailable", handoff: true}
-	client = attachment{vpc: "blue", name: "client-0-net0", mode: "veth", vni: vniBlue, addresses: []string{"10.20.0.7/24", "fd20::7/64"}}
+	theVM = harness.Attachment{VPC: "blue", Name: "web-0-net0", Mode: "tap", VNI: vniBlue, Addresses: []string{"10.20.0.5/24", "fd20::5/64"},
+		Announce: "whenAvailable", Handoff: withHandoff, MTU: mtu}
+	client = harness.Attachment{VPC: "blue", Name: "client-0-net0", VNI: vniBlue, Addresses: []string{"10.20.0.7/24", "fd20::7/64"}, MTU: mtu}
 	// red holds the VM's address in another VPC, next to the client.
-	red = attachment{vpc: "red", name: "db-0-net0", mode: "veth", vni: vniRed, addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	red = harness.Attachment{VPC: "red", Name: "db-0-net0", VNI: vniRed, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, MTU: mtu}
 
 	// vmAddr is what the client pings; prefix is its route everywhere.
 	vmAddr  = netip.MustParseAddr("10.20.0.5")
@@ -69,30 +63,12 @@ var (
 	prefix  = netip.PrefixFrom(vmAddr, 32)
 )
 
-func (a attachment) network() string { return "vpc-" + a.vpc + "-" + strings.SplitN(a.name, "-", 2)[0] }
-
-func (a attachment) conflist() map[string]any {
-	bgp := map[string]any{"type": "galactic-bgp", "vpc": a.vpc, "attachment": a.name, "vni": a.vni}
-	if a.announce != "" {
-		bgp["announce"] = a.announce
-	}
-	return map[string]any{
-		"cniVersion": "1.1.0", "name": a.network(),
-		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": a.vpc, "attachment": a.name, "mode": a.mode,
-				"addresses": a.addresses, "routing": "table", "mtu": mtu,
-				"handoff": map[string]any{"enabled": a.handoff, "waitSeconds": 30, "leaseSeconds": leaseSeconds}},
-			bgp,
-		},
-	}
-}
-
 // node is a demo node: its namespace, underlay address and daemons.
 type node struct {
 	*harness.Node
 	underlay netip.Addr
 	router   *harness.Router
-	gc       *exec.Cmd
+	gc       *harness.GCDaemon
 }
 
 // running is the VM as it runs now.
@@ -145,16 +121,16 @@ func Run(ctx context.Context, out io.Writer, env *harness.Env) (rep *Report, err
 	}()
 	if env == nil {
 		d.say("starting a real etcd and kube-apiserver (the first run builds them from the Go module proxy: about 6-9 minutes on 2 cores)")
-		if env, err = harness.NewEnv(out); err != nil {
+		if env, err = harness.NewEnv(ctx, out); err != nil {
 			return nil, err
 		}
 		d.undo = append(d.undo, env.Close)
 	}
 	d.env = env
-	if d.dir, err = os.MkdirTemp("", "galactic-demo-"); err != nil {
+	if d.dir, err = harness.MkdirTemp("galactic-demo-"); err != nil {
 		return nil, err
 	}
-	d.undo = append(d.undo, func() { os.RemoveAll(d.dir) })
+	d.undo = append(d.undo, func() { harness.RemoveDir(d.dir) })
 	d.say("control plane at %s; CRDs installed", env.CP.Server)
 	if d.qemu, err = newQEMU(d.dir, out); err != nil {
 		return nil, err
@@ -201,23 +177,13 @@ func expect(ok bool, format string, args ...any) error {
 	return fmt.Errorf("expected "+format, args...)
 }
 
-// until polls cond every 50 ms until it returns nil; past limit (or when
-// ctx ends) the error names what was awaited.
+// until waits until cond returns nil; past limit (or when ctx ends) the
+// error names what was awaited.
 func (d *demo) until(limit time.Duration, what string, cond func() error) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("expected %s within %s: %v", what, limit, err)
-		}
-		if d.ctx.Err() != nil {
-			return d.ctx.Err()
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := harness.Poll(d.ctx, limit, what, cond); err != nil {
+		return fmt.Errorf("expected %w", err)
 	}
+	return nil
 }
 
 // setup makes the fabric with FRR, node-a, node-b and node-c on it with
@@ -238,18 +204,18 @@ func (d *demo) setup() error {
 		}
 	}
 	for _, n := range d.nodes {
-		for _, a := range []attachment{theVM, client, red} {
-			if err := n.WriteConflistFile(a.conflist()); err != nil {
+		for _, a := range []harness.Attachment{theVM, client, red} {
+			if err := n.WriteConflistFile(a.Conflist()); err != nil {
 				return err
 			}
 		}
 	}
 	d.say("conflists on every node (routing: table, since this kernel has no VRF); the VM's:")
-	data, _ := json.MarshalIndent(theVM.conflist(), "", "  ")
+	data, _ := json.MarshalIndent(theVM.Conflist(), "", "  ")
 	d.show(string(data))
 	d.say("the client's and red's:")
-	for _, a := range []attachment{client, red} {
-		data, _ := json.Marshal(a.conflist())
+	for _, a := range []harness.Attachment{client, red} {
+		data, _ := json.Marshal(a.Conflist())
 		d.show(string(data))
 	}
 	if err := d.until(20*time.Second, "every router's session with FRR established", d.allEstablished); err != nil {
@@ -269,7 +235,7 @@ func (d *demo) setup() error {
 	if err := c.Ping(vmAddr); err != nil {
 		return fmt.Errorf("expected red's workload on node-c to answer the node on %s: %w", vmAddr, err)
 	}
-	d.say("node-c: the client (blue %s) and red's workload (red %s, the VM's address) are attached; red's answers node-c's own ping", client.addresses[0], red.addresses[0])
+	d.say("node-c: the client (blue %s) and red's workload (red %s, the VM's address) are attached; red's answers node-c's own ping", client.Addresses[0], red.Addresses[0])
 	if err := d.until(20*time.Second, "FRR holding the client's and red's routes", func() error {
 		routes, err := f.EVPNRoutes()
 		if err != nil {
@@ -396,30 +362,14 @@ func (d *demo) allEstablished() error {
 // the leases of live holders well within the lease duration.
 func (d *demo) startGC(name string) error {
 	n := d.nodes[name]
-	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(d.env.BinDir, "galactic-gc"),
-		"--config", n.ConfigPath, "--interval", "1s", "--metrics-address", "")
-	logf, err := os.OpenFile(filepath.Join(n.Dir, "galactic-gc.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
+	if n.gc == nil {
+		n.gc = n.NewGCDaemon(time.Second)
+		d.undo = append(d.undo, n.gc.Kill)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	n.gc = cmd
-	d.undo = append(d.undo, func() { d.stopGC(name); logf.Close() })
-	return nil
+	return n.gc.Start()
 }
 
-func (d *demo) stopGC(name string) {
-	if cmd := d.nodes[name].gc; cmd != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		d.nodes[name].gc = nil
-	}
-}
+func (d *demo) stopGC(name string) { d.nodes[name].gc.Kill() }
 
 // gcLog is what the node's GC daemon logged.
 func (d *demo) gcLog(name string) string {
@@ -461,13 +411,13 @@ func (d *demo) container() (*harness.Netns, error) {
 
 // cnitool runs a verb of a's chain on a node and returns its output (the
 // CNI result of an ADD).
-func (d *demo) cnitool(name, verb string, a attachment, c *harness.Netns) (string, error) {
-	d.say("%s: cnitool %s %s %s", name, verb, a.network(), c.Path)
-	return d.nodes[name].CNITool(verb, a.network(), c, ifName)
+func (d *demo) cnitool(name, verb string, a harness.Attachment, c *harness.Netns) (string, error) {
+	d.say("%s: cnitool %s %s %s", name, verb, a.Network(), c.Path)
+	return d.nodes[name].CNITool(verb, a.Network(), c, a.Interface())
 }
 
 // add attaches a for a new container on a node.
-func (d *demo) add(name string, a attachment) (*harness.Netns, error) {
+func (d *demo) add(name string, a harness.Attachment) (*harness.Netns, error) {
 	c, err := d.container()
 	if err != nil {
 		return nil, err
@@ -511,7 +461,7 @@ func (d *demo) boot(name string, c *harness.Netns, out string) (*running, error)
 func (d *demo) availability(r *running, verb string) error {
 	n := d.nodes[r.node]
 	cmd := exec.CommandContext(d.ctx, "ip", "netns", "exec", n.Netns.Name, filepath.Join(d.env.BinDir, "galactic-cni"), verb,
-		"--vpc", theVM.vpc, "--attachment", theVM.name, "--container", harness.ContainerID(r.netns.Path))
+		"--vpc", theVM.VPC, "--attachment", theVM.Name, "--container", harness.ContainerID(r.netns.Path))
 	// Outside a CNI call: no CNI_* variables, only the node's settings.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "CNI_") {
@@ -523,7 +473,7 @@ func (d *demo) availability(r *running, verb string) error {
 	if err != nil {
 		return fmt.Errorf("galactic-cni %s on %s: %v %s", verb, r.node, err, out)
 	}
-	d.say("%s: galactic-cni %s --vpc %s --attachment %s --container %s", r.node, verb, theVM.vpc, theVM.name, short(harness.ContainerID(r.netns.Path)))
+	d.say("%s: galactic-cni %s --vpc %s --attachment %s --container %s", r.node, verb, theVM.VPC, theVM.Name, short(harness.ContainerID(r.netns.Path)))
 	return nil
 }
 
@@ -549,7 +499,7 @@ func short(id string) string {
 
 // tapOn is the ifindex of the VM's tap on a node, 0 when there is none.
 func (d *demo) tapOn(name string) int {
-	out, err := d.nodes[name].Run("ip", "link", "show", "dev", names.HostInterface(names.ModeTap, theVM.vpc, theVM.name))
+	out, err := d.nodes[name].Run("ip", "link", "show", "dev", names.HostInterface(names.ModeTap, theVM.VPC, theVM.Name))
 	if err != nil {
 		return 0
 	}

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/galactic-cni/galactic/pkg/names"
-	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/migration"
 	"github.com/galactic-cni/galactic/test/vm"
@@ -24,7 +23,8 @@ import (
 // liveVM is the guest the live-migration step moves while it runs,
 // announced always, so that it is routed without an availability report.
 var (
-	liveVM   = attachment{vpc: "blue", name: "live-0-net0", mode: "tap", vni: vniBlue, addresses: []string{"10.20.0.9/24"}, handoff: true}
+	liveVM = harness.Attachment{VPC: "blue", Name: "live-0-net0", Mode: "tap", VNI: vniBlue, Addresses: []string{"10.20.0.9/24"},
+		Handoff: withHandoff, MTU: mtu, PodAnnotations: true}
 	liveAddr = netip.MustParseAddr("10.20.0.9")
 )
 
@@ -52,21 +52,13 @@ func (l LiveMigration) summary() string {
 		l.UptimeBefore.Seconds(), l.UptimeAfter.Seconds(), l.TCPSurvived)
 }
 
-// migratable is the conflist of a with the pod annotations capability,
-// through which the target's runtime passes network.galactic.dev/standby.
-func (a attachment) migratable() map[string]any {
-	c := a.conflist()
-	c["plugins"].([]any)[0].(map[string]any)["capabilities"] = map[string]bool{netconf.CapabilityPodAnnotations: true}
-	return c
-}
-
 // 0. A second VM live-migrates from node-a to node-b while the client
 // pings it every 10 ms and holds a TCP connection to its echo service:
 // the reference sequence of test/migration, with qemu on both sides.
 func (d *demo) liveMigration() error {
 	d.say("== 0. a running VM live-migrates from node-a to node-b (qemu -incoming, migrate over the fabric)")
 	for _, n := range d.nodes {
-		if err := n.WriteConflistFile(liveVM.migratable()); err != nil {
+		if err := n.WriteConflistFile(liveVM.Conflist()); err != nil {
 			return err
 		}
 	}
@@ -131,7 +123,7 @@ func (d *demo) liveMigration() error {
 		return err
 	}
 	m := &migration.Migration{
-		VPC: liveVM.vpc, Attachment: liveVM.name, Network: liveVM.network(), IfName: ifName,
+		VPC: liveVM.VPC, Attachment: liveVM.Name, Network: liveVM.Network(), IfName: ifName,
 		Source: migration.Side{Node: d.nodes["node-a"].Node, Container: src},
 		Target: migration.Side{Node: d.nodes["node-b"].Node, Container: tgt},
 		VMM:    q,
@@ -166,7 +158,7 @@ func (d *demo) liveMigration() error {
 	}
 	d.report.Live = rep
 	d.say("migrated: %s", rep.summary())
-	lease, err := d.env.API.Leases(harness.Namespace).Get(d.ctx, names.Lease(liveVM.vpc, liveVM.name), metav1.GetOptions{})
+	lease, err := d.env.API.Leases(harness.Namespace).Get(d.ctx, names.Lease(liveVM.VPC, liveVM.Name), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}

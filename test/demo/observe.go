@@ -289,7 +289,7 @@ func (d *demo) status(m mark) {
 }
 
 func (d *demo) lease() (*coordinationv1.Lease, error) {
-	l, err := d.env.Kube.CoordinationV1().Leases(harness.Namespace).Get(d.ctx, names.Lease(theVM.vpc, theVM.name), metav1.GetOptions{})
+	l, err := d.env.Kube.CoordinationV1().Leases(harness.Namespace).Get(d.ctx, names.Lease(theVM.VPC, theVM.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -298,7 +298,7 @@ func (d *demo) lease() (*coordinationv1.Lease, error) {
 
 // advertisements are the VM's advertisements by node.
 func (d *demo) advertisements() (map[string]v1alpha1.BGPAdvertisement, error) {
-	l, err := d.env.API.BGPAdvertisements(harness.Namespace).List(d.ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(theVM.vpc, theVM.name)})
+	l, err := d.env.API.BGPAdvertisements(harness.Namespace).List(d.ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(theVM.VPC, theVM.Name)})
 	if err != nil {
 		return nil, err
 	}
@@ -320,20 +320,19 @@ func keys[V any](m map[string]V) []string {
 
 // routeMonitor records `ip monitor route` on node-c.
 type routeMonitor struct {
-	cmd  *exec.Cmd
+	proc *harness.Process
 	mu   sync.Mutex
 	out  bytes.Buffer
-	done chan struct{}
 }
 
 func startRouteMonitor(n *harness.Node) (*routeMonitor, error) {
-	m := &routeMonitor{done: make(chan struct{})}
-	m.cmd = exec.Command("ip", "-n", n.Netns.Name, "monitor", "route")
-	m.cmd.Stdout = m
-	if err := m.cmd.Start(); err != nil {
+	m := &routeMonitor{}
+	cmd := exec.Command("ip", "-n", n.Netns.Name, "monitor", "route")
+	cmd.Stdout = m
+	var err error
+	if m.proc, err = harness.StartProcess("ip monitor route", cmd, ""); err != nil {
 		return nil, err
 	}
-	go func() { _ = m.cmd.Wait(); close(m.done) }()
 	// ip subscribes before it prints anything; give it that moment.
 	time.Sleep(100 * time.Millisecond)
 	return m, nil
@@ -345,10 +344,7 @@ func (m *routeMonitor) Write(b []byte) (int, error) {
 	return m.out.Write(b)
 }
 
-func (m *routeMonitor) stop() {
-	_ = m.cmd.Process.Kill()
-	<-m.done
-}
+func (m *routeMonitor) stop() { m.proc.Kill() }
 
 // lines are the monitor's lines about the prefix outside red's table.
 func (m *routeMonitor) lines() []string {
@@ -391,12 +387,12 @@ func (d *demo) watch(existing ...string) (*watcher, error) {
 	}
 	w.maxAdvs = len(w.live)
 	ctx, cancel := context.WithCancel(d.ctx)
-	lw, err := d.env.Kube.CoordinationV1().Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + names.Lease(theVM.vpc, theVM.name)})
+	lw, err := d.env.Kube.CoordinationV1().Leases(harness.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + names.Lease(theVM.VPC, theVM.Name)})
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	aw, err := d.env.API.BGPAdvertisements(harness.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(theVM.vpc, theVM.name)})
+	aw, err := d.env.API.BGPAdvertisements(harness.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: names.AttachmentSelector(theVM.VPC, theVM.Name)})
 	if err != nil {
 		lw.Stop()
 		cancel()

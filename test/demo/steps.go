@@ -456,7 +456,7 @@ func (d *demo) drain() error {
 
 	// The client and red's workload go too: nothing of galactic is left.
 	for _, w := range []struct {
-		a attachment
+		a harness.Attachment
 		c *harness.Netns
 	}{{client, d.clientNetns}, {red, d.redNetns}} {
 		if _, err := d.cnitool("node-c", "del", w.a, w.c); err != nil {

@@ -106,9 +106,9 @@ func StartCluster(ctx context.Context, log io.Writer) (c *Cluster, err error) {
 		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
 			return c, fmt.Errorf("kube-controller-manager did not publish kube-root-ca.crt: %v", err)
 		}
-		for i, p := range cp.procs {
-			if p.ProcessState != nil {
-				return c, fmt.Errorf("%s exited", cp.names[i])
+		for _, p := range cp.procs {
+			if !p.Running() {
+				return c, fmt.Errorf("%s exited", p.Name)
 			}
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,9 +49,8 @@ type ClusterNode struct {
 	Ctd     *Containerd
 	Kubelet *Kubelet
 
-	holder     *exec.Cmd
-	holderDone chan struct{}
-	svc        *Forwarder
+	holder *Process
+	svc    *Forwarder
 	// unroute takes the node off the API server's egress proxy.
 	unroute   func()
 	closeOnce sync.Once
@@ -63,7 +61,7 @@ type ClusterNode struct {
 func (n *ClusterNode) HostPath(p string) string { return filepath.Join(n.Root, p) }
 
 // MountNS is the path of the node's mount namespace.
-func (n *ClusterNode) MountNS() string { return fmt.Sprintf("/proc/%d/ns/mnt", n.holder.Process.Pid) }
+func (n *ClusterNode) MountNS() string { return fmt.Sprintf("/proc/%d/ns/mnt", n.holder.Pid()) }
 
 // Exec runs a command in the node's network and mount namespaces and
 // returns its combined output.
@@ -80,13 +78,13 @@ func (n *ClusterNode) Exec(name string, args ...string) (string, error) {
 // registry) and its kubelet, and returns once the Node object exists.
 // The cluster's Close removes it, also when AddNode fails.
 func (c *Cluster) AddNode(ctx context.Context, fabric *Fabric, imageArchive, name string) (n *ClusterNode, err error) {
-	dir, err := os.MkdirTemp("", "gcn-")
+	dir, err := MkdirTemp("gcn-")
 	if err != nil {
 		return nil, err
 	}
 	nn, err := CreateNetns("n")
 	if err != nil {
-		os.RemoveAll(dir)
+		RemoveDir(dir)
 		return nil, err
 	}
 	n = &ClusterNode{Node: &Node{Netns: nn, Name: name, Dir: dir, ConfigPath: settings.DefaultConfig, CNIPath: "/opt/cni/bin",
@@ -167,24 +165,23 @@ func (n *ClusterNode) startMountNS() error {
 	}
 	script.WriteString("mount -t tmpfs -o mode=0755 galactic-node /run/netns\nmount --make-rshared /\necho ready\nexec sleep infinity\n")
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script.String())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
+	r, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
+	defer r.Close()
 	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	n.holder, err = StartProcess("the mount namespace of "+n.Name, cmd, "")
+	w.Close()
+	if err != nil {
 		return err
 	}
-	n.holder, n.holderDone = cmd, make(chan struct{})
-	line, _ := bufio.NewReader(out).ReadString('\n')
+	line, _ := bufio.NewReader(r).ReadString('\n')
 	if strings.TrimSpace(line) != "ready" {
-		_ = cmd.Wait()
-		close(n.holderDone)
+		n.holder.Kill()
 		return fmt.Errorf("the mount namespace of %s: %s", n.Name, stderr.String())
 	}
-	go func() { _ = cmd.Wait(); close(n.holderDone) }()
 	return nil
 }
 
@@ -203,7 +200,7 @@ func (n *ClusterNode) Close() {
 			errs = append(errs, n.Ctd.Close())
 		}
 		if n.holder != nil {
-			stopProcess(n.holder.Process, n.holderDone, syscall.SIGKILL, 10*time.Second)
+			n.holder.Kill()
 		}
 		if n.svc != nil {
 			n.svc.Close()
@@ -212,7 +209,7 @@ func (n *ClusterNode) Close() {
 			n.fwd.Close()
 		}
 		n.Netns.Delete()
-		errs = append(errs, os.RemoveAll(n.Dir))
+		errs = append(errs, RemoveDir(n.Dir))
 		if err := errors.Join(errs...); err != nil {
 			fmt.Fprintf(os.Stderr, "closing node %s: %v\n", n.Name, err)
 		}

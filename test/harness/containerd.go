@@ -32,8 +32,7 @@ type Containerd struct {
 
 	opts containerdOptions
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *Process
 }
 
 // containerdOptions are what a cluster node changes: containerd joins the
@@ -89,15 +88,17 @@ func newContainerd(node *Node, binDir string, o containerdOptions) (*Containerd,
 		return nil, imageErr
 	}
 	// Short: unix socket paths have a 108-byte limit.
-	dir, err := os.MkdirTemp("", "gctd-")
+	dir, err := MkdirTemp("gctd-")
 	if err != nil {
 		return nil, err
 	}
 	c := &Containerd{Node: node, Bin: bin, Dir: dir, Socket: filepath.Join(dir, "c.sock"), LogPath: filepath.Join(dir, "containerd.log"), opts: o}
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(c.config(binDir)), 0o644); err != nil {
-		os.RemoveAll(dir)
+		RemoveDir(dir)
 		return nil, err
 	}
+	// Its pods and shims are not its children: only Close removes them.
+	track("containerd "+dir, "containerd's pods and shims under "+dir, func() { _ = c.Close() })
 	if err := c.Start(); err != nil {
 		c.Close()
 		return nil, err
@@ -178,28 +179,20 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 func (c *Containerd) Start() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cmd != nil {
+	if c.proc != nil {
 		return fmt.Errorf("containerd is already running")
-	}
-	logf, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
 	}
 	cmd := exec.Command("nsenter", append(c.opts.nsenter(c.Node), c.Bin.Containerd, "--config", filepath.Join(c.Dir, "config.toml"), "--log-level", "info")...)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "PATH=") }),
 		"PATH="+c.Bin.Dir+":"+os.Getenv("PATH"))
 	cmd.Env = append(cmd.Env, c.Node.Environ()...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group: a signal to the test does not reach it, and
-	// the shims it starts outlive it as they do under systemd.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	// The shims it starts make process groups of their own: they outlive
+	// it as they do under systemd, and Close removes them.
+	p, err := StartProcess("containerd on "+c.Node.Name, cmd, c.LogPath)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	c.cmd, c.done = cmd, done
+	c.proc = p
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, err := c.crictl(10*time.Second, "version"); err == nil {
@@ -208,7 +201,7 @@ func (c *Containerd) Start() error {
 			return fmt.Errorf("containerd did not serve CRI within a minute: %v\n%s", err, c.LogTail(40))
 		}
 		select {
-		case <-done:
+		case <-p.Done():
 			return fmt.Errorf("containerd exited at start:\n%s", c.LogTail(40))
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -230,11 +223,11 @@ func (o containerdOptions) nsenter(n *Node) []string {
 func (c *Containerd) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cmd == nil {
+	if c.proc == nil {
 		return
 	}
-	stopProcess(c.cmd.Process, c.done, syscall.SIGTERM, 30*time.Second)
-	c.cmd = nil
+	c.proc.Stop(syscall.SIGTERM, 30*time.Second)
+	c.proc = nil
 }
 
 // Restart stops and starts containerd.
@@ -246,9 +239,10 @@ func (c *Containerd) Restart() error {
 // Close removes every pod (stop, remove), stops containerd, kills shims
 // that are left and removes Dir with whatever is still mounted under it.
 func (c *Containerd) Close() error {
+	untrack("containerd " + c.Dir)
 	var errs []string
 	c.mu.Lock()
-	running := c.cmd != nil
+	running := c.proc != nil
 	c.mu.Unlock()
 	if running {
 		if out, err := c.Crictl("rmp", "--all", "--force"); err != nil {
@@ -274,7 +268,7 @@ func (c *Containerd) Close() error {
 			errs = append(errs, fmt.Sprintf("unmounting %s: %v", m, err))
 		}
 	}
-	if err := os.RemoveAll(c.Dir); err != nil {
+	if err := RemoveDir(c.Dir); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if len(errs) > 0 {

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -93,9 +91,7 @@ type Controller struct {
 	MetricsAddress string
 	LogPath        string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	Daemon
 }
 
 // NewController describes a controller logging into dir; args follow
@@ -111,66 +107,21 @@ func NewController(bin, kubeconfig, dir, identity string, args ...string) (*Cont
 
 // Start starts the process.
 func (c *Controller) Start() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd != nil {
-		return fmt.Errorf("galactic-controller %s is already running", c.Identity)
-	}
 	cmd := exec.Command(c.Bin, append([]string{"--kubeconfig", c.Kubeconfig, "--identity", c.Identity,
 		"--metrics-address", c.MetricsAddress}, c.Args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if len(c.Env) > 0 {
 		cmd.Env = append(os.Environ(), c.Env...)
 	}
-	done, err := startLogged(cmd, c.LogPath)
-	if err != nil {
-		return err
-	}
-	c.cmd, c.done = cmd, done
-	return nil
-}
-
-// Pid is the process's ID, 0 when it is stopped.
-func (c *Controller) Pid() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil {
-		return 0
-	}
-	return c.cmd.Process.Pid
+	_, err := c.start("galactic-controller "+c.Identity, cmd, c.LogPath)
+	return err
 }
 
 // Exited reports whether a started process has ended on its own.
 func (c *Controller) Exited() bool {
 	c.mu.Lock()
-	done := c.done
-	c.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
+	defer c.mu.Unlock()
+	return c.proc != nil && !c.proc.Running()
 }
-
-func (c *Controller) signal(sig syscall.Signal) {
-	c.mu.Lock()
-	cmd, done := c.cmd, c.done
-	c.cmd, c.done = nil, nil
-	c.mu.Unlock()
-	if cmd != nil {
-		stopProcess(cmd.Process, done, sig, 15*time.Second)
-	}
-}
-
-// Kill ends it with SIGKILL, as a crash or a lost node would.
-func (c *Controller) Kill() { c.signal(syscall.SIGKILL) }
-
-// Terminate ends it with SIGTERM, as a rollout would.
-func (c *Controller) Terminate() { c.signal(syscall.SIGTERM) }
 
 // LogTail is the end of its log, for failure messages.
 func (c *Controller) LogTail(lines int) string { return fileTail(c.LogPath, lines) }

@@ -39,7 +39,7 @@ type ControlPlane struct {
 	AdminKubeconfig string
 
 	pki   *pki
-	procs []*exec.Cmd
+	procs []*Process
 	// saKey signs service account tokens; the controller manager needs it.
 	saKey string
 	names []string
@@ -76,7 +76,7 @@ func startControlPlane(ctx context.Context, log io.Writer, o controlPlaneOptions
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "galactic-controlplane-")
+	dir, err := MkdirTemp("galactic-controlplane-")
 	if err != nil {
 		return nil, err
 	}
@@ -182,19 +182,11 @@ func startControlPlane(ctx context.Context, log io.Writer, o controlPlaneOptions
 }
 
 func (cp *ControlPlane) start(name, bin string, args ...string) error {
-	logf, err := os.Create(filepath.Join(cp.Dir, name+".log"))
+	p, err := StartProcess(name, exec.Command(bin, args...), filepath.Join(cp.Dir, name+".log"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group, and die with the test process even if it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("starting %s: %w", name, err)
-	}
-	cp.procs = append(cp.procs, cmd)
+	cp.procs = append(cp.procs, p)
 	cp.names = append(cp.names, name)
 	return nil
 }
@@ -214,8 +206,8 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 		}
 		lastErr = err
 		for _, p := range cp.procs {
-			if p.ProcessState != nil {
-				return fmt.Errorf("%s exited", p.Path)
+			if !p.Running() {
+				return fmt.Errorf("%s exited", p.Name)
 			}
 		}
 		select {
@@ -229,24 +221,19 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 // Stop ends both servers and removes their data. Safe to call twice.
 func (cp *ControlPlane) Stop() {
 	for i := len(cp.procs) - 1; i >= 0; i-- {
-		p := cp.procs[i]
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		cp.procs[i].Stop(syscall.SIGTERM, 10*time.Second)
 	}
 	cp.procs = nil
 	if cp.egress != nil {
 		cp.egress.close()
 		cp.egress = nil
 	}
-	if cp.Dir != "" && os.Getenv("GALACTIC_KEEP_CONTROLPLANE") == "" {
-		_ = os.RemoveAll(cp.Dir)
+	switch {
+	case cp.Dir == "":
+	case os.Getenv("GALACTIC_KEEP_CONTROLPLANE") != "":
+		untrack("dir " + cp.Dir)
+	default:
+		_ = RemoveDir(cp.Dir)
 	}
 }
 

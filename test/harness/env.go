@@ -13,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,10 +50,26 @@ var (
 )
 
 // Main runs the tests of a package and stops the environment afterwards.
+// Whatever the harness made that is still there then (a process, a
+// network namespace, a directory) fails the package and is removed. The
+// tests end early and clean up when `go test` or the tests get a signal
+// or lose their output.
 func Main(m *testing.M) {
+	if err := DieWithParent(); err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(1)
+	}
+	stop := CleanUpOnSignal()
 	code := m.Run()
+	stop()
 	if env != nil {
 		env.Close()
+	}
+	if left := RemoveLeftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "harness: the tests left these behind (removed now):\n  %s\n", strings.Join(left, "\n  "))
+		if code == 0 {
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
@@ -61,7 +79,7 @@ func Main(m *testing.M) {
 func (e *Env) Close() {
 	e.stopController()
 	e.CP.Stop()
-	_ = os.RemoveAll(e.BinDir)
+	_ = RemoveDir(e.BinDir)
 }
 
 // RequireRoot skips t unless the process is root.
@@ -76,7 +94,7 @@ func RequireRoot(t testing.TB) {
 func Setup(t testing.TB) *Env {
 	t.Helper()
 	RequireRoot(t)
-	envOnce.Do(func() { env, envErr = NewEnv(os.Stderr) })
+	envOnce.Do(func() { env, envErr = NewEnv(context.Background(), os.Stderr) })
 	if envErr != nil {
 		t.Fatalf("integration environment: %v", envErr)
 	}
@@ -84,16 +102,16 @@ func Setup(t testing.TB) *Env {
 }
 
 // NewEnv builds the binaries and starts a control plane; Close stops it.
-// Tests use Setup instead; NewEnv is for programs such as the demo.
-func NewEnv(progress io.Writer) (*Env, error) {
-	ctx := context.Background()
-	bin, err := BuildBinaries()
+// Tests use Setup instead; NewEnv is for programs such as the demo, which
+// can end it half-way with ctx.
+func NewEnv(ctx context.Context, progress io.Writer) (_ *Env, err error) {
+	bin, err := BuildBinaries(ctx)
 	if err != nil {
 		return nil, err
 	}
 	cp, err := StartControlPlane(ctx, progress)
 	if err != nil {
-		os.RemoveAll(bin)
+		RemoveDir(bin)
 		return nil, err
 	}
 	return envOn(ctx, cp, bin)
@@ -121,6 +139,11 @@ func (e *Env) Release() { _ = os.RemoveAll(e.BinDir) }
 func envOn(ctx context.Context, cp *ControlPlane, bin string) (*Env, error) {
 	var err error
 	e := &Env{CP: cp, BinDir: bin}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
 	if e.Kube, err = kubernetes.NewForConfig(cp.Admin); err != nil {
 		return nil, err
 	}
@@ -139,8 +162,8 @@ func envOn(ctx context.Context, cp *ControlPlane, bin string) (*Env, error) {
 
 // BuildBinaries builds the project's binaries, the test helpers, cnitool
 // and the reference plugins into a new temporary directory.
-func BuildBinaries() (string, error) {
-	dir, err := os.MkdirTemp("", "galactic-bin-")
+func BuildBinaries(ctx context.Context) (string, error) {
+	dir, err := MkdirTemp("galactic-bin-")
 	if err != nil {
 		return "", err
 	}
@@ -157,10 +180,14 @@ func BuildBinaries() (string, error) {
 		}
 	}
 	// Static, as `make build` and the image build them.
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	// Interrupted, go removes its work directory before it exits.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
+		RemoveDir(dir)
 		return "", fmt.Errorf("building binaries: %v\n%s", err, out)
 	}
 	return dir, nil

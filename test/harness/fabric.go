@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -11,7 +12,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -34,7 +34,7 @@ type Fabric struct {
 	mu  sync.Mutex
 	// next is the last octet of the next node's underlay address.
 	next int
-	bgpd *exec.Cmd
+	bgpd *Process
 }
 
 // RequireFRR skips t when FRR's bgpd is not installed.
@@ -90,13 +90,13 @@ func CreateFabric(o FabricOptions) (*Fabric, error) {
 	if o.Port == 0 {
 		o.Port = 179
 	}
-	dir, err := os.MkdirTemp("", "galactic-fabric-")
+	dir, err := MkdirTemp("galactic-fabric-")
 	if err != nil {
 		return nil, err
 	}
 	nn, err := CreateNetns("f")
 	if err != nil {
-		os.RemoveAll(dir)
+		RemoveDir(dir)
 		return nil, err
 	}
 	f := &Fabric{Netns: nn, Options: o, RR: netip.MustParseAddr("192.0.2.1"), dir: dir, next: 11}
@@ -126,7 +126,7 @@ func CreateFabric(o FabricOptions) (*Fabric, error) {
 func (f *Fabric) Close() {
 	f.StopFRR()
 	f.Netns.Delete()
-	_ = os.RemoveAll(f.dir)
+	_ = RemoveDir(f.dir)
 }
 
 // Attach connects node to the fabric with a veth called ul0 and returns
@@ -226,45 +226,34 @@ func (f *Fabric) StartFRR() error {
 	}
 	cmd := exec.Command("ip", "netns", "exec", f.Netns.Name, FRRBgpd, "-Z", "-S", "-n",
 		"-f", conf, "-i", filepath.Join(f.dir, "bgpd.pid"), "--vty_socket", f.vty(), "-p", fmt.Sprint(o.Port))
-	out, err := os.OpenFile(filepath.Join(f.dir, "bgpd.out"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	p, err := StartProcess("bgpd", cmd, filepath.Join(f.dir, "bgpd.out"))
 	if err != nil {
 		return err
 	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return fmt.Errorf("starting bgpd: %w", err)
-	}
-	go func() { _ = cmd.Wait(); out.Close() }()
-	f.bgpd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(filepath.Join(f.vty(), "bgpd.vty")); err == nil {
-			if _, err := f.Vtysh("show bgp summary json"); err == nil {
-				return nil
-			}
+	f.bgpd = p
+	err = Poll(context.Background(), 10*time.Second, "bgpd answering vtysh", func() error {
+		if !p.Running() {
+			return fmt.Errorf("bgpd exited: %s", fileTail(filepath.Join(f.dir, "bgpd.out"), 10))
 		}
-		time.Sleep(50 * time.Millisecond)
+		_, err := f.Vtysh("show bgp summary json")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w; its output is in %s", err, filepath.Join(f.dir, "bgpd.out"))
 	}
-	return fmt.Errorf("bgpd did not come up; its output is in %s", filepath.Join(f.dir, "bgpd.out"))
+	return nil
 }
 
 // StopFRR kills bgpd.
 func (f *Fabric) StopFRR() {
 	f.mu.Lock()
-	cmd := f.bgpd
+	p := f.bgpd
 	f.bgpd = nil
 	f.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
+	if p == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	for i := 0; i < 100; i++ {
-		if cmd.ProcessState != nil || syscall.Kill(cmd.Process.Pid, 0) != nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p.Kill()
 	_ = os.Remove(filepath.Join(f.vty(), "bgpd.vty"))
 }
 

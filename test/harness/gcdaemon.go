@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"time"
 )
 
@@ -16,9 +14,7 @@ type GCDaemon struct {
 	Node     *Node
 	Interval time.Duration
 	LogPath  string
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
+	Daemon
 }
 
 // NewGCDaemon is the node's GC daemon passing every interval; Start starts it.
@@ -28,48 +24,12 @@ func (n *Node) NewGCDaemon(interval time.Duration) *GCDaemon {
 
 // Start starts the process (again).
 func (g *GCDaemon) Start() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.cmd != nil {
-		return fmt.Errorf("galactic-gc on %s is already running", g.Node.Name)
-	}
 	cmd := exec.Command("ip", "netns", "exec", g.Node.Netns.Name, filepath.Join(g.Node.env.BinDir, "galactic-gc"),
 		"--config", g.Node.ConfigPath, "--interval", g.Interval.String(), "--metrics-address", "")
 	cmd.Env = append(os.Environ(), g.Node.Environ()...)
-	done, err := startLogged(cmd, g.LogPath)
-	if err != nil {
-		return err
-	}
-	g.cmd, g.done = cmd, done
-	return nil
+	_, err := g.start("galactic-gc on "+g.Node.Name, cmd, g.LogPath)
+	return err
 }
-
-// Pid is the daemon's process ID (ip netns exec execs galactic-gc itself),
-// 0 when it is stopped.
-func (g *GCDaemon) Pid() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.cmd == nil {
-		return 0
-	}
-	return g.cmd.Process.Pid
-}
-
-func (g *GCDaemon) signal(sig syscall.Signal) {
-	g.mu.Lock()
-	cmd, done := g.cmd, g.done
-	g.cmd = nil
-	g.mu.Unlock()
-	if cmd != nil {
-		stopProcess(cmd.Process, done, sig, 15*time.Second)
-	}
-}
-
-// Kill stops the daemon with SIGKILL, as a crash would.
-func (g *GCDaemon) Kill() { g.signal(syscall.SIGKILL) }
-
-// Terminate stops it with SIGTERM, as a rollout would.
-func (g *GCDaemon) Terminate() { g.signal(syscall.SIGTERM) }
 
 // ProcStats are what /proc says about a process: resident memory, threads
 // and open file descriptors.

@@ -21,7 +21,7 @@ type GoBGPd struct {
 	f       *Fabric
 	Addr    netip.Addr
 	apiPort int
-	cmd     *exec.Cmd
+	proc    *Process
 }
 
 // RequireGoBGPd skips t without Debian's gobgpd and gobgp.
@@ -101,31 +101,20 @@ func (f *Fabric) startGoBGPd(t testing.TB, reflector bool, neighbors []netip.Add
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(gobgpdConf, FabricASN, g.Addr, g.Addr, ns)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log, err := os.Create(filepath.Join(f.dir, "gobgpd.log"))
-	if err != nil {
+	logPath := filepath.Join(f.dir, "gobgpd.log")
+	cmd := exec.Command("ip", "netns", "exec", g.ns.Name, "gobgpd", "-f", conf, "--api-hosts", fmt.Sprintf("127.0.0.1:%d", g.apiPort))
+	var err error
+	if g.proc, err = StartProcess("gobgpd", cmd, logPath); err != nil {
 		t.Fatal(err)
 	}
-	g.cmd = exec.Command("ip", "netns", "exec", g.ns.Name, "gobgpd", "-f", conf, "--api-hosts", fmt.Sprintf("127.0.0.1:%d", g.apiPort))
-	g.cmd.Stdout, g.cmd.Stderr = log, log
-	if err := g.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait(); log.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := g.CLI("global"); err == nil {
-			return g
+	t.Cleanup(g.proc.Kill)
+	Eventually(t, 10*time.Second, "gobgpd answering gobgp", func() error {
+		if _, err := g.CLI("global"); err != nil {
+			return fmt.Errorf("%v\n%s", err, fileTail(logPath, 20))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gobgpd did not come up: %s", readFileOr(filepath.Join(f.dir, "gobgpd.log")))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func readFileOr(p string) string {
-	b, _ := os.ReadFile(p)
-	return string(b)
+		return nil
+	})
+	return g
 }
 
 // CLI runs the gobgp command against this gobgpd.

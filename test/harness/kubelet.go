@@ -24,8 +24,7 @@ type Kubelet struct {
 	LogPath          string
 
 	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
+	proc    *Process
 	created []string
 }
 
@@ -100,23 +99,13 @@ func newKubelet(ctd *Containerd, serving kubeletServing, extra []string) (*Kubel
 			k.created = append(k.created, p)
 		}
 	}
-	logf, err := os.OpenFile(k.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
 	args := append(ctd.opts.nsenter(ctd.Node), bin,
 		"--config", cfg, "--root-dir", filepath.Join(k.Dir, "root"), "--cert-dir", filepath.Join(k.Dir, "pki"),
 		"--hostname-override", ctd.Node.Name, "--v", "2")
 	cmd := exec.Command("nsenter", append(args, extra...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	if k.proc, err = StartProcess("the kubelet of "+ctd.Node.Name, cmd, k.LogPath); err != nil {
 		return nil, err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	k.cmd, k.done = cmd, done
 	return k, nil
 }
 
@@ -189,12 +178,9 @@ func (k *Kubelet) RemoveStaticPod(name string) error {
 
 // Running reports whether the kubelet process is still running.
 func (k *Kubelet) Running() bool {
-	select {
-	case <-k.done:
-		return false
-	default:
-		return true
-	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.proc != nil && k.proc.Running()
 }
 
 // LogTail is the last n lines of the kubelet's log.
@@ -205,11 +191,11 @@ func (k *Kubelet) LogTail(n int) string { return fileTail(k.LogPath, n) }
 func (k *Kubelet) Close() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.cmd == nil {
+	if k.proc == nil {
 		return
 	}
-	stopProcess(k.cmd.Process, k.done, syscall.SIGTERM, 20*time.Second)
-	k.cmd = nil
+	k.proc.Stop(syscall.SIGTERM, 20*time.Second)
+	k.proc = nil
 	for _, m := range mountsUnder(k.Dir) {
 		_ = syscall.Unmount(m, syscall.MNT_DETACH)
 	}

@@ -41,10 +41,16 @@ func (c Command) String() string {
 // runtime on it would: the node's settings, no CNI_ variables. The error
 // is for the process failing to run at all.
 func (n *Node) GalacticCNI(verb string, args ...string) (Command, error) {
+	return n.GalacticCNIWith(nil, verb, args...)
+}
+
+// GalacticCNIWith is GalacticCNI with extraEnv added to the environment
+// (another kubeconfig, say).
+func (n *Node) GalacticCNIWith(extraEnv []string, verb string, args ...string) (Command, error) {
 	argv := append([]string{"netns", "exec", n.Netns.Name, filepath.Join(n.env.BinDir, "galactic-cni"), verb}, args...)
 	cmd := exec.Command("ip", argv...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_") })
-	cmd.Env = append(cmd.Env, n.Environ()...)
+	cmd.Env = append(append(cmd.Env, n.Environ()...), extraEnv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()

@@ -61,6 +61,7 @@ func CreateNetns(kind string) (*Netns, error) {
 		return nil, fmt.Errorf("ip netns add %s: %v: %s", name, err, out)
 	}
 	n := &Netns{Name: name, Path: "/var/run/netns/" + name}
+	track("netns "+name, "network namespace "+name, n.Delete)
 	if out, err := n.Run("ip", "link", "set", "lo", "up"); err != nil {
 		n.Delete()
 		return nil, fmt.Errorf("lo up in %s: %v: %s", name, err, out)
@@ -70,6 +71,7 @@ func CreateNetns(kind string) (*Netns, error) {
 
 // Delete removes the namespace; deleting one that is gone is not an error.
 func (n *Netns) Delete() {
+	untrack("netns " + n.Name)
 	_ = exec.Command("ip", "netns", "del", n.Name).Run()
 }
 
@@ -102,7 +104,11 @@ type Node struct {
 // NewNode creates a node called name with the API server reachable.
 func (e *Env) NewNode(t testing.TB, name string) *Node {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := MkdirTemp("galactic-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { RemoveDir(dir) })
 	nn := NewNetns(t, "n")
 	n, err := e.newNode(name, dir, nn)
 	if err != nil {

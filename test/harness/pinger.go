@@ -2,10 +2,12 @@ package harness
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/galactic-cni/galactic/test/packet"
@@ -22,6 +24,8 @@ type Pinger struct {
 	id       uint16
 	stop     chan struct{}
 	done     sync.WaitGroup
+	stopOnce sync.Once
+	final    PingerStats
 
 	mu      sync.Mutex
 	sent    map[uint16]time.Time
@@ -106,6 +110,26 @@ func (p *Pinger) receive() {
 	}
 }
 
+// Replies is how many replies have come so far.
+func (p *Pinger) Replies() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.replied)
+}
+
+// WaitReplies waits until n more replies have come than when it is
+// called: the pinger's traffic flows.
+func (p *Pinger) WaitReplies(t testing.TB, n int) {
+	t.Helper()
+	from := p.Replies()
+	Eventually(t, 30*time.Second, fmt.Sprintf("%d replies to the pings of %s", n, p.addr), func() error {
+		if got := p.Replies() - from; got < n {
+			return fmt.Errorf("%d replies", got)
+		}
+		return nil
+	})
+}
+
 // Stats are the counts so far, leaving out requests sent in the last
 // second (their replies may still come).
 func (p *Pinger) Stats() PingerStats { return p.StatsBetween(time.Time{}, time.Now()) }
@@ -158,12 +182,14 @@ func (p *Pinger) StatsBetween(from, to time.Time) PingerStats {
 }
 
 // Stop ends the pinger, waits a second for late replies and returns the
-// final stats.
+// final stats; stopping it again returns them again.
 func (p *Pinger) Stop() PingerStats {
-	close(p.stop)
-	time.Sleep(time.Second + 50*time.Millisecond)
-	s := p.Stats()
-	p.conn.Close()
-	p.done.Wait()
-	return s
+	p.stopOnce.Do(func() {
+		close(p.stop)
+		time.Sleep(time.Second + 50*time.Millisecond)
+		p.final = p.Stats()
+		p.conn.Close()
+		p.done.Wait()
+	})
+	return p.final
 }

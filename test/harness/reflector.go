@@ -1,17 +1,16 @@
 package harness
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/galactic-cni/galactic/router/config"
 )
 
 // ReflectorAddr is where StartReflector puts galactic's reflector on the
@@ -36,43 +35,28 @@ func (f *Fabric) joinBridge(ns *Netns, host string, addr netip.Addr) error {
 	return nil
 }
 
-// ReflectorConfig is the router.json of a galactic reflector.
-type ReflectorConfig struct {
-	Role            string         `json:"role"`
-	ASN             int64          `json:"asn"`
-	RouterID        string         `json:"routerID,omitempty"`
-	Underlay        string         `json:"underlay,omitempty"`
-	ClusterID       string         `json:"clusterID,omitempty"`
-	ClientRanges    []string       `json:"clientRanges,omitempty"`
-	Peers           []RouterPeer   `json:"peers,omitempty"`
-	GracefulRestart map[string]any `json:"gracefulRestart,omitempty"`
-	MetricsAddress  string         `json:"metricsAddress,omitempty"`
-}
-
 // Reflector is galactic-router in role reflector, in a namespace of its
 // own on the fabric bridge.
 type Reflector struct {
 	Netns   *Netns
 	Addr    netip.Addr
-	Config  ReflectorConfig
+	Config  config.File
 	LogPath string
 	bin     string
 	conf    string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
+	Daemon
 }
 
 // FabricReflectorConfig is a reflector at ReflectorAddr in the fabric's
 // AS that accepts every node of the fabric's /24.
-func (f *Fabric) FabricReflectorConfig() ReflectorConfig {
-	return ReflectorConfig{Role: "reflector", ASN: f.Options.ASN, Underlay: ReflectorAddr.String(),
-		ClientRanges: []string{"192.0.2.0/24"}, MetricsAddress: "127.0.0.1:9656"}
+func (f *Fabric) FabricReflectorConfig() config.File {
+	return config.File{Role: new(config.RoleReflector), ASN: new(f.Options.ASN), Underlay: ReflectorAddr.String(),
+		ClientRanges: []string{"192.0.2.0/24"}, MetricsAddress: new("127.0.0.1:9656")}
 }
 
 // StartReflector runs env's galactic-router with cfg at cfg's underlay
 // (default ReflectorAddr); t's cleanup kills it.
-func (f *Fabric) StartReflector(t testing.TB, env *Env, cfg ReflectorConfig) *Reflector {
+func (f *Fabric) StartReflector(t testing.TB, env *Env, cfg config.File) *Reflector {
 	t.Helper()
 	r, err := f.LaunchReflector(env.BinDir, cfg)
 	if err != nil {
@@ -84,7 +68,7 @@ func (f *Fabric) StartReflector(t testing.TB, env *Env, cfg ReflectorConfig) *Re
 
 // LaunchReflector is StartReflector outside a test, with the binaries in
 // binDir; the caller closes it.
-func (f *Fabric) LaunchReflector(binDir string, cfg ReflectorConfig) (*Reflector, error) {
+func (f *Fabric) LaunchReflector(binDir string, cfg config.File) (*Reflector, error) {
 	addr := ReflectorAddr
 	if cfg.Underlay != "" {
 		addr = netip.MustParseAddr(cfg.Underlay)
@@ -95,12 +79,11 @@ func (f *Fabric) LaunchReflector(binDir string, cfg ReflectorConfig) (*Reflector
 	}
 	r := &Reflector{Netns: ns, Addr: addr, Config: cfg, bin: filepath.Join(binDir, "galactic-router"),
 		conf: filepath.Join(f.dir, "reflector.json"), LogPath: filepath.Join(f.dir, "reflector.log")}
-	data, _ := json.MarshalIndent(cfg, "", "  ")
 	if err := f.joinBridge(r.Netns, fmt.Sprintf("fr%d", os.Getpid()%100000), addr); err != nil {
 		r.Close()
 		return nil, err
 	}
-	if err := os.WriteFile(r.conf, data, 0o644); err != nil {
+	if err := writeRouterConfig(r.conf, cfg); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -119,47 +102,17 @@ func (r *Reflector) Close() {
 
 // RouterConfig is a node's router.json peering with this reflector
 // instead of FRR.
-func (r *Reflector) RouterConfig(f *Fabric, underlay netip.Addr) RouterConfig {
+func (r *Reflector) RouterConfig(f *Fabric, underlay netip.Addr) config.File {
 	c := f.FabricRouterConfig(underlay)
-	c.Peers[0].Address, c.Peers[0].ASN, c.Peers[0].Port = r.Addr.String(), r.Config.ASN, 0
+	c.Peers[0].Address, c.Peers[0].ASN, c.Peers[0].Port = r.Addr.String(), r.Config.ASN, nil
 	return c
 }
 
 // Start starts the process (again, after Kill).
 func (r *Reflector) Start() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd != nil {
-		return fmt.Errorf("the reflector is already running")
-	}
 	cmd := exec.Command("ip", "netns", "exec", r.Netns.Name, r.bin, "run", "--config", r.conf)
-	done, err := startLogged(cmd, r.LogPath)
-	if err != nil {
-		return err
-	}
-	r.cmd, r.done = cmd, done
-	return nil
-}
-
-// Kill stops the reflector with SIGKILL, as a crash would: no Cease.
-func (r *Reflector) Kill() {
-	r.mu.Lock()
-	cmd, done := r.cmd, r.done
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd != nil {
-		stopProcess(cmd.Process, done, syscall.SIGKILL, 15*time.Second)
-	}
-}
-
-// Pid is the running reflector's process ID, 0 when it is stopped.
-func (r *Reflector) Pid() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return 0
-	}
-	return r.cmd.Process.Pid
+	_, err := r.start("the reflector", cmd, r.LogPath)
+	return err
 }
 
 // CPUTime is the CPU time (user and system) the running reflector has
@@ -180,7 +133,7 @@ func (r *Reflector) Log() string {
 
 // Metric is one metric line's value (name with its labels, as printed).
 func (r *Reflector) Metric(name string) (float64, error) {
-	body, err := r.Netns.Get("http://" + r.Config.MetricsAddress + "/metrics")
+	body, err := r.Netns.Get("http://" + metricsAddress(r.Config) + "/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("%v: %s", err, body)
 	}

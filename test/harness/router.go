@@ -8,53 +8,71 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/galactic-cni/galactic/router/config"
 )
 
-// RouterConfig is the router.json a test writes for a node.
-type RouterConfig struct {
-	ASN                 int64             `json:"asn"`
-	RouterID            string            `json:"routerID,omitempty"`
-	Underlay            string            `json:"underlay"`
-	ListenPort          int64             `json:"listenPort,omitempty"`
-	RouteTargetASN      int64             `json:"routeTargetASN,omitempty"`
-	GracefulRestart     map[string]any    `json:"gracefulRestart,omitempty"`
-	WithdrawHoldSeconds *int64            `json:"withdrawHoldSeconds,omitempty"`
-	StaleRoutesSeconds  *int64            `json:"staleRoutesSeconds,omitempty"`
-	Peers               []RouterPeer      `json:"peers"`
-	MetricsAddress      string            `json:"metricsAddress,omitempty"`
-	Extra               map[string]string `json:"-"`
-}
-
-// RouterPeer is one peers entry.
-type RouterPeer struct {
-	Address          string `json:"address"`
-	ASN              int64  `json:"asn"`
-	Port             int64  `json:"port,omitempty"`
-	HoldSeconds      int64  `json:"holdSeconds,omitempty"`
-	KeepaliveSeconds int64  `json:"keepaliveSeconds,omitempty"`
-	Password         string `json:"password,omitempty"`
-}
-
 // FabricRouterConfig peers a node at underlay with the fabric's route
-// reflector, with timers short enough for tests.
-func (f *Fabric) FabricRouterConfig(underlay netip.Addr) RouterConfig {
+// reflector (FRR), with BGP timers short enough for tests: a node's
+// router.json, galactic-router's own config type.
+func (f *Fabric) FabricRouterConfig(underlay netip.Addr) config.File {
 	o := f.Options
-	return RouterConfig{
-		ASN: o.NodeASN, Underlay: underlay.String(), ListenPort: -1, RouteTargetASN: FabricASN,
-		Peers: []RouterPeer{{Address: f.RR.String(), ASN: o.ASN, Port: int64(o.Port), HoldSeconds: 9, KeepaliveSeconds: 3,
-			Password: o.Password}},
-		MetricsAddress: "127.0.0.1:9655",
+	return config.File{
+		ASN: new(o.NodeASN), Underlay: underlay.String(), ListenPort: new(int64(-1)), RouteTargetASN: new(int64(FabricASN)),
+		Peers: []config.PeerFile{{Address: f.RR.String(), ASN: new(o.ASN), Port: new(int64(o.Port)),
+			HoldSeconds: new(int64(9)), KeepaliveSeconds: new(int64(3)), Password: o.Password}},
+		MetricsAddress: new("127.0.0.1:9655"),
 	}
+}
+
+// Peer is a peers entry for the BGP speaker at addr in the fabric's AS,
+// with the fabric's timers.
+func Peer(addr netip.Addr) config.PeerFile {
+	return config.PeerFile{Address: addr.String(), ASN: new(int64(FabricASN)), HoldSeconds: new(int64(9)), KeepaliveSeconds: new(int64(3))}
+}
+
+// writeRouterConfig writes cfg as JSON, leaving out the keys it does not
+// set, as a person would write the file.
+func writeRouterConfig(path string, cfg config.File) error {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	var keys any
+	if err := json.Unmarshal(data, &keys); err != nil {
+		return err
+	}
+	if data, err = json.MarshalIndent(dropUnset(keys), "", "  "); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// dropUnset removes null and empty-string values from JSON objects.
+func dropUnset(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if x == nil || x == "" {
+				delete(v, k)
+			} else {
+				v[k] = dropUnset(x)
+			}
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = dropUnset(x)
+		}
+	}
+	return v
 }
 
 // Router is a galactic-router process running inside a node.
 type Router struct {
 	Node   *Node
-	Config RouterConfig
+	Config config.File
 	// ConfigPath is the router.json the process reads.
 	ConfigPath string
 	LogPath    string
@@ -62,9 +80,7 @@ type Router struct {
 	// MemoryLimit, when set, starts the router in a memory cgroup of that
 	// many bytes, as a container's limit would.
 	MemoryLimit int64
-	mu          sync.Mutex
-	cmd         *exec.Cmd
-	done        chan struct{}
+	Daemon
 }
 
 // RouterConfigPath is where a node's router.json goes.
@@ -72,7 +88,7 @@ func (n *Node) RouterConfigPath() string { return filepath.Join(n.Dir, "router.j
 
 // StartRouter writes cfg as the node's router.json and starts
 // galactic-router in the node; t's cleanup kills it.
-func (n *Node) StartRouter(t testing.TB, cfg RouterConfig, args ...string) *Router {
+func (n *Node) StartRouter(t testing.TB, cfg config.File, args ...string) *Router {
 	t.Helper()
 	r, err := n.LaunchRouter(cfg, args...)
 	if err != nil {
@@ -83,11 +99,10 @@ func (n *Node) StartRouter(t testing.TB, cfg RouterConfig, args ...string) *Rout
 }
 
 // LaunchRouter is StartRouter outside a test; the caller kills it.
-func (n *Node) LaunchRouter(cfg RouterConfig, args ...string) (*Router, error) {
+func (n *Node) LaunchRouter(cfg config.File, args ...string) (*Router, error) {
 	r := n.NewRouter(n.RouterConfigPath(), args...)
 	r.Config = cfg
-	data, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(r.ConfigPath, data, 0o644); err != nil {
+	if err := writeRouterConfig(r.ConfigPath, cfg); err != nil {
 		return nil, err
 	}
 	if err := r.Start(); err != nil {
@@ -105,11 +120,6 @@ func (n *Node) NewRouter(configPath string, args ...string) *Router {
 
 // Start starts the process (again).
 func (r *Router) Start() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd != nil {
-		return fmt.Errorf("router on %s is already running", r.Node.Name)
-	}
 	args := append([]string{"netns", "exec", r.Node.Netns.Name, filepath.Join(r.Node.env.BinDir, "galactic-router"), "run", "--config", r.ConfigPath}, r.Args...)
 	cmd := exec.Command("ip", args...)
 	cgroup := ""
@@ -129,59 +139,17 @@ func (r *Router) Start() error {
 		// it would take from its container's limit (75% of it).
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%d", r.MemoryLimit*75/100))
 	}
-	done, err := startLogged(cmd, r.LogPath)
+	p, err := r.start("galactic-router on "+r.Node.Name, cmd, r.LogPath)
 	if err != nil {
+		if cgroup != "" {
+			os.Remove(cgroup)
+		}
 		return err
 	}
 	if cgroup != "" {
-		go func() { <-done; os.Remove(cgroup) }()
+		go func() { <-p.Done(); os.Remove(cgroup) }()
 	}
-	r.cmd, r.done = cmd, done
 	return nil
-}
-
-// Pid is the running router's process ID (ip netns exec execs the
-// router itself), 0 when it is stopped.
-func (r *Router) Pid() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return 0
-	}
-	return r.cmd.Process.Pid
-}
-
-// signal sends sig and waits for the process to exit.
-func (r *Router) signal(sig syscall.Signal) {
-	r.mu.Lock()
-	cmd, done := r.cmd, r.done
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	stopProcess(cmd.Process, done, sig, 15*time.Second)
-}
-
-// Kill stops the router with SIGKILL, as a crash would.
-func (r *Router) Kill() { r.signal(syscall.SIGKILL) }
-
-// Terminate stops it with SIGTERM, as an upgrade would.
-func (r *Router) Terminate() { r.signal(syscall.SIGTERM) }
-
-// Running reports whether the process has not exited.
-func (r *Router) Running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return false
-	}
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
 }
 
 // Log returns the router's log so far.
@@ -192,7 +160,15 @@ func (r *Router) Log() string {
 
 // Get fetches path from the router's metrics address inside the node.
 func (r *Router) Get(path string) (string, error) {
-	return r.Node.Get("http://" + r.Config.MetricsAddress + path)
+	return r.Node.Get("http://" + metricsAddress(r.Config) + path)
+}
+
+// metricsAddress is where a router with cfg serves its metrics.
+func metricsAddress(cfg config.File) string {
+	if cfg.MetricsAddress == nil {
+		return config.DefaultMetricsAddress
+	}
+	return *cfg.MetricsAddress
 }
 
 // Metric returns the value of one metric line (name with its labels, as

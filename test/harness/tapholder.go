@@ -2,10 +2,10 @@ package harness
 
 import (
 	"bufio"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -16,24 +16,21 @@ import (
 func (n *Node) HoldTap(t testing.TB, name string) (stop func()) {
 	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", n.Netns.Name, filepath.Join(n.env.BinDir, "tapholder"), name)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting tapholder: %v", err)
+	defer r.Close()
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	p, err := StartProcess("tapholder", cmd, "")
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-	}
+	stop = p.Kill
 	t.Cleanup(stop)
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "ready ") {
 		stop()
 		t.Fatalf("tapholder %s did not attach: %q %v %s", name, line, err, stderr.String())

@@ -21,6 +21,7 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/netconf"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/vm"
 )
@@ -209,7 +210,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}()
 	if r.env = o.Env; r.env == nil {
 		r.say("starting a real etcd and kube-apiserver")
-		if r.env, err = harness.NewEnv(o.Out); err != nil {
+		if r.env, err = harness.NewEnv(r.ctx, o.Out); err != nil {
 			return nil, err
 		}
 		r.undo = append(r.undo, r.env.Close)
@@ -389,7 +390,7 @@ func (r *runner) addNode(name string) error {
 	cfg := r.fabric.FabricRouterConfig(n.underlay)
 	hold := int64(WithdrawHold / time.Second)
 	cfg.WithdrawHoldSeconds = &hold
-	cfg.GracefulRestart = map[string]any{"enabled": true, "restartSeconds": 120}
+	cfg.GracefulRestart = &config.GracefulRestart{Enabled: new(true), RestartSeconds: new(int64(120))}
 	if n.router, err = hn.LaunchRouter(cfg); err != nil {
 		return err
 	}

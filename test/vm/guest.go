@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"io"
 	"net/netip"
 	"os"
@@ -13,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/galactic-cni/galactic/test/harness"
 )
 
 // Markers the network guest prints on the serial console.
@@ -231,12 +233,10 @@ type Guest struct {
 	Started time.Time
 	Ready   time.Time
 
-	cmd     *exec.Cmd
+	proc    *harness.Process
 	stdin   io.WriteCloser
 	console *syncBuffer
 	stderr  *syncBuffer
-	done    chan struct{}
-	waitErr error
 	once    sync.Once
 }
 
@@ -252,27 +252,23 @@ func StartGuest(a *GuestAssets, o GuestOptions) (*Guest, error) {
 	}
 	args := append([]string{"netns", "exec", o.Netns, qemu}, QEMUArgs(a, o)...)
 	cmd := exec.Command("ip", args...)
-	g := &Guest{Accel: o.Accel, cmd: cmd, console: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	g := &Guest{Accel: o.Accel, console: &syncBuffer{}, stderr: &syncBuffer{}}
 	cmd.Stdout = io.Writer(g.console)
 	if o.Console != nil {
 		cmd.Stdout = io.MultiWriter(g.console, o.Console)
 	}
 	cmd.Stderr = g.stderr
-	// Its own process group: a Ctrl-C meant for the test leaves the
-	// guest to the test's cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if g.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
 	g.Started = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", QEMUBinary, err)
+	// A Ctrl-C meant for the test leaves the guest to the test's cleanup,
+	// and the guest ends with the test however the test ends.
+	if g.proc, err = harness.StartProcess(QEMUBinary, cmd, ""); err != nil {
+		g.stdin.Close()
+		return nil, err
 	}
-	g.Pid = cmd.Process.Pid
-	go func() {
-		g.waitErr = cmd.Wait()
-		close(g.done)
-	}()
+	g.Pid = g.proc.Pid()
 	return g, nil
 }
 
@@ -283,14 +279,7 @@ func (g *Guest) Console() string { return strings.ReplaceAll(g.console.String(),
 func (g *Guest) Stderr() string { return g.stderr.String() }
 
 // Exited reports whether qemu has exited.
-func (g *Guest) Exited() bool {
-	select {
-	case <-g.done:
-		return true
-	default:
-		return false
-	}
-}
+func (g *Guest) Exited() bool { return !g.proc.Running() }
 
 // WaitReady waits until the guest reports ready, qemu exits or timeout
 // passes, and returns the time from qemu's start to ready.
@@ -304,7 +293,7 @@ func (g *Guest) WaitReady(timeout time.Duration) (time.Duration, error) {
 			return g.Ready.Sub(g.Started), nil
 		}
 		if g.Exited() {
-			return 0, fmt.Errorf("qemu exited before the guest was ready (%v): %s", g.waitErr, strings.TrimSpace(g.stderr.String()))
+			return 0, fmt.Errorf("qemu exited before the guest was ready (%v): %s", g.proc.Err(), strings.TrimSpace(g.stderr.String()))
 		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("the guest was not ready within %s", timeout)
@@ -414,13 +403,13 @@ func (g *Guest) Poweroff(timeout time.Duration) error {
 		return fmt.Errorf("writing to the guest's console: %w", err)
 	}
 	select {
-	case <-g.done:
+	case <-g.proc.Done():
 	case <-time.After(timeout):
 		g.Kill()
 		return fmt.Errorf("the guest did not power off within %s; killed qemu", timeout)
 	}
-	if g.waitErr != nil {
-		return fmt.Errorf("qemu: %w: %s", g.waitErr, strings.TrimSpace(g.stderr.String()))
+	if err := g.proc.Err(); err != nil {
+		return fmt.Errorf("qemu: %w: %s", err, strings.TrimSpace(g.stderr.String()))
 	}
 	if !strings.Contains(g.Console(), MarkerExit+"0") {
 		return errors.New("qemu exited without the guest's clean exit on the console")
@@ -432,10 +421,7 @@ func (g *Guest) Poweroff(timeout time.Duration) error {
 // gone. Killing a guest that has exited does nothing.
 func (g *Guest) Kill() {
 	g.once.Do(func() {
-		if !g.Exited() {
-			_ = g.cmd.Process.Signal(syscall.SIGKILL)
-		}
-		<-g.done
+		g.proc.Kill()
 		g.stdin.Close()
 	})
 }

@@ -4,14 +4,12 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/galactic-cni/galactic/test/bench"
+	"github.com/galactic-cni/galactic/test/harness"
 )
 
 func main() {
@@ -31,7 +29,7 @@ func main() {
 		opts.Iterations = *iterations
 	}
 	opts.Out, opts.GCProfile, opts.Only, opts.AllowDirty = *out, *gcProfile, *only, *allowDirty
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := harness.SignalContext()
 	defer stop()
 	if _, err := bench.Run(ctx, os.Stdout, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)

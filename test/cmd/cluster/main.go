@@ -121,14 +121,17 @@ func printUsage() error {
 }
 
 // serve brings the cluster up, writes the ready file and keeps it until
-// SIGTERM or SIGINT.
+// SIGTERM, SIGINT or SIGHUP, which also end a bring-up half-way. Every
+// process it started dies with it, however it ends; what a signal or a
+// failure leaves is removed on the way out.
 func serve() (err error) {
 	if err := os.WriteFile(path("pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	stopped, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	defer harness.RemoveLeftovers()
+	ctx, cancel := context.WithTimeout(stopped, 45*time.Minute)
 	defer cancel()
 	c, err := harness.StartCluster(ctx, os.Stdout)
 	if err != nil {
@@ -192,7 +195,7 @@ FRR, the reflector, runs in network namespace %s; stop everything with: make clu
 	if err := os.WriteFile(path("ready"), []byte(ready), 0o644); err != nil {
 		return err
 	}
-	<-sig
+	<-stopped.Done()
 	fmt.Println("stopping the cluster")
 	return nil
 }

@@ -4,12 +4,9 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -17,7 +14,7 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "galactic.kubeconfig", "where to write the admin kubeconfig")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := harness.SignalContext()
 	defer stop()
 	cp, err := harness.StartControlPlane(ctx, os.Stderr)
 	if err != nil {

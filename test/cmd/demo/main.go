@@ -5,14 +5,12 @@
 package main
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/galactic-cni/galactic/test/demo"
 	"github.com/galactic-cni/galactic/test/harness"
@@ -28,16 +26,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if _, err := demo.Run(ctx, os.Stdout, nil); err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(os.Stderr, "demo: interrupted; what it had created is removed")
-			os.Exit(130)
+	ctx, stop := harness.SignalContext()
+	_, err := demo.Run(ctx, os.Stdout, nil)
+	// The demo removes what it made; anything still there is its bug, and
+	// goes now.
+	if left := harness.RemoveLeftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "demo: left behind, now removed: %s\n", strings.Join(left, ", "))
+		if err == nil {
+			err = errors.New("the demo left things behind")
 		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(os.Stderr, "demo: interrupted; what it had created is removed")
+		os.Exit(130)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
+	stop()
 }
 
 // prerequisites says exactly what the demo lacks: FRR as the route

@@ -9,14 +9,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
+	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/soak"
 )
 
@@ -70,7 +68,7 @@ func main() {
 	if reportPath == "" {
 		reportPath = "soak-report.md"
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := harness.SignalContext()
 	defer stop()
 	fmt.Printf("soak: seed %d, duration %s (replay with SOAK_SEED=%d SOAK_DURATION=%s)\n", o.Seed, o.Duration, o.Seed, o.Duration)
 	rep, err := soak.Run(ctx, o)

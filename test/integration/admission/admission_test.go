@@ -5,6 +5,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -444,17 +445,13 @@ func TestAPodTokenBuysATokenBoundToItsOwnNodeOnlyAndThatTokenOutlivesThePod(t *t
 	if err := env.Kube.CoreV1().Pods(harness.Namespace).Delete(ctx, podName, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone := time.Now().Add(30 * time.Second)
-	for {
+	harness.Eventually(t, 30*time.Second, "the deleted pod's token refused", func() error {
 		_, err := pod.api.BGPAdvertisements(harness.Namespace).List(ctx, metav1.ListOptions{})
 		if apierrors.IsUnauthorized(err) {
-			break
+			return nil
 		}
-		if time.Now().After(waitGone) {
-			t.Fatalf("the deleted pod's token still authenticates: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("it still authenticates: %v", err)
+	})
 	n := as(t, env, nodeToken)
 	review, err := n.kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {

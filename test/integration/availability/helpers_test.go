@@ -1,14 +1,8 @@
 package availability
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,74 +33,28 @@ const (
 	exitStale     = 5
 )
 
-// attachment is one VPC attachment under test, with its own address so
-// that tests never overlap on a node.
-type attachment struct {
-	env     *harness.Env
-	name    string
-	address string
-}
-
 var seq int
 
-// newAttachment names an attachment for one test and deletes its lease and
-// advertisements afterwards (the API server is shared by the package).
-func newAttachment(t *testing.T, env *harness.Env, name string) attachment {
+// newAttachment is the attachment of one test (tap, table routing, handoff
+// on, galactic-bgp announcing only while available), with an address of
+// its own so that tests never overlap on a node. Its ADD waits up to
+// waitSeconds for its lease, which lasts leaseSeconds, and deletes its
+// lease and advertisements afterwards (the API server is shared by the
+// package).
+func newAttachment(t *testing.T, env *harness.Env, name string, waitSeconds, leaseSeconds int) harness.Attachment {
 	t.Helper()
 	seq++
-	a := attachment{env: env, name: name, address: fmt.Sprintf("10.50.%d.5/24", seq)}
 	env.ForgetAttachment(t, vpc, name)
-	return a
-}
-
-func (a attachment) network() string { return "net-" + a.name }
-
-func (a attachment) leaseName() string { return names.Lease(vpc, a.name) }
-
-// install writes the attachment's chain on node: galactic-cni (tap, table
-// routing, handoff on) then galactic-bgp announcing only while available.
-func (a attachment) install(t *testing.T, node *harness.Node, waitSeconds, leaseSeconds int) {
-	t.Helper()
-	node.WriteConflist(t, map[string]any{
-		"cniVersion": "1.1.0", "name": a.network(),
-		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": a.name, "mode": "tap", "routing": "table",
-				"addresses": []string{a.address},
-				"handoff":   map[string]any{"enabled": true, "waitSeconds": waitSeconds, "leaseSeconds": leaseSeconds}},
-			map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name, "vni": 10500, "announce": "whenAvailable"},
-		},
-	})
-}
-
-func (a attachment) add(t *testing.T, node *harness.Node, c *harness.Netns) {
-	t.Helper()
-	if _, err := node.CNITool("add", a.network(), c, ifName); err != nil {
-		t.Fatalf("ADD on %s: %v", node.Name, err)
-	}
-}
-
-// addInBackground starts an ADD that may wait for the lease.
-func (a attachment) addInBackground(node *harness.Node, c *harness.Netns) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		_, err := node.CNITool("add", a.network(), c, ifName)
-		done <- err
-	}()
-	return done
-}
-
-func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
-	t.Helper()
-	if _, err := node.CNITool("del", a.network(), c, ifName); err != nil {
-		t.Fatalf("DEL on %s: %v", node.Name, err)
-	}
+	return harness.Attachment{VPC: vpc, Name: name, Mode: "tap",
+		Addresses: []string{fmt.Sprintf("10.50.%d.5/24", seq)}, VNI: 10500, Announce: "whenAvailable",
+		Handoff: &harness.Handoff{WaitSeconds: waitSeconds, LeaseSeconds: leaseSeconds}}
 }
 
 // checkAvailability checks what handoff.Availability says of holder and
 // token on the lease as it is now, and returns the lease.
-func (a attachment) checkAvailability(t *testing.T, holder string, token int64, status metav1.ConditionStatus, reason string) *coordinationv1.Lease {
+func checkAvailability(t *testing.T, env *harness.Env, a harness.Attachment, holder string, token int64, status metav1.ConditionStatus, reason string) *coordinationv1.Lease {
 	t.Helper()
-	l := a.lease(t)
+	l := env.Lease(t, a.LeaseName())
 	if s, r, msg := handoff.Availability(l, holder, token); s != status || r != reason {
 		t.Fatalf("availability of %s (token %d): want %s %s, got %s %s (%s); lease annotations %v",
 			holder, token, status, reason, s, r, msg, l.GetAnnotations())
@@ -130,10 +78,6 @@ func checkReset(t *testing.T, l *coordinationv1.Lease, token int64, reason strin
 	}
 }
 
-func holderOf(node *harness.Node, c *harness.Netns) string {
-	return names.Holder(node.Name, harness.ContainerID(c.Path))
-}
-
 // reported is one run of the availability command.
 type reported struct {
 	code           int
@@ -142,31 +86,19 @@ type reported struct {
 
 // report runs `galactic-cni <verb> ...` for container c inside node, as a
 // runtime on the node would, with the node's settings and extraEnv.
-func (a attachment) report(t *testing.T, node *harness.Node, verb string, c *harness.Netns, extraEnv []string, args ...string) reported {
+func report(t *testing.T, a harness.Attachment, node *harness.Node, verb string, c *harness.Netns, extraEnv []string, args ...string) reported {
 	t.Helper()
-	argv := append([]string{"netns", "exec", node.Netns.Name, filepath.Join(a.env.BinDir, "galactic-cni"), verb,
-		"--vpc", vpc, "--attachment", a.name, "--container", harness.ContainerID(c.Path)}, args...)
-	cmd := exec.Command("ip", argv...)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_") })
-	cmd.Env = append(append(cmd.Env, node.Environ()...), extraEnv...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := reported{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("running galactic-cni %s: %v", verb, err)
+	r, err := node.GalacticCNIWith(extraEnv, verb, append([]string{"--vpc", vpc, "--attachment", a.Name, "--container", harness.ContainerID(c.Path)}, args...)...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return r
+	return reported{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
 }
 
 // mustReport runs the command and fails unless it exits with code.
-func (a attachment) mustReport(t *testing.T, node *harness.Node, verb string, c *harness.Netns, code int, args ...string) reported {
+func mustReport(t *testing.T, a harness.Attachment, node *harness.Node, verb string, c *harness.Netns, code int, args ...string) reported {
 	t.Helper()
-	r := a.report(t, node, verb, c, nil, args...)
+	r := report(t, a, node, verb, c, nil, args...)
 	if r.code != code {
 		t.Fatalf("galactic-cni %s on %s: exit %d, want %d\nstdout: %s\nstderr: %s", verb, node.Name, r.code, code, r.stdout, r.stderr)
 	}
@@ -204,10 +136,4 @@ func waitDone(t *testing.T, what string, done <-chan error) {
 	case <-time.After(hangGuard):
 		t.Fatalf("%s did not finish", what)
 	}
-}
-
-// lease returns the attachment's lease, nil when there is none.
-func (a attachment) lease(t *testing.T) *coordinationv1.Lease {
-	t.Helper()
-	return a.env.Lease(t, a.leaseName())
 }

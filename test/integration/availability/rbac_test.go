@@ -73,35 +73,34 @@ func TestARuntimeBoundToTheRuntimeRoleCanReportButCannotWriteAdvertisements(t *t
 
 	// The command under the runtime's own kubeconfig, on a node where
 	// galactic-cni (with the node's identity) attached the container.
-	a := newAttachment(t, env, "rbac")
+	a := newAttachment(t, env, "rbac", 10, 60)
 	node := env.NewNode(t, "node-a")
-	a.install(t, node, 10, 60)
 	c1 := harness.NewContainer(t)
-	a.add(t, node, c1)
+	node.AddIn(t, a, c1)
 	kubeconfig := filepath.Join(node.Dir, "runtime-kubeconfig")
 	if err := harness.WriteKubeconfig(kubeconfig, env.CP.Server, env.CP.CAFile, &clientcmdapi.AuthInfo{Token: tok}); err != nil {
 		t.Fatal(err)
 	}
 	asRuntime := []string{settings.EnvKubeconfig + "=" + kubeconfig}
-	if r := a.report(t, node, "available", c1, asRuntime); r.code != exitOK {
+	if r := report(t, a, node, "available", c1, asRuntime); r.code != exitOK {
 		t.Fatalf("available as the runtime: exit %d: %s", r.code, r.stderr)
 	}
-	a.checkAvailability(t, holderOf(node, c1), 1, metav1.ConditionTrue, handoff.ReasonAvailable)
-	if r := a.report(t, node, "unavailable", c1, asRuntime, "--reason", "ShuttingDown"); r.code != exitOK {
+	checkAvailability(t, env, a, node.HolderOf(c1), 1, metav1.ConditionTrue, handoff.ReasonAvailable)
+	if r := report(t, a, node, "unavailable", c1, asRuntime, "--reason", "ShuttingDown"); r.code != exitOK {
 		t.Fatalf("unavailable as the runtime: exit %d: %s", r.code, r.stderr)
 	}
-	a.checkAvailability(t, holderOf(node, c1), 1, metav1.ConditionFalse, "ShuttingDown")
+	checkAvailability(t, env, a, node.HolderOf(c1), 1, metav1.ConditionFalse, "ShuttingDown")
 
 	// The library under the same identity: one get, one update.
 	leases := api.Leases(harness.Namespace)
-	lock, err := handoff.New(leases, harness.Namespace, a.leaseName(), handoff.Options{LeaseDuration: time.Minute})
+	lock, err := handoff.New(leases, harness.Namespace, a.LeaseName(), handoff.Options{LeaseDuration: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lock.SetAvailable(ctx, holderOf(node, c1), 1, true, "Serving"); err != nil {
+	if err := lock.SetAvailable(ctx, node.HolderOf(c1), 1, true, "Serving"); err != nil {
 		t.Fatalf("SetAvailable as the runtime: %v", err)
 	}
-	a.checkAvailability(t, holderOf(node, c1), 1, metav1.ConditionTrue, "Serving")
+	checkAvailability(t, env, a, node.HolderOf(c1), 1, metav1.ConditionTrue, "Serving")
 
 	other := "galactic-rbac-other"
 	if _, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -111,7 +110,7 @@ func TestARuntimeBoundToTheRuntimeRoleCanReportButCannotWriteAdvertisements(t *t
 		ObjectMeta: metav1.ObjectMeta{Name: names.Advertisement(vpc, "rbac-x", "node-a"), Labels: names.AdvertisementLabels(vpc, "rbac-x", "node-a")},
 		Spec:       v1alpha1.BGPAdvertisementSpec{VPC: vpc, Attachment: "rbac-x", Node: "node-a"},
 	}
-	existing := names.Advertisement(vpc, a.name, node.Name)
+	existing := names.Advertisement(vpc, a.Name, node.Name)
 	for _, c := range []struct {
 		what string
 		call func() error
@@ -145,14 +144,14 @@ func TestARuntimeBoundToTheRuntimeRoleCanReportButCannotWriteAdvertisements(t *t
 			return err
 		}},
 		{"delete a lease", func() error {
-			return leases.Delete(ctx, a.leaseName(), metav1.DeleteOptions{})
+			return leases.Delete(ctx, a.LeaseName(), metav1.DeleteOptions{})
 		}},
 		{"list leases", func() error {
 			_, err := leases.List(ctx, metav1.ListOptions{})
 			return err
 		}},
 		{"get a lease in another namespace", func() error {
-			_, err := api.Leases(other).Get(ctx, a.leaseName(), metav1.GetOptions{})
+			_, err := api.Leases(other).Get(ctx, a.LeaseName(), metav1.GetOptions{})
 			return err
 		}},
 	} {
@@ -181,5 +180,5 @@ func TestARuntimeBoundToTheRuntimeRoleCanReportButCannotWriteAdvertisements(t *t
 	if want := []string{"coordination.k8s.io/leases:get,update"}; !slices.Equal(got, want) {
 		t.Errorf("the runtime's rules in %s: got %v, want %v", harness.Namespace, got, want)
 	}
-	a.del(t, node, c1)
+	node.Del(t, a, c1)
 }

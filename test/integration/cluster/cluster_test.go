@@ -151,22 +151,6 @@ func requireWorkloads(t *testing.T) *fixture {
 	return f
 }
 
-// eventually polls cond every 250 ms until it holds or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, limit, detail)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 func (f *fixture) dumpOnFailure(t *testing.T) {
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -262,17 +246,17 @@ func TestKubectlApplyOfTheOverlayMakesTheDaemonSetReadyOnEveryNodeAndTheRoutersP
 		}
 	}
 	// Every router has its session with the reflector.
-	eventually(t, 2*time.Minute, "FRR's sessions with every node", func() (bool, string) {
+	harness.Eventually(t, 2*time.Minute, "FRR's sessions with every node", func() error {
 		states, err := f.fabric.PeerStates()
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		for _, name := range nodeNames {
 			if states[f.nodes[name].Underlay.String()] != "Established" {
-				return false, fmt.Sprint(states)
+				return fmt.Errorf("%v", states)
 			}
 		}
-		return true, ""
+		return nil
 	})
 	f.installed = !t.Failed()
 }
@@ -374,16 +358,16 @@ func (f *fixture) createPod(t *testing.T, ctx context.Context, p *corev1.Pod) *h
 func (f *fixture) waitPodReady(t *testing.T, ctx context.Context, namespace, name string) *harness.ClusterNode {
 	t.Helper()
 	var node string
-	eventually(t, 3*time.Minute, "pod "+name+" Ready", func() (bool, string) {
+	harness.Eventually(t, 3*time.Minute, "pod "+name+" Ready", func() error {
 		p, err := f.c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		node = p.Spec.NodeName
 		if podReady(p) {
-			return true, ""
+			return nil
 		}
-		return false, fmt.Sprintf("on %q, phase %s, conditions %+v", node, p.Status.Phase, p.Status.Conditions)
+		return fmt.Errorf("on %q, phase %s, conditions %+v", node, p.Status.Phase, p.Status.Conditions)
 	})
 	n := f.nodes[node]
 	if n == nil {
@@ -398,9 +382,12 @@ func (f *fixture) deletePod(t *testing.T, ctx context.Context, namespace, name s
 	if err := f.c.Kube.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "pod "+name+" gone", func() (bool, string) {
+	harness.Eventually(t, 2*time.Minute, "pod "+name+" gone", func() error {
 		_, err := f.c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
 	})
 }
 
@@ -446,23 +433,24 @@ func TestAnnotatedPodsOnTwoNodesGetTheirAddressesAdvertisedAndPingEachOther(t *t
 		t.Fatalf("both pods on %s: the scheduler did not spread them", pods[0].node.Name)
 	}
 	for _, w := range pods {
-		eventually(t, time.Minute, w.attachment+" advertised from "+w.node.Name, func() (bool, string) {
+		harness.Eventually(t, time.Minute, w.attachment+" advertised from "+w.node.Name, func() error {
 			dpVPC, dpAtt := w.dataplane()
 			advs := env.Advertisements(t, dpVPC, dpAtt)
 			routes, err := f.fabric.EVPNRoutes()
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			_, fromNode := advs[w.node.Name]
-			return len(advs) == 1 && fromNode && len(routes[netip.PrefixFrom(w.addr, 32)]) > 0,
-				fmt.Sprintf("advertisements %v, FRR paths %v", slices.Collect(maps.Keys(advs)), routes[netip.PrefixFrom(w.addr, 32)])
+			if len(advs) == 1 && fromNode && len(routes[netip.PrefixFrom(w.addr, 32)]) > 0 {
+				return nil
+			}
+			return fmt.Errorf("advertisements %v, FRR paths %v", slices.Collect(maps.Keys(advs)), routes[netip.PrefixFrom(w.addr, 32)])
 		})
 	}
 	for i, w := range pods {
 		peer := pods[1-i]
-		eventually(t, time.Minute, w.name+" pings "+peer.name, func() (bool, string) {
-			err := w.netns.Ping(peer.addr)
-			return err == nil, fmt.Sprint(err)
+		harness.Eventually(t, time.Minute, w.name+" pings "+peer.name, func() error {
+			return w.netns.Ping(peer.addr)
 		})
 	}
 	f.workloads = pods
@@ -655,17 +643,32 @@ func TestAMoveTheKubernetesWayChangesTheRouteAtTheThirdNodeOnceWithOneHolder(t *
 	if f.workloads[0].netns, err = dst.PodNetns(tenantA, moved.Name); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, observer.node.Name+" routing "+prefix.String()+" via "+dst.Name, func() (bool, string) {
+	harness.Eventually(t, time.Minute, observer.node.Name+" routing "+prefix.String()+" via "+dst.Name, func() error {
 		r, err := observer.node.KernelRoute(dpVPC, prefix)
-		return err == nil && r != nil && gatewayIs(r.Gw, dst.Underlay), fmt.Sprintf("%+v %v", r, err)
+		if err == nil && r != nil && gatewayIs(r.Gw, dst.Underlay) {
+			return nil
+		}
+		return fmt.Errorf("%+v %v", r, err)
 	})
-	eventually(t, time.Minute, observer.name+" pings the moved pod", func() (bool, string) {
-		err := observer.netns.Ping(src.addr)
-		return err == nil, fmt.Sprint(err)
+	harness.Eventually(t, time.Minute, observer.name+" pings the moved pod", func() error {
+		return observer.netns.Ping(src.addr)
 	})
-	// The old node's withdrawal must not change the route again: watch
-	// past the routers' withdraw hold (10 s in the overlay).
-	time.Sleep(15 * time.Second)
+	// The old node's withdrawal must not change the route again. Once FRR
+	// holds only the new node's path, the withdrawal has gone out: a route
+	// it held was replaced by the new path, and nothing is held.
+	harness.Eventually(t, time.Minute, "FRR holding only "+dst.Name+"'s path for "+prefix.String(), func() error {
+		routes, err := f.fabric.EVPNRoutes()
+		if err != nil {
+			return err
+		}
+		if ps := routes[prefix]; len(ps) != 1 || ps[0].NextHop != dst.Underlay.String() {
+			return fmt.Errorf("paths %+v", ps)
+		}
+		return nil
+	})
+	if r, err := observer.node.KernelRoute(dpVPC, prefix); err != nil || r == nil || !gatewayIs(r.Gw, dst.Underlay) {
+		t.Errorf("after the old node's withdrawal %s routes %s by %+v (%v), want via %s", observer.node.Name, prefix, r, err, dst.Underlay)
+	}
 	changes := routes.Changes()
 	if len(changes) != 1 || changes[0].Deleted || changes[0].Via != dst.Underlay {
 		t.Errorf("%s saw %d changes of %s, want one replace via %s: %v", observer.node.Name, len(changes), prefix, dst.Underlay, changes)
@@ -735,18 +738,18 @@ func TestARollingUpdateToAnotherBuildLosesNoReplyAndAPodCreatedMidRolloutStarts(
 
 	// A pod created on a node while its galactic pod is being replaced.
 	var mid string
-	eventually(t, 5*time.Minute, "a galactic pod being replaced", func() (bool, string) {
+	harness.Eventually(t, 5*time.Minute, "a galactic pod being replaced", func() error {
 		pods, err := f.c.Kube.CoreV1().Pods(harness.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=galactic-node"})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		for _, p := range pods.Items {
 			if p.DeletionTimestamp != nil || (p.Spec.Containers[0].Image == ref && !podReady(&p)) {
 				mid = p.Spec.NodeName
-				return true, ""
+				return nil
 			}
 		}
-		return false, fmt.Sprintf("%d pods, none terminating or starting", len(pods.Items))
+		return fmt.Errorf("%d pods, none terminating or starting", len(pods.Items))
 	})
 	w := vpcPod("web-2", "web-2-net0")
 	w.Labels, w.Spec.Affinity = nil, nil
@@ -829,9 +832,12 @@ func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
 	if _, err := f.c.Kubectl(ctx, "delete", "-k", f.overlay, "--wait"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "the galactic-system namespace gone", func() (bool, string) {
+	harness.Eventually(t, 3*time.Minute, "the galactic-system namespace gone", func() error {
 		_, err := f.c.Kube.CoreV1().Namespaces().Get(ctx, harness.Namespace, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
 	})
 	for _, name := range nodeNames {
 		out, err := f.c.Kubectl(ctx, "debug", "node/"+name, "--image="+f.ref, "--profile=sysadmin", "--",
@@ -841,15 +847,18 @@ func TestUninstallAsDocumentedLeavesNothingOfGalacticOnAnyNode(t *testing.T) {
 		}
 		_, rest, _ := strings.Cut(string(out), "debugging pod ")
 		pod, _, _ := strings.Cut(rest, " ")
-		eventually(t, 2*time.Minute, "the uninstall pod on "+name+" done", func() (bool, string) {
+		harness.Eventually(t, 2*time.Minute, "the uninstall pod on "+name+" done", func() error {
 			p, err := f.c.Kube.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod, metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			if p.Status.Phase == corev1.PodFailed {
 				t.Fatalf("galactic-installer uninstall failed on %s: %+v", name, p.Status.ContainerStatuses)
 			}
-			return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+			if p.Status.Phase != corev1.PodSucceeded {
+				return fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return nil
 		})
 		f.deletePod(t, ctx, metav1.NamespaceDefault, pod)
 	}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -230,23 +229,6 @@ func (n *criNode) podNetnsMounts(t *testing.T) []string {
 	matches, _ := filepath.Glob(filepath.Join(n.ctd.Dir, "state", "*", "netns", "*"))
 	out = append(out, matches...)
 	return out
-}
-
-// eventually polls cond every 100 ms for up to a minute; it never asserts
-// on time, only bounds the wait.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not the case after a minute: %s", what, detail)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func harnessPod(name string, ann map[string]string) harness.PodSpec {

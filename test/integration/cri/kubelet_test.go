@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/netconf"
@@ -48,17 +49,23 @@ func TestAStaticPodOfARealKubeletIsAttachedAndItsDeletionReleasesIt(t *testing.T
 		t.Fatal(err)
 	}
 	var id string
-	eventually(t, "the kubelet's static pod sandbox ready", func() (bool, string) {
+	harness.Eventually(t, time.Minute, "the kubelet's static pod sandbox ready", func() error {
 		if !k.Running() {
 			t.Fatalf("the kubelet exited:\n%s", k.LogTail(80))
 		}
 		out, err := n.ctd.Crictl("pods", "--name", "static-0", "--state", "ready", "-q")
 		id = strings.TrimSpace(out)
-		return err == nil && id != "", fmt.Sprintf("crictl pods: %q %v", out, err)
+		if err == nil && id != "" {
+			return nil
+		}
+		return fmt.Errorf("crictl pods: %q %v", out, err)
 	})
-	eventually(t, "the static pod's container running", func() (bool, string) {
+	harness.Eventually(t, time.Minute, "the static pod's container running", func() error {
 		out, err := n.ctd.Crictl("ps", "--pod", id, "--state", "running", "-q")
-		return err == nil && strings.TrimSpace(out) != "", fmt.Sprintf("crictl ps: %q %v", out, err)
+		if err == nil && strings.TrimSpace(out) != "" {
+			return nil
+		}
+		return fmt.Errorf("crictl ps: %q %v", out, err)
 	})
 	st, err := n.ctd.InspectPod(id)
 	if err != nil {
@@ -75,9 +82,12 @@ func TestAStaticPodOfARealKubeletIsAttachedAndItsDeletionReleasesIt(t *testing.T
 	if err := k.RemoveStaticPod("static-0"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the static pod's attachment released after its deletion", func() (bool, string) {
+	harness.Eventually(t, time.Minute, "the static pod's attachment released after its deletion", func() error {
 		a, l, h := n.advertisement(t, att), n.hostLink(t, att), n.lease(t, att).HolderIdentity
-		return a == nil && l == nil && h == "", fmt.Sprintf("advertisement %v, host interface %v, lease holder %q", a != nil, l != nil, h)
+		if a == nil && l == nil && h == "" {
+			return nil
+		}
+		return fmt.Errorf("advertisement %v, host interface %v, lease holder %q", a != nil, l != nil, h)
 	})
 	n.assertReleased(t, att)
 }

@@ -84,21 +84,24 @@ func TestRestartingContainerdWithPodsRunningChangesNothingAndStopStillReleases(t
 
 func TestNetworkReadyFollowsGalacticStatusWhileTheAPIServerIsUnreachable(t *testing.T) {
 	n := newCRINode(t, "node-a", true)
-	ready := func(want bool) func() (bool, string) {
-		return func() (bool, string) {
+	ready := func(want bool) func() error {
+		return func() error {
 			c, err := n.ctd.NetworkReady()
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
-			return c.Status == want, fmt.Sprintf("%+v", c)
+			if c.Status == want {
+				return nil
+			}
+			return fmt.Errorf("%+v", c)
 		}
 	}
-	eventually(t, "NetworkReady true with the API server reachable", ready(true))
+	harness.Eventually(t, time.Minute, "NetworkReady true with the API server reachable", ready(true))
 
 	if err := n.node.SetAPIReachable(false); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "NetworkReady false with the API server unreachable", ready(false))
+	harness.Eventually(t, time.Minute, "NetworkReady false with the API server unreachable", ready(false))
 	c, err := n.ctd.NetworkReady()
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +114,7 @@ func TestNetworkReadyFollowsGalacticStatusWhileTheAPIServerIsUnreachable(t *test
 	if err := n.node.SetAPIReachable(true); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "NetworkReady true once the API server is back", ready(true))
+	harness.Eventually(t, time.Minute, "NetworkReady true once the API server is back", ready(true))
 }
 
 func TestAReplacementPodStartsOnlyAfterThePredecessorStopsWithTheNextToken(t *testing.T) {
@@ -143,11 +146,14 @@ func TestAReplacementPodStartsOnlyAfterThePredecessorStopsWithTheNextToken(t *te
 		second <- result{id, err}
 	}()
 	// The replacement's ADD is under way and waits for the lease.
-	eventually(t, "the replacement's galactic-cni ADD running", func() (bool, string) {
+	harness.Eventually(t, time.Minute, "the replacement's galactic-cni ADD running", func() error {
 		inv := cniInvocations()
-		return slices.ContainsFunc(inv, func(s string) bool {
+		if slices.ContainsFunc(inv, func(s string) bool {
 			return strings.HasPrefix(s, "galactic-cni ADD ") && !strings.HasSuffix(s, " "+first)
-		}), fmt.Sprint(inv)
+		}) {
+			return nil
+		}
+		return fmt.Errorf("%v", inv)
 	})
 	select {
 	case r := <-second:

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -316,9 +317,12 @@ func TestRunReplacesAPodBoundTokenWithANodeBoundOneAndStopsOnSIGTERM(t *testing.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitFor(t, "the kubeconfig to carry a token bound to the Node", func() bool {
+	harness.Eventually(t, 30*time.Second, "the kubeconfig to carry a token bound to the Node", func() error {
 		c := kubeconfigTokenClaims(t, kubeconfig)
-		return c.Kubernetes != nil && c.Kubernetes.Pod == nil && c.Kubernetes.Node != nil && c.Kubernetes.Node.Name == "node-a"
+		if c.Kubernetes != nil && c.Kubernetes.Pod == nil && c.Kubernetes.Node != nil && c.Kubernetes.Node.Name == "node-a" {
+			return nil
+		}
+		return fmt.Errorf("claims %+v", c.Kubernetes)
 	})
 	if st, err := os.Stat(kubeconfig); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("rewritten kubeconfig: %v mode %v", err, st.Mode())
@@ -359,9 +363,12 @@ func TestTheInstalledCredentialIsBoundToTheNodeAndOutlivesThePodThatInstalledIt(
 	}
 	// The next test's newNode makes the pod again.
 	t.Cleanup(func() { _, _ = env.NodeToken(ctx, "node-a") })
-	waitFor(t, "the pod to be gone", func() bool {
+	harness.Eventually(t, 30*time.Second, "the pod to be gone", func() error {
 		_, err := env.Kube.CoreV1().Pods(harness.Namespace).Get(ctx, pod, metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
 	})
 	cfg, err := client.LoadConfig(kubeconfig)
 	if err != nil {
@@ -427,17 +434,6 @@ func TestRunExitsNonZeroWhenTheTokenStaysGonePastTheGracePeriod(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "cannot refresh") || !strings.Contains(errs, "service account token") {
 		t.Fatalf("want exit 1 naming the token, got %d\n%s%s", code, out, errs)
 	}
-}
-
-// waitFor polls cond for a bounded time: it asserts an outcome, not a speed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func without(environ []string, prefix string) []string {

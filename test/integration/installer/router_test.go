@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,10 +157,15 @@ func TestUninstallDrainsTheRunningRouterBeforeRemovingItsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.API.BGPAdvertisements(harness.Namespace).Delete(ctx, adv.Name, metav1.DeleteOptions{}) })
-	waitFor(t, "the router to mark the advertisement without a vni NoVNI", func() bool {
+	harness.Eventually(t, 30*time.Second, "the router to mark the advertisement without a vni NoVNI", func() error {
 		got, err := env.API.BGPAdvertisements(harness.Namespace).Get(ctx, adv.Name, metav1.GetOptions{})
-		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgrammed)
-		return err == nil && c != nil && c.Reason == v1alpha1.ReasonNoVNI
+		if err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgrammed); c == nil || c.Reason != v1alpha1.ReasonNoVNI {
+			return fmt.Errorf("conditions %+v", got.Status.Conditions)
+		}
+		return nil
 	})
 
 	cmd := inNode(append([]string{n.installer}, n.args("uninstall")...)...)

@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"cmp"
 	"net"
 	"net/netip"
 	"testing"
@@ -19,7 +20,7 @@ import (
 type world struct {
 	env                          *harness.Env
 	f                            *harness.Fabric
-	a, c                         *routed
+	a, c                         *harness.Routed
 	blue1, blue2, red1, tap, nat *workload
 	remote                       *workload
 }
@@ -28,20 +29,20 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{env: harness.Setup(t)}
 	w.f = harness.NewFabric(t)
-	w.a = newRouted(t, w.env, w.f, "node-a")
-	w.c = newRouted(t, w.env, w.f, "node-c")
-	w.blue1 = add(t, w.env, w.a.Node, attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
-	w.blue2 = add(t, w.env, w.a.Node, attachment{VPC: "blue", Name: "web-2", VNI: 10100, Addresses: []string{"10.20.0.6/24", "fd20::6/64"}})
-	w.tap = add(t, w.env, w.a.Node, attachment{VPC: "blue", Name: "vm-1", VNI: 10100, Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}})
-	w.nat = add(t, w.env, w.a.Node, attachment{VPC: "blue", Name: "nat-1", VNI: 10100, Addresses: []string{"10.20.0.9/24", "fd20::9/64"},
+	w.a = w.f.NewRouted(t, w.env, "node-a")
+	w.c = w.f.NewRouted(t, w.env, "node-c")
+	w.blue1 = add(t, w.env, w.a.Node, harness.Attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
+	w.blue2 = add(t, w.env, w.a.Node, harness.Attachment{VPC: "blue", Name: "web-2", VNI: 10100, Addresses: []string{"10.20.0.6/24", "fd20::6/64"}})
+	w.tap = add(t, w.env, w.a.Node, harness.Attachment{VPC: "blue", Name: "vm-1", VNI: 10100, Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}})
+	w.nat = add(t, w.env, w.a.Node, harness.Attachment{VPC: "blue", Name: "nat-1", VNI: 10100, Addresses: []string{"10.20.0.9/24", "fd20::9/64"},
 		Allowed: []string{"192.168.7.0/24", "fd99:7::/64"}})
-	w.red1 = add(t, w.env, w.a.Node, attachment{VPC: "red", Name: "db-1", VNI: 10200, Addresses: []string{"10.30.0.5/24", "fd30::5/64"}})
-	w.remote = add(t, w.env, w.c.Node, attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24", "fd20::7/64"}})
+	w.red1 = add(t, w.env, w.a.Node, harness.Attachment{VPC: "red", Name: "db-1", VNI: 10200, Addresses: []string{"10.30.0.5/24", "fd30::5/64"}})
+	w.remote = add(t, w.env, w.c.Node, harness.Attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24", "fd20::7/64"}})
 	// VXLAN from a real peer keeps working: node-a and node-c reach each
 	// other's workloads only through each other's VXLAN.
 	for _, v6 := range []bool{false, true} {
-		waitPing(t, w.blue1.c, w.remote.Addr(v6))
-		waitPing(t, w.remote.c, w.blue1.Addr(v6))
+		w.blue1.c.WaitPing(t, w.remote.Addr(v6))
+		w.remote.c.WaitPing(t, w.blue1.Addr(v6))
 	}
 	return w
 }
@@ -90,7 +91,7 @@ func spoofing(t *testing.T, w *world) {
 	dst6 := []netip.Addr{w.blue2.Addr(true), w.remote.Addr(true), w.red1.Addr(true), addr("fd20::1"), addr("2001:db8:ffff::8")}
 
 	for _, sender := range []*workload{w.blue1, w.tap} {
-		t.Run(sender.mode(), func(t *testing.T) {
+		t.Run(cmp.Or(sender.Mode, names.ModeVeth), func(t *testing.T) {
 			spoof, own := packet.NewMarker(), packet.NewMarker()
 			r, nss := w.everywhere(t, spoof, own)
 			// The sender's own frames and the node's copy of them as they

@@ -1,14 +1,12 @@
 package isolation
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/test/harness"
@@ -17,59 +15,12 @@ import (
 
 func TestMain(m *testing.M) { harness.Main(m) }
 
-const ifName = "eth0"
-
-// attachment is one VPC attachment of a test.
-type attachment struct {
-	VPC, Name string
-	VNI       int64
-	Mode      string
-	Addresses []string
-	Allowed   []string
-}
-
-func (a attachment) mode() string {
-	if a.Mode == "" {
-		return names.ModeVeth
-	}
-	return a.Mode
-}
-
-func (a attachment) Network() string { return a.VPC + "-" + a.Name }
-
-func (a attachment) conflist() map[string]any {
-	cni := map[string]any{
-		"type": "galactic-cni", "vpc": a.VPC, "attachment": a.Name, "mode": a.mode(),
-		"routing": "table", "addresses": a.Addresses,
-		"handoff": map[string]any{"enabled": false},
-	}
-	if a.Allowed != nil {
-		cni["allowedSourcePrefixes"] = a.Allowed
-	}
-	plugins := []any{cni}
-	if a.VNI != 0 {
-		plugins = append(plugins, map[string]any{"type": "galactic-bgp", "vpc": a.VPC, "attachment": a.Name, "vni": a.VNI})
-	}
-	return map[string]any{"cniVersion": "1.1.0", "name": a.Network(), "plugins": plugins}
-}
-
-// HostIf is the attachment's host interface.
-func (a attachment) HostIf() string { return names.HostInterface(a.mode(), a.VPC, a.Name) }
-
-// Addr is the attachment's first address of the family of v6.
-func (a attachment) Addr(v6 bool) netip.Addr {
-	for _, s := range a.Addresses {
-		p := netip.MustParsePrefix(s)
-		if p.Addr().Is6() == v6 {
-			return p.Addr()
-		}
-	}
-	panic("no such address in " + a.Name)
-}
+// ifName is the containers' interface (harness.Attachment's default).
+const ifName = "net0"
 
 // workload is an attachment added on a node, with its container.
 type workload struct {
-	attachment
+	harness.Attachment
 	node *harness.Node
 	c    *harness.Netns
 	// hostMAC is the host interface's MAC, the destination of every frame
@@ -79,23 +30,20 @@ type workload struct {
 	tap *os.File
 }
 
-func add(t *testing.T, env *harness.Env, n *harness.Node, a attachment) *workload {
+func add(t *testing.T, env *harness.Env, n *harness.Node, a harness.Attachment) *workload {
 	t.Helper()
 	env.ForgetAttachment(t, a.VPC, a.Name)
-	w := &workload{attachment: a, node: n, c: harness.NewContainer(t)}
-	n.WriteConflist(t, a.conflist())
-	if out, err := n.CNITool("add", a.Network(), w.c, ifName); err != nil {
-		t.Fatalf("ADD %s on %s: %v %s", a.Name, n.Name, err, out)
-	}
+	w := &workload{Attachment: a, node: n, c: harness.NewContainer(t)}
+	n.AddIn(t, a, w.c)
 	t.Cleanup(func() {
-		n.WriteConflist(t, a.conflist())
+		n.WriteConflist(t, a.Conflist())
 		_, _ = n.CNITool("del", a.Network(), w.c, ifName)
 	})
 	var err error
 	if w.hostMAC, err = n.LinkMAC(a.HostIf()); err != nil {
 		t.Fatal(err)
 	}
-	if a.mode() == names.ModeTap {
+	if a.Mode == names.ModeTap {
 		if w.tap, err = n.OpenTap(a.HostIf()); err != nil {
 			t.Fatal(err)
 		}
@@ -191,27 +139,6 @@ func (r *receivers) none(t *testing.T, m int, what string) {
 	}
 }
 
-// eventually polls cond every 50 ms until it returns nil or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, limit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func waitPing(t *testing.T, from *harness.Netns, addr netip.Addr) {
-	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("ping %s from %s", addr, from.Name), func() error { return from.Ping(addr) })
-}
-
 func run(t *testing.T, n *harness.Netns, args ...string) string {
 	t.Helper()
 	out, err := n.Run(args[0], args[1:]...)
@@ -219,22 +146,6 @@ func run(t *testing.T, n *harness.Netns, args ...string) string {
 		t.Fatalf("%v in %s: %v %s", args, n.Name, err, out)
 	}
 	return out
-}
-
-// routed is a node on the fabric with galactic-router running.
-type routed struct {
-	*harness.Node
-	Underlay netip.Addr
-	Router   *harness.Router
-}
-
-func newRouted(t *testing.T, env *harness.Env, f *harness.Fabric, name string) *routed {
-	t.Helper()
-	n := env.NewNode(t, name)
-	ul := f.Attach(t, n)
-	run(t, n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
-	r := n.StartRouter(t, f.FabricRouterConfig(ul), "--resync", "2s")
-	return &routed{Node: n, Underlay: ul, Router: r}
 }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -27,8 +27,8 @@ func neighbours(t *testing.T, n *harness.Node, hostIf string) string {
 func TestAWorkloadClaimsOnlyItsOwnAddressesAndMACInARPAndNeighbourDiscovery(t *testing.T) {
 	env := harness.Setup(t)
 	n := plainNode(t, env, "node-a")
-	veth := add(t, env, n, attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
-	tap := add(t, env, n, attachment{VPC: "blue", Name: "vm-1", Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}})
+	veth := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, NoBGP: true})
+	tap := add(t, env, n, harness.Attachment{VPC: "blue", Name: "vm-1", Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}, NoBGP: true})
 	spoofMAC := net.HardwareAddr{0x02, 0, 0, 0, 0xbe, 0xef}
 	broadcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 	for _, w := range []*workload{veth, tap} {
@@ -86,7 +86,7 @@ func TestAWorkloadClaimsOnlyItsOwnAddressesAndMACInARPAndNeighbourDiscovery(t *t
 	// neighbour discovery.
 	tap.sendFrames(t, packet.Ethernet(broadcast, tap.mac, packet.EtherTypeARP,
 		packet.ARP(packet.ARPRequest, tap.mac, tap.Addr(false), make(net.HardwareAddr, 6), addr("10.20.0.1"))))
-	eventually(t, 10*time.Second, "the tap guest's own ARP claim", func() error {
+	harness.Eventually(t, 10*time.Second, "the tap guest's own ARP claim", func() error {
 		if nb := neighbours(t, n, tap.HostIf()); !strings.Contains(nb, tap.Addr(false).String()+" lladdr "+tap.mac.String()) {
 			return fmt.Errorf("neighbours of %s: %s", tap.HostIf(), nb)
 		}
@@ -102,7 +102,7 @@ func TestAWorkloadClaimsOnlyItsOwnAddressesAndMACInARPAndNeighbourDiscovery(t *t
 	}
 	// No pings here: the veth's own traffic would put its real MAC back.
 	seen := map[string]bool{}
-	eventually(t, 10*time.Second, "the unfiltered claims take effect", func() error {
+	harness.Eventually(t, 10*time.Second, "the unfiltered claims take effect", func() error {
 		send(false)
 		for _, c := range claimed() {
 			seen[c] = true

@@ -26,7 +26,7 @@ import (
 func plainNode(t *testing.T, env *harness.Env, name string) *harness.Node {
 	t.Helper()
 	n := env.NewNode(t, name)
-	run(t, n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	n.EnableForwarding(t)
 	return n
 }
 
@@ -114,7 +114,7 @@ func (l *listeners) count(marker []byte) (accepted, datagrams int) {
 func linkLocal(t *testing.T, ns *harness.Netns, ifName string) netip.Addr {
 	t.Helper()
 	var out netip.Addr
-	eventually(t, 10*time.Second, "a link-local address on "+ifName, func() error {
+	harness.Eventually(t, 10*time.Second, "a link-local address on "+ifName, func() error {
 		return ns.Do(func() error {
 			ifc, err := net.InterfaceByName(ifName)
 			if err != nil {
@@ -141,8 +141,8 @@ func TestAWorkloadReachesNoNodeSocketThroughAnyAddressButPingsItsGateway(t *test
 	n := plainNode(t, env, "node-a")
 	run(t, n.Netns, "ip", "addr", "add", "192.0.2.1/32", "dev", "lo")
 	run(t, n.Netns, "ip", "-6", "addr", "add", "2001:db8::1/128", "dev", "lo", "nodad")
-	subnet := add(t, env, n, attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
-	host := add(t, env, n, attachment{VPC: "blue", Name: "web-2", Addresses: []string{"10.20.0.9/32", "fd20::9/128"}})
+	subnet := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, NoBGP: true})
+	host := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-2", Addresses: []string{"10.20.0.9/32", "fd20::9/128"}, NoBGP: true})
 	l := listen(t, n)
 
 	// The node's own traffic reaches its listener through the same
@@ -157,7 +157,7 @@ func TestAWorkloadReachesNoNodeSocketThroughAnyAddressButPingsItsGateway(t *test
 	if err != nil {
 		t.Fatalf("the node should reach its own listener through 10.20.0.1: %v", err)
 	}
-	eventually(t, 5*time.Second, "the node's own connection accepted", func() error {
+	harness.Eventually(t, 5*time.Second, "the node's own connection accepted", func() error {
 		if a, _ := l.count(nil); a != 1 {
 			return fmt.Errorf("accepted %d", a)
 		}
@@ -248,7 +248,7 @@ func TestAWorkloadReachesNoNodeSocketThroughAnyAddressButPingsItsGateway(t *test
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the node's own datagram", func() error {
+	harness.Eventually(t, 5*time.Second, "the node's own datagram", func() error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.datagrams["barrier-barrier!"] == 0 {
@@ -268,7 +268,7 @@ func TestAWorkloadReachesNoNodeSocketThroughAnyAddressButPingsItsGateway(t *test
 func TestTheNodesOwnConnectionsToAWorkloadWorkAndOtherTCPSegmentsReachNoListener(t *testing.T) {
 	env := harness.Setup(t)
 	n := plainNode(t, env, "node-a")
-	w := add(t, env, n, attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
+	w := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, NoBGP: true})
 	l := listen(t, n)
 	const echoPort = 7072
 	if err := w.c.Do(func() error {
@@ -399,8 +399,8 @@ func TestGuestRouterAdvertisementsAndRedirectsChangeNoRouteOrAddressOfTheNode(t 
 	env := harness.Setup(t)
 	n := plainNode(t, env, "node-a")
 	run(t, n.Netns, "ip", "addr", "add", "10.99.0.1/24", "dev", "lo")
-	veth := add(t, env, n, attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
-	tap := add(t, env, n, attachment{VPC: "blue", Name: "vm-1", Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}})
+	veth := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, NoBGP: true})
+	tap := add(t, env, n, harness.Attachment{VPC: "blue", Name: "vm-1", Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}, NoBGP: true})
 	for _, w := range []*workload{veth, tap} {
 		for _, s := range []string{"net/ipv6/conf/%s/accept_ra", "net/ipv6/conf/%s/accept_redirects", "net/ipv4/conf/%s/accept_redirects"} {
 			key := fmt.Sprintf(s, w.HostIf())
@@ -440,7 +440,7 @@ func TestGuestRouterAdvertisementsAndRedirectsChangeNoRouteOrAddressOfTheNode(t 
 	}
 	// Link-local addresses and their routes settle first.
 	var before string
-	eventually(t, 20*time.Second, "the node's addresses settle", func() error {
+	harness.Eventually(t, 20*time.Second, "the node's addresses settle", func() error {
 		a := nodeNetState(t, n)
 		if strings.Contains(a, "tentative") || a != before {
 			before = a
@@ -458,7 +458,7 @@ func TestGuestRouterAdvertisementsAndRedirectsChangeNoRouteOrAddressOfTheNode(t 
 	if err := n.Do(filter.New().Delete); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the unfiltered RA takes effect", func() error {
+	harness.Eventually(t, 10*time.Second, "the unfiltered RA takes effect", func() error {
 		sendAll()
 		if after := nodeNetState(t, n); after == before {
 			return errors.New("no change")
@@ -470,10 +470,10 @@ func TestGuestRouterAdvertisementsAndRedirectsChangeNoRouteOrAddressOfTheNode(t 
 func TestTableRoutingRefusesAnAddressAnotherVPCHoldsOnTheNode(t *testing.T) {
 	env := harness.Setup(t)
 	n := plainNode(t, env, "node-a")
-	blue := add(t, env, n, attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
-	red := attachment{VPC: "red", Name: "web-1", Addresses: []string{"10.30.0.7/24", "fd20::5/64"}}
+	blue := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, NoBGP: true})
+	red := harness.Attachment{VPC: "red", Name: "web-1", Addresses: []string{"10.30.0.7/24", "fd20::5/64"}, NoBGP: true}
 	env.ForgetAttachment(t, red.VPC, red.Name)
-	n.WriteConflist(t, red.conflist())
+	n.WriteConflist(t, red.Conflist())
 	c := harness.NewContainer(t)
 	_, err := harness.LibCNI{Node: n, Network: red.Network()}.Add(context.Background(), harness.RuntimeConf(c, ifName))
 	var e *types.Error
@@ -519,9 +519,9 @@ func elements(t *testing.T, n *harness.Node) int {
 func TestAFlushedRulesetFailsCheckNamingWhatIsMissingAndTheNextGCPassRestoresIt(t *testing.T) {
 	env := harness.Setup(t)
 	n := plainNode(t, env, "node-a")
-	blue := add(t, env, n, attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
+	blue := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-1", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, NoBGP: true})
 	check := func() error {
-		n.WriteConflist(t, blue.conflist())
+		n.WriteConflist(t, blue.Conflist())
 		_, err := n.CNITool("check", blue.Network(), blue.c, ifName)
 		return err
 	}
@@ -567,9 +567,9 @@ func TestAFlushedRulesetFailsCheckNamingWhatIsMissingAndTheNextGCPassRestoresIt(
 func TestFiveHundredADDAndDELPairsLeaveNoSetElementBehind(t *testing.T) {
 	env := harness.Setup(t)
 	n := plainNode(t, env, "node-a")
-	a := attachment{VPC: "blue", Name: "churn", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, Allowed: []string{"192.168.0.0/16"}}
+	a := harness.Attachment{VPC: "blue", Name: "churn", Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, Allowed: []string{"192.168.0.0/16"}, NoBGP: true}
 	env.ForgetAttachment(t, a.VPC, a.Name)
-	n.WriteConflist(t, a.conflist())
+	n.WriteConflist(t, a.Conflist())
 	cni := harness.LibCNI{Node: n, Network: a.Network()}
 	c := harness.NewContainer(t)
 	rt := harness.RuntimeConf(c, ifName)

@@ -18,7 +18,7 @@ import (
 
 // bootGuest adds a tap attachment and boots a qemu guest on it, skipping
 // when qemu guests cannot run here.
-func bootGuest(t *testing.T, env *harness.Env, n *harness.Node, a attachment) *vm.Guest {
+func bootGuest(t *testing.T, env *harness.Env, n *harness.Node, a harness.Attachment) *vm.Guest {
 	t.Helper()
 	if err := vm.Available(); err != nil {
 		t.Skipf("a qemu guest: %v", err)
@@ -28,7 +28,7 @@ func bootGuest(t *testing.T, env *harness.Env, n *harness.Node, a attachment) *v
 		t.Fatal(err)
 	}
 	env.ForgetAttachment(t, a.VPC, a.Name)
-	n.WriteConflist(t, a.conflist())
+	n.WriteConflist(t, a.Conflist())
 	c := harness.NewContainer(t)
 	cni := harness.LibCNI{Node: n, Network: a.Network()}
 	r, err := cni.Add(context.Background(), harness.RuntimeConf(c, "net0"))
@@ -59,9 +59,9 @@ func TestAQEMUGuestOnATapSendsOnlyAsItself(t *testing.T) {
 	harness.RequireRoot(t)
 	env := harness.Setup(t)
 	n := plainNode(t, env, "node-a")
-	blue2 := add(t, env, n, attachment{VPC: "blue", Name: "web-2", Addresses: []string{"10.20.0.6/24", "fd20::6/64"}})
-	red1 := add(t, env, n, attachment{VPC: "red", Name: "db-1", Addresses: []string{"10.30.0.5/24", "fd30::5/64"}})
-	guest := attachment{VPC: "blue", Name: "vm-1", Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}}
+	blue2 := add(t, env, n, harness.Attachment{VPC: "blue", Name: "web-2", Addresses: []string{"10.20.0.6/24", "fd20::6/64"}, NoBGP: true})
+	red1 := add(t, env, n, harness.Attachment{VPC: "red", Name: "db-1", Addresses: []string{"10.30.0.5/24", "fd30::5/64"}, NoBGP: true})
+	guest := harness.Attachment{VPC: "blue", Name: "vm-1", Mode: names.ModeTap, Addresses: []string{"10.20.0.8/24", "fd20::8/64"}, NoBGP: true}
 	g := bootGuest(t, env, n, guest)
 
 	spoof, own := tag(), tag()

@@ -22,27 +22,27 @@ import (
 func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing.T) {
 	cl := newCluster(t)
 	vm := cl.vm(t, "switchover")
-	src := vm.add(t, cl.a.Node)
+	src := cl.a.Add(t, vm)
 	wc := cl.client(t, vm)
-	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
-	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
+	cl.c.WaitRouteVia(t, vpc, vm.Prefix(), cl.a.Underlay)
+	token := harness.LeaseToken(cl.env.Lease(t, vm.LeaseName()))
 
 	leases := cl.watchLease(t, vm)
-	routes := watchRoute(t, cl.c, vm.prefix())
-	pinger := startPinger(t, wc, vm)
+	routes := watchRoute(t, cl.c, vm.Prefix())
+	pinger := harness.Ping(t, wc, vm.Addr(false))
 	m := cl.migration(t, vm, cl.a, cl.b, src)
 	var sent *harness.TapCounter
 	var beforePromote int64
 	m.AfterStandby = func() error {
 		// Standby: the interface exists with the gateway, but nothing
 		// routes to it, no lease was taken and nothing is announced.
-		if r := hostRoute(t, cl.b, vm.prefix()); r != nil {
+		if r := hostRoute(t, cl.b, vm.Prefix()); r != nil {
 			return errors.New("the standby target has a host route: " + r.String())
 		}
-		if l := cl.env.Lease(t, vm.lease()); harness.LeaseHolder(l) != holder(cl.a, src) {
+		if l := cl.env.Lease(t, vm.LeaseName()); harness.LeaseHolder(l) != cl.a.HolderOf(src) {
 			return errors.New("the standby ADD changed the lease holder to " + harness.LeaseHolder(l))
 		}
-		adv := cl.advertisement(t, vm, cl.b)
+		adv := cl.env.Advertisement(t, vm, cl.b.Name)
 		if adv == nil || len(adv.Spec.Containers) != 1 || !adv.Spec.Containers[0].Standby {
 			return errors.New("the target's entry is not marked standby")
 		}
@@ -51,12 +51,13 @@ func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing
 			return errors.New("the standby target has no host interface")
 		}
 		var err error
-		sent, err = cl.b.CountSent(ifs[0], vm.addr())
+		sent, err = cl.b.CountSent(ifs[0], vm.Addr(false))
 		return err
 	}
 	m.BeforePromote = func() error {
-		// The client's traffic still goes to the source.
-		time.Sleep(200 * time.Millisecond)
+		// The client's traffic still goes to the source: replies come
+		// while node-b sends nothing to the standby interface.
+		pinger.WaitReplies(t, 20)
 		beforePromote = sent.Stop()
 		return nil
 	}
@@ -64,9 +65,9 @@ func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	routeVia(t, cl.c, vm.prefix(), cl.b.Underlay)
-	eventually(t, "the client reaches the VM on node-b", func() error { return wc.Ping(vm.addr()) })
-	time.Sleep(time.Second)
+	cl.c.WaitRouteVia(t, vpc, vm.Prefix(), cl.b.Underlay)
+	harness.Eventually(t, hangGuard, "the client reaches the VM on node-b", func() error { return wc.Ping(vm.Addr(false)) })
+	cl.settled(t, vm, cl.b)
 	st := pinger.Stop()
 
 	if beforePromote != 0 {
@@ -74,7 +75,7 @@ func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing
 	}
 	ch := routes.Changes()
 	if len(ch) != 1 || ch[0].Deleted || ch[0].Via != cl.b.Underlay {
-		t.Fatalf("node-c's route for %s: want one change to via %s, got %v", vm.prefix(), cl.b.Underlay, ch)
+		t.Fatalf("node-c's route for %s: want one change to via %s, got %v", vm.Prefix(), cl.b.Underlay, ch)
 	}
 	versions, werr := leases.Versions()
 	if werr != nil {
@@ -84,13 +85,13 @@ func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing
 		t.Fatalf("%v in %+v", err, versions)
 	}
 	last := versions[len(versions)-1]
-	if last.Holder != holder(cl.b, m.Target.Container) || last.Token != token+1 {
-		t.Fatalf("lease after the migration: %+v, want %s with token %d", last, holder(cl.b, m.Target.Container), token+1)
+	if last.Holder != cl.b.HolderOf(m.Target.Container) || last.Token != token+1 {
+		t.Fatalf("lease after the migration: %+v, want %s with token %d", last, cl.b.HolderOf(m.Target.Container), token+1)
 	}
-	if e := cl.advertisement(t, vm, cl.b).Spec.Containers[0]; e.Standby || e.HolderGeneration != token+1 {
+	if e := cl.env.Advertisement(t, vm, cl.b.Name).Spec.Containers[0]; e.Standby || e.HolderGeneration != token+1 {
 		t.Fatalf("the promoted entry: %+v", e)
 	}
-	if adv := cl.advertisement(t, vm, cl.a); adv != nil {
+	if adv := cl.env.Advertisement(t, vm, cl.a.Name); adv != nil {
 		t.Fatalf("node-a's advertisement outlived its DEL: %+v", adv.Spec)
 	}
 	if !strings.Contains(res.Promote.Stdout, "promoted with token") {
@@ -107,41 +108,42 @@ func TestASwitchoverChangesTheClientsRouteOnceWithOneHolderThroughout(t *testing
 func TestPromoteWithoutReleaseWaitsThenFailsNamingTheHolderAndChangesNothing(t *testing.T) {
 	cl := newCluster(t)
 	vm := cl.vm(t, "held")
-	src := vm.add(t, cl.a.Node)
+	src := cl.a.Add(t, vm)
 	cl.client(t, vm)
-	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+	cl.c.WaitRouteVia(t, vpc, vm.Prefix(), cl.a.Underlay)
 	start := time.Now()
-	tgt := vm.add(t, cl.b.Node, "CAP_ARGS="+migration.StandbyCapArgs)
+	tgt := cl.b.Add(t, vm, "CAP_ARGS="+migration.StandbyCapArgs)
 	if took := time.Since(start); took > time.Duration(waitSeconds)*time.Second {
 		t.Errorf("the standby ADD took %s: it must not wait for the lease", took)
 	}
-	before := cl.env.Lease(t, vm.lease())
-	routes := watchRoute(t, cl.c, vm.prefix())
+	before := cl.env.Lease(t, vm.LeaseName())
+	routes := watchRoute(t, cl.c, vm.Prefix())
 
-	r, err := cl.b.GalacticCNI("promote", "--vpc", vpc, "--attachment", vm.name, "--container", harness.ContainerID(tgt.Path))
+	r, err := cl.b.GalacticCNI("promote", "--vpc", vpc, "--attachment", vm.Name, "--container", harness.ContainerID(tgt.Path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Code != migration.ExitHeld || !strings.Contains(r.Stderr, holder(cl.a, src)) || r.Stdout != "" {
-		t.Fatalf("promote while node-a holds: %s; want exit %d naming %s", r, migration.ExitHeld, holder(cl.a, src))
+	if r.Code != migration.ExitHeld || !strings.Contains(r.Stderr, cl.a.HolderOf(src)) || r.Stdout != "" {
+		t.Fatalf("promote while node-a holds: %s; want exit %d naming %s", r, migration.ExitHeld, cl.a.HolderOf(src))
 	}
 	if r.Took < time.Duration(waitSeconds)*time.Second {
 		t.Errorf("promote gave up after %s, before waitSeconds (%ds)", r.Took, waitSeconds)
 	}
-	if after := cl.env.Lease(t, vm.lease()); after.ResourceVersion != before.ResourceVersion {
+	if after := cl.env.Lease(t, vm.LeaseName()); after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("the refused promote wrote the lease: %+v", after.Spec)
 	}
-	if hr := hostRoute(t, cl.b, vm.prefix()); hr != nil {
+	if hr := hostRoute(t, cl.b, vm.Prefix()); hr != nil {
 		t.Errorf("the refused promote installed a host route on node-b: %s", hr)
 	}
-	if e := cl.advertisement(t, vm, cl.b).Spec.Containers[0]; !e.Standby || e.HolderGeneration != 0 {
+	if e := cl.env.Advertisement(t, vm, cl.b.Name).Spec.Containers[0]; !e.Standby || e.HolderGeneration != 0 {
 		t.Errorf("the refused promote changed the target's entry: %+v", e)
 	}
-	time.Sleep(time.Second)
+	// Passes in which the routers would act on a change.
+	harness.WaitPasses(t, 2, cl.b.Router, cl.c.Router)
 	if ch := routes.Changes(); len(ch) != 0 {
 		t.Errorf("node-c's route changed: %v", ch)
 	}
-	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+	cl.c.WaitRouteVia(t, vpc, vm.Prefix(), cl.a.Underlay)
 }
 
 // TestAnAbortedMigrationDeletesTheStandbyTargetAndChangesNoRoute: the DEL
@@ -150,17 +152,18 @@ func TestPromoteWithoutReleaseWaitsThenFailsNamingTheHolderAndChangesNothing(t *
 func TestAnAbortedMigrationDeletesTheStandbyTargetAndChangesNoRoute(t *testing.T) {
 	cl := newCluster(t)
 	vm := cl.vm(t, "aborted")
-	src := vm.add(t, cl.a.Node)
+	src := cl.a.Add(t, vm)
 	wc := cl.client(t, vm)
-	before := cl.env.Lease(t, vm.lease())
-	advBefore := cl.advertisement(t, vm, cl.a)
-	routes := watchRoute(t, cl.c, vm.prefix())
-	bRoutes := watchRoute(t, cl.b, vm.prefix())
-	pinger := startPinger(t, wc, vm)
-	tgt := vm.add(t, cl.b.Node, "CAP_ARGS="+migration.StandbyCapArgs)
-	time.Sleep(500 * time.Millisecond)
-	vm.del(t, cl.b.Node, tgt)
-	time.Sleep(time.Second)
+	before := cl.env.Lease(t, vm.LeaseName())
+	advBefore := cl.env.Advertisement(t, vm, cl.a.Name)
+	routes := watchRoute(t, cl.c, vm.Prefix())
+	bRoutes := watchRoute(t, cl.b, vm.Prefix())
+	pinger := harness.Ping(t, wc, vm.Addr(false))
+	tgt := cl.b.Add(t, vm, "CAP_ARGS="+migration.StandbyCapArgs)
+	// The routers act on the standby target before it goes.
+	harness.WaitPasses(t, 2, cl.b.Router, cl.c.Router)
+	cl.b.Del(t, vm, tgt)
+	harness.WaitPasses(t, 2, cl.b.Router, cl.c.Router)
 	st := pinger.Stop()
 
 	if ch := routes.Changes(); len(ch) != 0 {
@@ -177,13 +180,13 @@ func TestAnAbortedMigrationDeletesTheStandbyTargetAndChangesNoRoute(t *testing.T
 	if st.Lost > 0 {
 		t.Errorf("the source stopped serving: %d of %d pings lost", st.Lost, st.Sent)
 	}
-	if after := cl.env.Lease(t, vm.lease()); after.ResourceVersion != before.ResourceVersion {
+	if after := cl.env.Lease(t, vm.LeaseName()); after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("the aborted migration wrote the lease: %+v", after.Spec)
 	}
-	if adv := cl.advertisement(t, vm, cl.a); adv == nil || adv.ResourceVersion != advBefore.ResourceVersion {
+	if adv := cl.env.Advertisement(t, vm, cl.a.Name); adv == nil || adv.ResourceVersion != advBefore.ResourceVersion {
 		t.Errorf("the aborted migration changed node-a's advertisement")
 	}
-	if adv := cl.advertisement(t, vm, cl.b); adv != nil {
+	if adv := cl.env.Advertisement(t, vm, cl.b.Name); adv != nil {
 		t.Errorf("node-b's advertisement outlived the target's DEL: %+v", adv.Spec)
 	}
 	if ifs := hostInterfaces(t, cl.b, vm); len(ifs) != 0 {
@@ -199,10 +202,10 @@ func TestAnAbortedMigrationDeletesTheStandbyTargetAndChangesNoRoute(t *testing.T
 func TestATargetLostAfterTheReleaseGivesTheAttachmentBackToTheSource(t *testing.T) {
 	cl := newCluster(t)
 	vm := cl.vm(t, "fallback")
-	src := vm.add(t, cl.a.Node)
+	src := cl.a.Add(t, vm)
 	wc := cl.client(t, vm)
-	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
-	routes := watchRoute(t, cl.c, vm.prefix())
+	token := harness.LeaseToken(cl.env.Lease(t, vm.LeaseName()))
+	routes := watchRoute(t, cl.c, vm.Prefix())
 	m := cl.migration(t, vm, cl.a, cl.b, src)
 	lost := errors.New("the target node is gone")
 	m.BeforePromote = func() error { return lost }
@@ -210,22 +213,22 @@ func TestATargetLostAfterTheReleaseGivesTheAttachmentBackToTheSource(t *testing.
 	if !errors.Is(err, lost) || !res.FellBack || res.SourcePromote.Code != migration.ExitOK {
 		t.Fatalf("want a fall-back to the source: err %v, result %+v", err, res)
 	}
-	l := cl.env.Lease(t, vm.lease())
-	if harness.LeaseHolder(l) != holder(cl.a, src) || harness.LeaseToken(l) != token+1 {
-		t.Fatalf("lease after the fall-back: %s token %d, want %s token %d", harness.LeaseHolder(l), harness.LeaseToken(l), holder(cl.a, src), token+1)
+	l := cl.env.Lease(t, vm.LeaseName())
+	if harness.LeaseHolder(l) != cl.a.HolderOf(src) || harness.LeaseToken(l) != token+1 {
+		t.Fatalf("lease after the fall-back: %s token %d, want %s token %d", harness.LeaseHolder(l), harness.LeaseToken(l), cl.a.HolderOf(src), token+1)
 	}
-	if e := cl.advertisement(t, vm, cl.a).Spec.Containers[0]; e.HolderGeneration != token+1 {
+	if e := cl.env.Advertisement(t, vm, cl.a.Name).Spec.Containers[0]; e.HolderGeneration != token+1 {
 		t.Fatalf("node-a's entry after the fall-back: %+v", e)
 	}
-	eventually(t, "the client reaches the VM on node-a", func() error { return wc.Ping(vm.addr()) })
-	time.Sleep(time.Second)
-	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
+	harness.Eventually(t, hangGuard, "the client reaches the VM on node-a", func() error { return wc.Ping(vm.Addr(false)) })
+	cl.settled(t, vm, cl.a)
+	cl.c.WaitRouteVia(t, vpc, vm.Prefix(), cl.a.Underlay)
 	for _, c := range routes.Changes() {
 		if c.Deleted || c.Via != cl.a.Underlay {
 			t.Errorf("node-c's route left node-a: %v", routes.Changes())
 		}
 	}
-	if adv := cl.advertisement(t, vm, cl.b); adv != nil {
+	if adv := cl.env.Advertisement(t, vm, cl.b.Name); adv != nil {
 		t.Errorf("node-b's advertisement outlived the target's DEL")
 	}
 	if ifs := hostInterfaces(t, cl.b, vm); len(ifs) != 0 {
@@ -240,9 +243,9 @@ func TestATargetLostAfterTheReleaseGivesTheAttachmentBackToTheSource(t *testing.
 func TestTenMigrationsBackAndForthLeakNothing(t *testing.T) {
 	cl := newCluster(t)
 	vm := cl.vm(t, "ten")
-	cur := vm.add(t, cl.a.Node)
+	cur := cl.a.Add(t, vm)
 	wc := cl.client(t, vm)
-	token := harness.LeaseToken(cl.env.Lease(t, vm.lease()))
+	token := harness.LeaseToken(cl.env.Lease(t, vm.LeaseName()))
 	from, to := cl.a, cl.b
 	ctx := context.Background()
 	for i := range 10 {
@@ -250,14 +253,14 @@ func TestTenMigrationsBackAndForthLeakNothing(t *testing.T) {
 		if _, err := m.Run(t.Context()); err != nil {
 			t.Fatalf("migration %d from %s to %s: %v", i+1, from.Name, to.Name, err)
 		}
-		routeVia(t, cl.c, vm.prefix(), to.Underlay)
+		cl.c.WaitRouteVia(t, vpc, vm.Prefix(), to.Underlay)
 		cur, from, to = m.Target.Container, to, from
 	}
-	eventually(t, "the client reaches the VM", func() error { return wc.Ping(vm.addr()) })
+	harness.Eventually(t, hangGuard, "the client reaches the VM", func() error { return wc.Ping(vm.Addr(false)) })
 	holderNode, other := from, to
-	l := cl.env.Lease(t, vm.lease())
-	if harness.LeaseHolder(l) != holder(holderNode, cur) || harness.LeaseToken(l) != token+10 {
-		t.Errorf("lease: %s token %d, want %s token %d", harness.LeaseHolder(l), harness.LeaseToken(l), holder(holderNode, cur), token+10)
+	l := cl.env.Lease(t, vm.LeaseName())
+	if harness.LeaseHolder(l) != holderNode.HolderOf(cur) || harness.LeaseToken(l) != token+10 {
+		t.Errorf("lease: %s token %d, want %s token %d", harness.LeaseHolder(l), harness.LeaseToken(l), holderNode.HolderOf(cur), token+10)
 	}
 	if n := len(records(t, holderNode, vm)); n != 1 {
 		t.Errorf("%s has %d records of the VM, want 1", holderNode.Name, n)
@@ -271,16 +274,16 @@ func TestTenMigrationsBackAndForthLeakNothing(t *testing.T) {
 	if ifs := hostInterfaces(t, other, vm); len(ifs) != 0 {
 		t.Errorf("%s has host interfaces %v, want none", other.Name, ifs)
 	}
-	if adv := cl.advertisement(t, vm, holderNode); adv == nil || len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].Standby {
+	if adv := cl.env.Advertisement(t, vm, holderNode.Name); adv == nil || len(adv.Spec.Containers) != 1 || adv.Spec.Containers[0].Standby {
 		t.Errorf("%s's advertisement: %+v", holderNode.Name, adv)
 	}
-	if adv := cl.advertisement(t, vm, other); adv != nil {
+	if adv := cl.env.Advertisement(t, vm, other.Name); adv != nil {
 		t.Errorf("%s kept an advertisement: %+v", other.Name, adv.Spec)
 	}
-	if hostRoute(t, holderNode, vm.prefix()) == nil {
+	if hostRoute(t, holderNode, vm.Prefix()) == nil {
 		t.Errorf("%s has no host route to the VM", holderNode.Name)
 	}
-	if r := hostRoute(t, other, vm.prefix()); r != nil {
+	if r := hostRoute(t, other, vm.Prefix()); r != nil {
 		t.Errorf("%s kept a host route to the VM: %s", other.Name, r)
 	}
 	list, err := cl.env.API.Leases(harness.Namespace).List(ctx, metavListOptions(names.HolderNodeSelector(other.Name)))
@@ -298,18 +301,20 @@ func TestTenMigrationsBackAndForthLeakNothing(t *testing.T) {
 func TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo(t *testing.T) {
 	cl := newCluster(t)
 	vm := cl.vm(t, "gated")
-	vm.announce = "whenAvailable"
-	src := vm.add(t, cl.a.Node)
-	if r, err := cl.a.GalacticCNI("available", "--vpc", vpc, "--attachment", vm.name, "--container", harness.ContainerID(src.Path)); err != nil || r.Code != 0 {
+	vm.Announce = "whenAvailable"
+	src := cl.a.Add(t, vm)
+	if r, err := cl.a.GalacticCNI("available", "--vpc", vpc, "--attachment", vm.Name, "--container", harness.ContainerID(src.Path)); err != nil || r.Code != 0 {
 		t.Fatalf("available on node-a: %v %s", err, r)
 	}
 	wc := cl.client(t, vm)
-	routeVia(t, cl.c, vm.prefix(), cl.a.Underlay)
-	routes := watchRoute(t, cl.c, vm.prefix())
+	cl.c.WaitRouteVia(t, vpc, vm.Prefix(), cl.a.Underlay)
+	routes := watchRoute(t, cl.c, vm.Prefix())
 	m := cl.migration(t, vm, cl.a, cl.b, src)
 	m.BeforePromote = func() error {
-		// Between release and promote node-c keeps the source's route.
-		time.Sleep(time.Second)
+		// Between release and promote node-c keeps the source's route,
+		// through passes in which node-a's router would act on the release
+		// and node-c's on what node-a sent.
+		harness.WaitPasses(t, 2, cl.a.Router, cl.c.Router)
 		if ch := routes.Changes(); len(ch) != 0 {
 			return errors.New("node-c's route changed before promote")
 		}
@@ -318,9 +323,9 @@ func TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo(t *testing.
 	if _, err := m.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	routeVia(t, cl.c, vm.prefix(), cl.b.Underlay)
-	eventually(t, "the client reaches the VM on node-b", func() error { return wc.Ping(vm.addr()) })
-	time.Sleep(time.Second)
+	cl.c.WaitRouteVia(t, vpc, vm.Prefix(), cl.b.Underlay)
+	harness.Eventually(t, hangGuard, "the client reaches the VM on node-b", func() error { return wc.Ping(vm.Addr(false)) })
+	cl.settled(t, vm, cl.b)
 	if ch := routes.Changes(); len(ch) != 1 || ch[0].Deleted || ch[0].Via != cl.b.Underlay {
 		t.Fatalf("node-c's route: want one change to via %s, got %v", cl.b.Underlay, ch)
 	}
@@ -332,20 +337,20 @@ func TestASwitchoverOfAWhenAvailableAttachmentChangesTheRouteOnceToo(t *testing.
 func TestCheckExpectsNoHostRouteOnStandbyAndTheHostRouteOncePromoted(t *testing.T) {
 	cl := newCluster(t)
 	vm := cl.vm(t, "check")
-	src := vm.add(t, cl.a.Node)
-	tgt := vm.add(t, cl.b.Node, "CAP_ARGS="+migration.StandbyCapArgs)
-	check := func(n *routed, c *harness.Netns) error {
-		_, err := n.CNITool("check", vm.network(), c, ifName, "CAP_ARGS="+migration.StandbyCapArgs)
+	src := cl.a.Add(t, vm)
+	tgt := cl.b.Add(t, vm, "CAP_ARGS="+migration.StandbyCapArgs)
+	check := func(n *harness.Routed, c *harness.Netns) error {
+		_, err := n.CNITool("check", vm.Network(), c, ifName, "CAP_ARGS="+migration.StandbyCapArgs)
 		return err
 	}
 	if err := check(cl.b, tgt); err != nil {
 		t.Fatalf("CHECK of the standby target: %v", err)
 	}
 	flags := func(c *harness.Netns) []string {
-		return []string{"--vpc", vpc, "--attachment", vm.name, "--container", harness.ContainerID(c.Path)}
+		return []string{"--vpc", vpc, "--attachment", vm.Name, "--container", harness.ContainerID(c.Path)}
 	}
 	for _, step := range []struct {
-		n    *routed
+		n    *harness.Routed
 		verb string
 		c    *harness.Netns
 	}{{cl.a, "release", src}, {cl.b, "promote", tgt}} {
@@ -353,17 +358,17 @@ func TestCheckExpectsNoHostRouteOnStandbyAndTheHostRouteOncePromoted(t *testing.
 			t.Fatalf("%s on %s: %v %s", step.verb, step.n.Name, err, r)
 		}
 	}
-	if hostRoute(t, cl.b, vm.prefix()) == nil {
+	if hostRoute(t, cl.b, vm.Prefix()) == nil {
 		t.Fatal("promote installed no host route")
 	}
 	if err := check(cl.b, tgt); err != nil {
 		t.Fatalf("CHECK of the promoted target: %v", err)
 	}
-	r := hostRoute(t, cl.b, vm.prefix())
+	r := hostRoute(t, cl.b, vm.Prefix())
 	if err := cl.b.Do(func() error { return netlink.RouteDel(r) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := check(cl.b, tgt); err == nil || !strings.Contains(err.Error(), vm.addr().String()) {
-		t.Fatalf("CHECK of the promoted target without its host route: %v, want it to name %s", err, vm.addr())
+	if err := check(cl.b, tgt); err == nil || !strings.Contains(err.Error(), vm.Addr(false).String()) {
+		t.Fatalf("CHECK of the promoted target without its host route: %v, want it to name %s", err, vm.Addr(false))
 	}
 }

@@ -47,7 +47,7 @@ func guestAssets(t *testing.T) *vm.GuestAssets {
 	}
 	assetsOnce.Do(func() {
 		var dir string
-		if dir, assetsErr = os.MkdirTemp("", "galactic-migration-"); assetsErr == nil {
+		if dir, assetsErr = harness.SharedTempDir("galactic-migration-"); assetsErr == nil {
 			assets, assetsErr = vm.EnsureGuestAssets(dir, os.Stderr)
 		}
 	})
@@ -63,17 +63,17 @@ func guestAssets(t *testing.T) *vm.GuestAssets {
 // shortDir is a directory for unix sockets, whose paths must stay short.
 func shortDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "qmp")
+	dir, err := harness.MkdirTemp("qmp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { harness.RemoveDir(dir) })
 	return dir
 }
 
 // live is a VM running on a galactic tap on the source node.
 type live struct {
-	vm   attachment
+	vm   harness.Attachment
 	src  *harness.Netns
 	qemu *migration.QEMU
 }
@@ -82,16 +82,16 @@ type live struct {
 func (cl *cluster) bootVM(t *testing.T, as *vm.GuestAssets, name string) *live {
 	t.Helper()
 	at := cl.vm(t, name)
-	at.mode = "tap"
+	at.Mode = "tap"
 	return cl.bootVMOf(t, as, at)
 }
 
 // bootVMOf is bootVM of the attachment at.
-func (cl *cluster) bootVMOf(t *testing.T, as *vm.GuestAssets, at attachment) *live {
+func (cl *cluster) bootVMOf(t *testing.T, as *vm.GuestAssets, at harness.Attachment) *live {
 	t.Helper()
-	at.install(t, cl.a.Node)
+	cl.a.Install(t, at)
 	src := harness.NewContainer(t)
-	out, err := cl.a.CNITool("add", at.network(), src, ifName)
+	out, err := cl.a.CNITool("add", at.Network(), src, ifName)
 	if err != nil {
 		t.Fatalf("ADD on node-a: %v", err)
 	}
@@ -142,7 +142,7 @@ func (cl *cluster) runningGuest(t *testing.T, as *vm.GuestAssets, name string) r
 	if err != nil {
 		t.Fatal(err)
 	}
-	return running{live: l, wc: wc, conn: conn, uptime: before, token: harness.LeaseToken(cl.env.Lease(t, l.vm.lease()))}
+	return running{live: l, wc: wc, conn: conn, uptime: before, token: harness.LeaseToken(cl.env.Lease(t, l.vm.LeaseName()))}
 }
 
 // echo is a TCP connection from the client to the guest's echo service.
@@ -152,12 +152,12 @@ type echo struct {
 	n    int
 }
 
-func dialEcho(t *testing.T, from *harness.Netns, to attachment) *echo {
+func dialEcho(t *testing.T, from *harness.Netns, to harness.Attachment) *echo {
 	t.Helper()
 	var conn net.Conn
-	eventually(t, "a TCP connection to the guest's echo service", func() error {
+	harness.Eventually(t, hangGuard, "a TCP connection to the guest's echo service", func() error {
 		return from.Do(func() (err error) {
-			conn, err = net.DialTimeout("tcp", net.JoinHostPort(to.addr().String(), strconv.Itoa(vm.EchoPort)), 2*time.Second)
+			conn, err = net.DialTimeout("tcp", net.JoinHostPort(to.Addr(false).String(), strconv.Itoa(vm.EchoPort)), 2*time.Second)
 			return err
 		})
 	})
@@ -194,9 +194,9 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 	l := cl.runningGuest(t, guestAssets(t), "live")
 	wc, conn, before, token := l.wc, l.conn, l.uptime, l.token
 	leases := cl.watchLease(t, l.vm)
-	routes := watchRoute(t, cl.c, l.vm.prefix())
-	pinger := startPinger(t, wc, l.vm)
-	time.Sleep(500 * time.Millisecond)
+	routes := watchRoute(t, cl.c, l.vm.Prefix())
+	pinger := harness.Ping(t, wc, l.vm.Addr(false))
+	pinger.WaitReplies(t, 20)
 	m := cl.migration(t, l.vm, cl.a, cl.b, l.src)
 	m.VMM = l.qemu
 	var sent *harness.TapCounter
@@ -207,7 +207,7 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 			return fmt.Errorf("node-b has host interfaces %v", ifs)
 		}
 		var err error
-		sent, err = cl.b.CountSent(ifs[0], l.vm.addr())
+		sent, err = cl.b.CountSent(ifs[0], l.vm.Addr(false))
 		return err
 	}
 	m.BeforePromote = func() error {
@@ -218,11 +218,11 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the guest answers on node-b", func() error { return wc.Ping(l.vm.addr()) })
+	harness.Eventually(t, hangGuard, "the guest answers on node-b", func() error { return wc.Ping(l.vm.Addr(false)) })
 	if err := conn.roundTrip(20 * time.Second); err != nil {
 		t.Fatalf("the TCP connection did not survive the migration: %v", err)
 	}
-	time.Sleep(time.Second)
+	cl.settled(t, l.vm, cl.b)
 	st := pinger.Stop()
 
 	after, err := l.qemu.Target.UptimeNow(10 * time.Second)
@@ -246,7 +246,7 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 	if err := harness.OneHolder(versions); err != nil {
 		t.Fatalf("%v in %+v", err, versions)
 	}
-	if last := versions[len(versions)-1]; last.Holder != holder(cl.b, m.Target.Container) || last.Token != token+1 {
+	if last := versions[len(versions)-1]; last.Holder != cl.b.HolderOf(m.Target.Container) || last.Token != token+1 {
 		t.Fatalf("lease after the migration: %+v", last)
 	}
 	tm := res.Timings
@@ -266,7 +266,7 @@ func TestALiveMigrationKeepsTheGuestItsConnectionAndChangesTheRouteOnce(t *testi
 
 // logLine is the last line of the node's galactic log with every one of
 // the fragments.
-func logLine(t *testing.T, n *routed, fragments ...string) string {
+func logLine(t *testing.T, n *harness.Routed, fragments ...string) string {
 	t.Helper()
 	data, err := os.ReadFile(n.Settings.LogFile)
 	if err != nil {
@@ -294,7 +294,7 @@ func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing
 	cl := newCluster(t)
 	l := cl.runningGuest(t, guestAssets(t), "fallback-vm")
 	wc, conn, before, token := l.wc, l.conn, l.uptime, l.token
-	routes := watchRoute(t, cl.c, l.vm.prefix())
+	routes := watchRoute(t, cl.c, l.vm.Prefix())
 	m := cl.migration(t, l.vm, cl.a, cl.b, l.src)
 	m.VMM = l.qemu
 	killed := errors.New("the target's qemu was killed")
@@ -306,7 +306,7 @@ func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing
 	if !errors.Is(err, killed) || !res.FellBack || res.SourcePromote.Code != migration.ExitOK {
 		t.Fatalf("want the source to take the attachment back: err %v, result %+v", err, res)
 	}
-	eventually(t, "the guest answers on node-a again", func() error { return wc.Ping(l.vm.addr()) })
+	harness.Eventually(t, hangGuard, "the guest answers on node-a again", func() error { return wc.Ping(l.vm.Addr(false)) })
 	if err := conn.roundTrip(20 * time.Second); err != nil {
 		t.Fatalf("the TCP connection did not survive: %v", err)
 	}
@@ -314,14 +314,14 @@ func TestATargetKilledAfterTheReleaseLeavesTheGuestRunningOnTheSource(t *testing
 	if err != nil || after <= before {
 		t.Errorf("the guest's uptime: %s before, %s after (%v)", before, after, err)
 	}
-	lease := cl.env.Lease(t, l.vm.lease())
-	if harness.LeaseHolder(lease) != holder(cl.a, l.src) || harness.LeaseToken(lease) != token+1 {
-		t.Fatalf("lease: %s token %d, want %s token %d", harness.LeaseHolder(lease), harness.LeaseToken(lease), holder(cl.a, l.src), token+1)
+	lease := cl.env.Lease(t, l.vm.LeaseName())
+	if harness.LeaseHolder(lease) != cl.a.HolderOf(l.src) || harness.LeaseToken(lease) != token+1 {
+		t.Fatalf("lease: %s token %d, want %s token %d", harness.LeaseHolder(lease), harness.LeaseToken(lease), cl.a.HolderOf(l.src), token+1)
 	}
-	if e := cl.advertisement(t, l.vm, cl.a).Spec.Containers[0]; e.HolderGeneration != token+1 || e.Standby {
+	if e := cl.env.Advertisement(t, l.vm, cl.a.Name).Spec.Containers[0]; e.HolderGeneration != token+1 || e.Standby {
 		t.Fatalf("node-a's entry: %+v", e)
 	}
-	routeVia(t, cl.c, l.vm.prefix(), cl.a.Underlay)
+	cl.c.WaitRouteVia(t, vpc, l.vm.Prefix(), cl.a.Underlay)
 	for _, c := range routes.Changes() {
 		if c.Deleted || c.Via != cl.a.Underlay {
 			t.Fatalf("node-c's route left node-a: %v", routes.Changes())
@@ -343,9 +343,9 @@ func TestTenLiveMigrationsBackAndForth(t *testing.T) {
 	cl := newCluster(t)
 	l := cl.runningGuest(t, guestAssets(t), "ten-vm")
 	wc, conn := l.wc, l.conn
-	routes := watchRoute(t, cl.c, l.vm.prefix())
-	pinger := startPinger(t, wc, l.vm)
-	time.Sleep(500 * time.Millisecond)
+	routes := watchRoute(t, cl.c, l.vm.Prefix())
+	pinger := harness.Ping(t, wc, l.vm.Addr(false))
+	pinger.WaitReplies(t, 20)
 	dir := shortDir(t)
 	q, src := l.qemu, l.src
 	from, to := cl.a, cl.b
@@ -359,8 +359,8 @@ func TestTenLiveMigrationsBackAndForth(t *testing.T) {
 		}
 		t.Cleanup(q.StopTarget)
 		runs = append(runs, res.Timings)
-		routeVia(t, cl.c, l.vm.prefix(), to.Underlay)
-		eventually(t, "the guest answers on "+to.Name, func() error { return wc.Ping(l.vm.addr()) })
+		cl.c.WaitRouteVia(t, vpc, l.vm.Prefix(), to.Underlay)
+		harness.Eventually(t, hangGuard, "the guest answers on "+to.Name, func() error { return wc.Ping(l.vm.Addr(false)) })
 		if ifs := hostInterfaces(t, from, l.vm); len(ifs) != 0 {
 			t.Errorf("migration %d left %v on %s", i+1, ifs, from.Name)
 		}
@@ -370,7 +370,7 @@ func TestTenLiveMigrationsBackAndForth(t *testing.T) {
 	if err := conn.roundTrip(20 * time.Second); err != nil {
 		t.Fatalf("the TCP connection did not survive ten migrations: %v", err)
 	}
-	time.Sleep(time.Second)
+	cl.settled(t, l.vm, from)
 	pinger.Stop()
 	ch := routes.Changes()
 	if len(ch) != len(runs) {

@@ -4,7 +4,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,27 +18,26 @@ import (
 func TestTheWholeChainRunsUnderThePerNodePolicyWithNodeBoundTokens(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	b := newRouted(t, env, f, "node-b")
-	web := attachment{VPC: "blue", Name: "chain-0", VNI: 10100, Addresses: []string{"10.20.0.40/24"}, Handoff: true}
+	a := f.NewRouted(t, env, "node-a")
+	b := f.NewRouted(t, env, "node-b")
+	web := harness.Attachment{VPC: "blue", Name: "chain-0", VNI: 10100, Addresses: []string{"10.20.0.40/24"}, Handoff: withHandoff}
 
 	// ADD on node-a; node-a's router announces and writes the status.
-	ca := add(t, a.Node, web)
-	waitFRR(t, f, 1, web.Prefixes()...)
-	waitCondition(t, env, web, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	ca := a.Add(t, web)
+	f.WaitPaths(t, 1, web.Prefixes()...)
+	env.WaitCondition(t, web, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
 
 	// The move with handoff: node-b's ADD waits for the lease until
 	// node-a's DEL releases it.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(time.Second)
-		del(t, a.Node, web, ca)
-	}()
-	cb := add(t, b.Node, web)
-	<-done
-	waitCondition(t, env, web, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
-	if adv := advertisement(t, env, web, "node-a"); adv != nil {
+	cb := harness.NewContainer(t)
+	done := b.AddInBackground(t, web, cb)
+	waitsFor(t, b.Node, web, a.HolderOf(ca))
+	a.Del(t, web, ca)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	env.WaitCondition(t, web, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	if adv := env.Advertisement(t, web, "node-a"); adv != nil {
 		t.Errorf("node-a's advertisement is still there after its DEL: %+v", adv.Spec)
 	}
 	if h := harness.LeaseHolder(env.Lease(t, names.Lease(web.VPC, web.Name))); !strings.HasPrefix(h, "node-b/") {
@@ -48,14 +46,14 @@ func TestTheWholeChainRunsUnderThePerNodePolicyWithNodeBoundTokens(t *testing.T)
 
 	// What DEL missed, the GC releases: a container on node-a gone without
 	// a DEL leaves an advertisement and a lease held from node-a.
-	job := attachment{VPC: "blue", Name: "chain-1", VNI: 10100, Addresses: []string{"10.20.0.41/24"}, Handoff: true}
-	cj := add(t, a.Node, job)
+	job := harness.Attachment{VPC: "blue", Name: "chain-1", VNI: 10100, Addresses: []string{"10.20.0.41/24"}, Handoff: withHandoff}
+	cj := a.Add(t, job)
 	cj.Delete()
 	gcOut := a.MustGC(t)
 	if strings.Contains(gcOut, harness.AdmissionPolicy) {
 		t.Errorf("galactic-gc was refused by the admission policy:\n%s", gcOut)
 	}
-	if adv := advertisement(t, env, job, "node-a"); adv != nil {
+	if adv := env.Advertisement(t, job, "node-a"); adv != nil {
 		t.Errorf("the GC left the dead container's advertisement: %+v", adv.Spec)
 	}
 	if h := harness.LeaseHolder(env.Lease(t, names.Lease(job.VPC, job.Name))); h != "" {
@@ -63,10 +61,10 @@ func TestTheWholeChainRunsUnderThePerNodePolicyWithNodeBoundTokens(t *testing.T)
 	}
 
 	// DEL on node-b releases the last of it.
-	del(t, b.Node, web, cb)
-	waitFRR(t, f, 0, web.Prefixes()...)
+	b.Del(t, web, cb)
+	f.WaitPaths(t, 0, web.Prefixes()...)
 
-	for _, n := range []*routed{a, b} {
+	for _, n := range []*harness.Routed{a, b} {
 		logs := n.Router.Log()
 		if data, err := os.ReadFile(n.Settings.LogFile); err == nil {
 			logs += string(data)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -55,26 +56,26 @@ func TestChurnOfManyAttachmentsLeavesEveryTableEqualToWhatFRRHolds(t *testing.T)
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
 	hold := int64(1)
-	short := func(c *harness.RouterConfig) { c.WithdrawHoldSeconds = &hold }
-	nodes := []*routed{newRouted(t, env, f, "node-a", short), newRouted(t, env, f, "node-b", short), newRouted(t, env, f, "node-c", short)}
+	short := func(c *config.File) { c.WithdrawHoldSeconds = &hold }
+	nodes := []*harness.Routed{f.NewRouted(t, env, "node-a", short), f.NewRouted(t, env, "node-b", short), f.NewRouted(t, env, "node-c", short)}
 	const total, batch = 200, 8
 	added, deleted := 0, 0
 	type placed struct {
-		att  attachment
-		node *routed
+		att  harness.Attachment
+		node *harness.Routed
 		c    *harness.Netns
 	}
 	var all []placed
 	for i := 0; i < total; i++ {
 		all = append(all, placed{
-			att:  attachment{VPC: "blue", Name: fmt.Sprintf("w-%d", i), VNI: 10100, Addresses: []string{fmt.Sprintf("10.21.%d.%d/16", i/200, i%200+10)}},
+			att:  harness.Attachment{VPC: "blue", Name: fmt.Sprintf("w-%d", i), VNI: 10100, Addresses: []string{fmt.Sprintf("10.21.%d.%d/16", i/200, i%200+10)}},
 			node: nodes[i%3],
 			c:    harness.NewContainer(t),
 		})
 	}
 	check := func(round string) {
 		t.Helper()
-		eventually(t, 30*time.Second, round+": every node's table matches FRR", func() error {
+		harness.Eventually(t, 30*time.Second, round+": every node's table matches FRR", func() error {
 			routes, err := f.EVPNRoutes()
 			if err != nil {
 				return err
@@ -126,7 +127,7 @@ func TestChurnOfManyAttachmentsLeavesEveryTableEqualToWhatFRRHolds(t *testing.T)
 		}
 	}
 	for _, p := range all {
-		p.node.WriteConflist(t, p.att.conflist())
+		p.node.WriteConflist(t, p.att.Conflist())
 	}
 	for i := 0; i < total; i += batch {
 		run("add", i, min(i+batch, total))

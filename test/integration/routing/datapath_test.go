@@ -17,21 +17,15 @@ import (
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
-// waitPing waits until from reaches addr.
-func waitPing(t *testing.T, from *harness.Netns, addr netip.Addr) {
-	t.Helper()
-	eventually(t, 20*time.Second, "ping "+addr.String(), func() error { return from.Ping(addr) })
-}
-
 func TestWorkloadsOfOneVPCReachEachOtherAcrossNodesOverIPv4AndIPv6(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	onA := attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
-	onC := attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24", "fd20::7/64"}}
-	wa := add(t, a.Node, onA)
-	wc := add(t, c.Node, onC)
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	onA := harness.Attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	onC := harness.Attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24", "fd20::7/64"}}
+	wa := a.Add(t, onA)
+	wc := c.Add(t, onC)
 	for _, v6 := range []bool{false, true} {
 		if err := func() (err error) {
 			deadline := time.Now().Add(20 * time.Second)
@@ -58,7 +52,7 @@ func TestWorkloadsOfOneVPCReachEachOtherAcrossNodesOverIPv4AndIPv6(t *testing.T)
 		}
 	}
 	// galactic-cni's CHECK stays green with the router's routes in the table.
-	c.WriteConflist(t, onC.conflist())
+	c.WriteConflist(t, onC.Conflist())
 	if out, err := c.CNITool("check", onC.Network(), wc, ifName); err != nil {
 		t.Fatalf("CHECK with remote routes in the table: %v %s", err, out)
 	}
@@ -67,22 +61,22 @@ func TestWorkloadsOfOneVPCReachEachOtherAcrossNodesOverIPv4AndIPv6(t *testing.T)
 func TestOverlappingVPCsReachOnlyTheirOwnWorkloads(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	b := newRouted(t, env, f, "node-b")
-	c := newRouted(t, env, f, "node-c")
+	a := f.NewRouted(t, env, "node-a")
+	b := f.NewRouted(t, env, "node-b")
+	c := f.NewRouted(t, env, "node-c")
 	// Red uses blue's addresses, on other nodes (table mode cannot hold
 	// two VPCs with one address on one node).
-	blueA := attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	blueC := attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
-	redB := attachment{VPC: "red", Name: "db-b", VNI: 10200, Addresses: []string{"10.20.0.5/24"}}
-	redA := attachment{VPC: "red", Name: "db-a", VNI: 10200, Addresses: []string{"10.20.0.9/24"}}
-	wBlueA := add(t, a.Node, blueA)
-	wBlueC := add(t, c.Node, blueC)
-	add(t, b.Node, redB)
-	wRedA := add(t, a.Node, redA)
-	waitPing(t, wBlueC, blueA.Addr(false))
-	waitPing(t, wRedA, redB.Addr(false))
-	waitPing(t, wBlueA, blueC.Addr(false))
+	blueA := harness.Attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	blueC := harness.Attachment{VPC: "blue", Name: "web-c", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
+	redB := harness.Attachment{VPC: "red", Name: "db-b", VNI: 10200, Addresses: []string{"10.20.0.5/24"}}
+	redA := harness.Attachment{VPC: "red", Name: "db-a", VNI: 10200, Addresses: []string{"10.20.0.9/24"}}
+	wBlueA := a.Add(t, blueA)
+	wBlueC := c.Add(t, blueC)
+	b.Add(t, redB)
+	wRedA := a.Add(t, redA)
+	wBlueC.WaitPing(t, blueA.Addr(false))
+	wRedA.WaitPing(t, redB.Addr(false))
+	wBlueA.WaitPing(t, blueC.Addr(false))
 	// Red never reaches blue's 10.20.0.7, blue never reaches red's 10.20.0.9.
 	if err := wRedA.Ping(blueC.Addr(false)); err == nil {
 		t.Error("red reached blue's workload on node-c")
@@ -99,30 +93,41 @@ func TestOverlappingVPCsReachOnlyTheirOwnWorkloads(t *testing.T) {
 func TestAMoveWithHandoffChangesTheRemoteRouteOnceAndRepliesComeFromTheNewNode(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	b := newRouted(t, env, f, "node-b")
-	c := newRouted(t, env, f, "node-c")
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true}
-	wa := add(t, a.Node, vm)
-	wc := clientOf(t, c, vm)
+	// The withdrawal hold bridges node-a's withdrawal and node-b's
+	// announcement, whichever comes first: the shipped default, since no
+	// wait here outlasts it.
+	a := f.NewRouted(t, env, "node-a", harness.ShippedHold)
+	b := f.NewRouted(t, env, "node-b", harness.ShippedHold)
+	c := f.NewRouted(t, env, "node-c", harness.ShippedHold)
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: withHandoff}
+	wa := a.Add(t, vm)
+	wc := c.AddClient(t, vm.Addr(false))
 	mon := monitorRoutes(t, c.Node)
-	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
-	if err != nil {
+	p := harness.Ping(t, wc, vm.Addr(false))
+	harness.Eventually(t, 20*time.Second, "replies to the client's pings", func() error {
+		if st := p.Stats(); st.Received == 0 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	start := time.Now()
+	done := b.AddInBackground(t, vm, harness.NewContainer(t))
+	waitsFor(t, b.Node, vm, a.HolderOf(wa))
+	a.Del(t, vm, wa)
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	start := time.Now()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(500 * time.Millisecond)
-		del(t, a.Node, vm, wa)
-	}()
-	add(t, b.Node, vm)
-	<-done
 	handoff := time.Since(start)
-	waitPing(t, wc, vm.Addr(false))
-	time.Sleep(2 * time.Second)
+	wc.WaitPing(t, vm.Addr(false))
+	// Once FRR holds only node-b's path and node-c has passed over it,
+	// node-a's withdrawal has reached node-c.
+	harness.Eventually(t, 20*time.Second, "FRR holds only node-b's path", func() error {
+		if paths := f.Paths(t, vm.Prefix()); len(paths) != 1 || paths[0].NextHop != b.Underlay.String() {
+			return fmt.Errorf("%+v", paths)
+		}
+		return nil
+	})
+	harness.WaitPasses(t, 1, c.Router)
 	st := p.Stop()
 	t.Logf("move: %d sent, %d lost, longest blackout %s, handoff took %s", st.Sent, st.Lost, st.LongestGap, handoff)
 	r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0])
@@ -140,13 +145,13 @@ func TestAMoveWithHandoffChangesTheRemoteRouteOnceAndRepliesComeFromTheNewNode(t
 func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	b := newRouted(t, env, f, "node-b")
-	c := newRouted(t, env, f, "node-c")
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: true}
-	add(t, a.Node, vm)
-	add(t, c.Node, attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}})
-	waitKernelRoute(t, c.Node, "blue", vm.Prefixes()[0], a.Underlay)
+	a := f.NewRouted(t, env, "node-a")
+	b := f.NewRouted(t, env, "node-b")
+	c := f.NewRouted(t, env, "node-c")
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Handoff: withHandoff}
+	a.Add(t, vm)
+	c.Add(t, harness.Client)
+	c.WaitRouteVia(t, "blue", vm.Prefixes()[0], a.Underlay)
 	// node-a crashes without DEL: its advertisement stays, held by a
 	// finalizer so node-b's fallback delete cannot remove it, and node-b
 	// takes over once the lease expires.
@@ -160,12 +165,13 @@ func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *t
 		_, _ = ads.Patch(context.Background(), advA, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
 	mon := monitorRoutes(t, c.Node)
-	add(t, b.Node, vm)
-	waitKernelRoute(t, c.Node, "blue", vm.Prefixes()[0], b.Underlay)
-	if paths := frrPaths(t, f, vm.Prefixes()[0]); len(paths) != 2 {
+	b.Add(t, vm)
+	c.WaitRouteVia(t, "blue", vm.Prefixes()[0], b.Underlay)
+	if paths := f.Paths(t, vm.Prefixes()[0]); len(paths) != 2 {
 		t.Fatalf("want both nodes' paths in FRR during the test, got %+v", paths)
 	}
-	time.Sleep(10 * time.Second)
+	// Resync passes of every router, in which any would move it back.
+	harness.WaitPasses(t, 3, a.Router, b.Router, c.Router)
 	if r := kernelRoute(t, c.Node, "blue", vm.Prefixes()[0]); r == nil || r.Gw.String() != b.Underlay.String() {
 		t.Fatalf("node-c's route moved back: %+v", r)
 	}
@@ -177,24 +183,29 @@ func TestBothNodesAdvertisingKeepsTheRemoteRouteOnTheHigherHolderGeneration(t *t
 func TestRouterRestartsLoseNoPing(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, vm)
-	wc := clientOf(t, c, vm)
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, vm)
+	wc := c.AddClient(t, vm.Addr(false))
 	mon := monitorRoutes(t, c.Node)
-	for _, r := range []*routed{c, a} {
-		p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(500 * time.Millisecond)
+	for _, r := range []*harness.Routed{c, a} {
+		p := harness.Ping(t, wc, vm.Addr(false))
+		harness.Eventually(t, 20*time.Second, "replies to the client's pings", func() error {
+			if st := p.Stats(); st.Received == 0 {
+				return fmt.Errorf("%+v", st)
+			}
+			return nil
+		})
+		before := endOfRIBs(r)
 		r.Router.Kill()
 		if err := r.Router.Start(); err != nil {
 			t.Fatal(err)
 		}
-		// Long enough for the session to come back and FRR to re-learn.
-		time.Sleep(6 * time.Second)
+		// The session back, synced, and FRR holding the route again.
+		r.Router.WaitEstablished(t, 1)
+		waitEndOfRIB(t, before, r)
+		f.WaitPaths(t, 1, vm.Prefix())
 		st := p.Stop()
 		t.Logf("restart on %s: %d sent, %d lost", r.Name, st.Sent, st.Lost)
 		if st.Lost != 0 {
@@ -209,14 +220,14 @@ func TestRouterRestartsLoseNoPing(t *testing.T) {
 func TestARemoteRouteNeverReplacesALocalHostRoute(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	there := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	here := attachment{VPC: "blue", Name: "web-0-here", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, c.Node, here)
-	add(t, a.Node, there)
-	waitFRR(t, f, 2, there.Prefixes()...)
-	time.Sleep(2 * time.Second)
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	there := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	here := harness.Attachment{VPC: "blue", Name: "web-0-here", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	c.Add(t, here)
+	a.Add(t, there)
+	f.WaitPaths(t, 2, there.Prefixes()...)
+	harness.WaitPasses(t, 2, c.Router)
 	r := kernelRoute(t, c.Node, "blue", here.Prefixes()[0])
 	if r == nil || int(r.Protocol) != routing.Protocol {
 		t.Fatalf("node-c's route for its own workload: %+v", r)
@@ -226,15 +237,15 @@ func TestARemoteRouteNeverReplacesALocalHostRoute(t *testing.T) {
 func TestTheLastAttachmentLeavingTakesTheVXLANDeviceAndEverythingOfIt(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	add(t, a.Node, attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
-	last := attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
-	wc := add(t, c.Node, last)
-	waitPing(t, wc, netip.MustParseAddr("10.20.0.5"))
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	a.Add(t, harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}})
+	last := harness.Attachment{VPC: "blue", Name: "client", VNI: 10100, Addresses: []string{"10.20.0.7/24"}}
+	wc := c.Add(t, last)
+	wc.WaitPing(t, netip.MustParseAddr("10.20.0.5"))
 	dev := routing.VXLANDeviceName("blue")
-	del(t, c.Node, last, wc)
-	eventually(t, 10*time.Second, "nothing of blue's fabric left on node-c", func() error {
+	c.Del(t, last, wc)
+	harness.Eventually(t, 10*time.Second, "nothing of blue's fabric left on node-c", func() error {
 		for _, args := range [][]string{
 			{"ip", "link", "show", "type", "vxlan"},
 			{"ip", "route", "show", "table", "all", "proto", "150"},

@@ -9,21 +9,22 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
 func TestAddAnnouncesOneType5RoutePerPrefixAndDelWithdrawsThem(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	a := f.NewRouted(t, env, "node-a")
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
 	from := f.LogOffset()
-	c := add(t, a.Node, att)
-	waitFRR(t, f, 1, att.Prefixes()...)
+	c := a.Add(t, att)
+	f.WaitPaths(t, 1, att.Prefixes()...)
 
 	mac := strings.TrimSpace(show(a.Node, "cat", "/sys/class/net/"+routing.VXLANDeviceName("blue")+"/address"))
 	for _, p := range att.Prefixes() {
-		paths := frrPaths(t, f, p)
+		paths := f.Paths(t, p)
 		got := paths[0]
 		if got.NextHop != a.Underlay.String() || !strings.HasPrefix(got.RD, a.Underlay.String()+":") {
 			t.Errorf("%s: next hop %s RD %s, want %s and an RD of router ID %s", p, got.NextHop, got.RD, a.Underlay, a.Underlay)
@@ -44,33 +45,33 @@ func TestAddAnnouncesOneType5RoutePerPrefixAndDelWithdrawsThem(t *testing.T) {
 			t.Errorf("FRR's log has no %q", want)
 		}
 	}
-	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	env.WaitCondition(t, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
 
-	del(t, a.Node, att, c)
-	waitFRR(t, f, 0, att.Prefixes()...)
+	a.Del(t, att, c)
+	f.WaitPaths(t, 0, att.Prefixes()...)
 }
 
 func TestAnAdvertisementWithoutVNIIsNotAnnouncedAndProgrammedFollowsThePeer(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	novni := attachment{VPC: "blue", Name: "novni", Addresses: []string{"10.20.1.5/24"}}
-	add(t, a.Node, novni)
-	waitCondition(t, env, novni, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoVNI)
-	if paths := frrPaths(t, f, novni.Prefixes()[0]); len(paths) != 0 {
+	a := f.NewRouted(t, env, "node-a")
+	novni := harness.Attachment{VPC: "blue", Name: "novni", Addresses: []string{"10.20.1.5/24"}}
+	a.Add(t, novni)
+	env.WaitCondition(t, novni, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoVNI)
+	if paths := f.Paths(t, novni.Prefixes()[0]); len(paths) != 0 {
 		t.Fatalf("FRR holds %v for an advertisement without vni", paths)
 	}
 
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, att)
-	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, att)
+	env.WaitCondition(t, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
 	f.StopFRR()
-	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoEstablishedPeer)
+	env.WaitCondition(t, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoEstablishedPeer)
 	if err := f.StartFRR(); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
-	waitFRR(t, f, 1, att.Prefixes()...)
+	env.WaitCondition(t, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	f.WaitPaths(t, 1, att.Prefixes()...)
 }
 
 func readFile(t *testing.T, path string, from int64) string {
@@ -85,11 +86,11 @@ func readFile(t *testing.T, path string, from int64) string {
 func TestAnEBGPPeerOnAnotherPortWithATCPMD5PasswordGetsTheRoutes(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabricWith(t, harness.FabricOptions{ASN: 65000, NodeASN: 65010, Port: 1179, Password: "galactic-md5"})
-	a := newRouted(t, env, f, "node-a")
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, att)
-	waitFRR(t, f, 1, att.Prefixes()...)
-	if got := frrPaths(t, f, att.Prefixes()[0])[0].Extended; !strings.Contains(got, "RT:65000:10100") {
+	a := f.NewRouted(t, env, "node-a")
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, att)
+	f.WaitPaths(t, 1, att.Prefixes()...)
+	if got := f.Paths(t, att.Prefixes()[0])[0].Extended; !strings.Contains(got, "RT:65000:10100") {
 		t.Errorf("route target over eBGP: %s", got)
 	}
 	if out, err := a.Router.Get("/healthz"); err != nil || !strings.Contains(out, "ok") {
@@ -103,11 +104,11 @@ func TestAnEBGPPeerOnAnotherPortWithATCPMD5PasswordGetsTheRoutes(t *testing.T) {
 	}
 
 	// A node with the wrong key never gets a session.
-	b := newRouted(t, env, f, "node-b", func(c *harness.RouterConfig) { c.Peers[0].Password = "wrong" })
-	other := attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
-	add(t, b.Node, other)
-	waitCondition(t, env, other, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoEstablishedPeer)
-	if paths := frrPaths(t, f, other.Prefixes()[0]); len(paths) != 0 {
+	b := f.NewRouted(t, env, "node-b", func(c *config.File) { c.Peers[0].Password = "wrong" })
+	other := harness.Attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
+	b.Add(t, other)
+	env.WaitCondition(t, other, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoEstablishedPeer)
+	if paths := f.Paths(t, other.Prefixes()[0]); len(paths) != 0 {
 		t.Fatalf("a node with the wrong TCP MD5 key got its route in: %+v", paths)
 	}
 }

@@ -16,23 +16,21 @@ import (
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/routing"
 	"github.com/galactic-cni/galactic/router"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
-// outage is how long a reflector stays away: longer than the session's
-// hold time (9 s) and the withdrawal hold (10 s) together, so a lost
-// session that counted as a withdrawal would show in the kernel; shorter
-// than the issue's 60 s to keep the package's run time bearable.
-const outage = 25 * time.Second
+// grRestart is FRR's graceful restart time in the test that outlasts it.
+const grRestart = time.Second
 
 // endOfRIB is what a router logs for each End-of-RIB it receives.
 const endOfRIB = `"msg":"End-of-RIB"`
 
 // waitEndOfRIB waits until each router has logged more End-of-RIBs than
 // it had (before), that is until its session is back and synced.
-func waitEndOfRIB(t *testing.T, before map[*routed]int, nodes ...*routed) {
+func waitEndOfRIB(t *testing.T, before map[*harness.Routed]int, nodes ...*harness.Routed) {
 	t.Helper()
-	eventually(t, 60*time.Second, "every router's End-of-RIB after the reflector's return", func() error {
+	harness.Eventually(t, 60*time.Second, "every router's End-of-RIB after the reflector's return", func() error {
 		for _, n := range nodes {
 			if got := n.Router.LogCount(endOfRIB); got <= before[n] {
 				return fmt.Errorf("%s: %d End-of-RIBs, had %d", n.Name, got, before[n])
@@ -42,8 +40,8 @@ func waitEndOfRIB(t *testing.T, before map[*routed]int, nodes ...*routed) {
 	})
 }
 
-func endOfRIBs(nodes ...*routed) map[*routed]int {
-	out := map[*routed]int{}
+func endOfRIBs(nodes ...*harness.Routed) map[*harness.Routed]int {
+	out := map[*harness.Routed]int{}
 	for _, n := range nodes {
 		out[n] = n.Router.LogCount(endOfRIB)
 	}
@@ -64,38 +62,47 @@ func noChanges(t *testing.T, what string, mon *routeMonitor, prefixes ...netip.P
 func testReflectorOutage(t *testing.T, o harness.FabricOptions) {
 	env := harness.Setup(t)
 	f := harness.NewFabricWith(t, o)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, vm)
-	wc := clientOf(t, c, vm)
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, vm)
+	wc := c.AddClient(t, vm.Addr(false))
 	client := netip.MustParsePrefix("10.20.0.7/32")
-	eventually(t, 20*time.Second, "node-a routes to the client", func() error {
+	harness.Eventually(t, 20*time.Second, "node-a routes to the client", func() error {
 		if kernelRoute(t, a.Node, "blue", client) == nil {
 			return fmt.Errorf("no route")
 		}
 		return nil
 	})
 	monA, monC := monitorRoutes(t, a.Node), monitorRoutes(t, c.Node)
-	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := harness.Ping(t, wc, vm.Addr(false))
 	before := endOfRIBs(a, c)
 	f.StopFRR()
-	time.Sleep(outage)
+	began := time.Now()
+	// Once the routers have lost their sessions, a loss that counted as
+	// a withdrawal would take the routes after the withdrawal hold; with
+	// graceful restart, the routers drop FRR's paths after its restart
+	// time, which must not count as one either.
+	a.Router.WaitEstablished(t, 0)
+	c.Router.WaitEstablished(t, 0)
+	if o.GracefulRestartSeconds > 0 {
+		time.Sleep(grRestart)
+	}
+	time.Sleep(harness.PastHold)
 	if err := f.StartFRR(); err != nil {
 		t.Fatal(err)
 	}
-	waitFRR(t, f, 1, vm.Prefixes()[0], client)
+	outage := time.Since(began)
+	f.WaitPaths(t, 1, vm.Prefixes()[0], client)
 	waitEndOfRIB(t, before, a, c)
-	// A withdrawal the return caused would be acted on within the
-	// withdrawal hold: watch past it.
-	time.Sleep(12 * time.Second)
+	// A route the return's End-of-RIB swept would go when its withdrawal
+	// hold ends, unless its path came back: each RIB holds them all.
+	a.Router.WaitRIB(t, 1)
+	c.Router.WaitRIB(t, 1)
 	st := p.Stop()
 	t.Logf("pings: %d sent, %d lost", st.Sent, st.Lost)
 	if st.Lost != 0 {
-		t.Errorf("lost %d of %d pings during a %s reflector outage", st.Lost, st.Sent, outage)
+		t.Errorf("lost %d of %d pings during a %s reflector outage", st.Lost, st.Sent, outage.Round(time.Millisecond))
 	}
 	noChanges(t, "node-c", monC, vm.Prefixes()[0])
 	noChanges(t, "node-a", monA, client)
@@ -106,31 +113,36 @@ func TestAReflectorOutageWithoutGracefulRestartLosesNoPingAndChangesNoRoute(t *t
 }
 
 func TestAReflectorOutageLongerThanItsRestartTimeLosesNoPingAndChangesNoRoute(t *testing.T) {
-	testReflectorOutage(t, harness.FabricOptions{GracefulRestartSeconds: 10})
+	testReflectorOutage(t, harness.FabricOptions{GracefulRestartSeconds: int(grRestart / time.Second)})
 }
 
 func TestARouterStartedWithItsReflectorUnreachableKeepsTheKernelRoutesUntilEndOfRIB(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, vm)
-	wc := clientOf(t, c, vm)
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, vm)
+	wc := c.AddClient(t, vm.Addr(false))
 	monC := monitorRoutes(t, c.Node)
-	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := harness.Ping(t, wc, vm.Addr(false))
 	c.Router.Kill()
 	f.StopFRR()
 	before := endOfRIBs(c)
+	started := c.Router.LogCount(`"msg":"started"`)
 	if err := c.Router.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Past the start's RIB wait (30 s), after which a router that judged
-	// without an End-of-RIB would remove what it found.
-	time.Sleep(35 * time.Second)
+	harness.Eventually(t, 30*time.Second, "node-c's router started", func() error {
+		if c.Router.LogCount(`"msg":"started"`) == started {
+			return fmt.Errorf("not yet:\n%s", c.Router.Log())
+		}
+		return nil
+	})
+	// Past the start's RIB wait and a pass after it, in which a router
+	// that judged without an End-of-RIB would remove what it found.
+	time.Sleep(harness.RIBWait)
+	harness.WaitPasses(t, 1, c.Router)
 	if kernelRoute(t, c.Node, "blue", vm.Prefixes()[0]) == nil {
 		t.Fatalf("node-c removed the route it found while no reflector answered:\n%s", c.Router.Log())
 	}
@@ -138,7 +150,7 @@ func TestARouterStartedWithItsReflectorUnreachableKeepsTheKernelRoutesUntilEndOf
 		t.Fatal(err)
 	}
 	waitEndOfRIB(t, before, c)
-	time.Sleep(12 * time.Second)
+	c.Router.WaitRIB(t, 1)
 	st := p.Stop()
 	t.Logf("pings: %d sent, %d lost", st.Sent, st.Lost)
 	if st.Lost != 0 {
@@ -149,10 +161,10 @@ func TestARouterStartedWithItsReflectorUnreachableKeepsTheKernelRoutesUntilEndOf
 
 // setGeneration sets the holderGeneration of every entry of the
 // attachment's advertisement on node, as a handoff would have recorded it.
-func setGeneration(t *testing.T, env *harness.Env, a attachment, node string, gen int64) {
+func setGeneration(t *testing.T, env *harness.Env, a harness.Attachment, node string, gen int64) {
 	t.Helper()
-	eventually(t, 20*time.Second, fmt.Sprintf("%s on %s at generation %d", a.Name, node, gen), func() error {
-		obj := advertisement(t, env, a, node)
+	harness.Eventually(t, 20*time.Second, fmt.Sprintf("%s on %s at generation %d", a.Name, node, gen), func() error {
+		obj := env.Advertisement(t, a, node)
 		if obj == nil {
 			return fmt.Errorf("no advertisement")
 		}
@@ -164,55 +176,41 @@ func setGeneration(t *testing.T, env *harness.Env, a attachment, node string, ge
 	})
 }
 
-// routeVia waits until n's route for p goes via the VTEP (nil: no route).
-func routeVia(t *testing.T, n *harness.Node, p netip.Prefix, vtep netip.Addr) {
-	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%s's route for %s via %s", n.Name, p, vtep), func() error {
-		r := kernelRoute(t, n, "blue", p)
-		if r == nil || r.Gw == nil || !strings.HasSuffix(r.Gw.String(), vtep.String()) {
-			return fmt.Errorf("route %+v", r)
-		}
-		return nil
-	})
-}
-
 func TestTheCurrentHoldersRestartAndDrainNeverHandTheTrafficToAnOlderGeneration(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	b := newRouted(t, env, f, "node-b")
-	c := newRouted(t, env, f, "node-c")
+	a := f.NewRouted(t, env, "node-a")
+	b := f.NewRouted(t, env, "node-b")
+	c := f.NewRouted(t, env, "node-c")
 	// The older instance on A (its deletion never happened) and the
 	// current one on B share the address; different attachment names keep
 	// B's ADD from deleting A's advertisement.
-	older := attachment{VPC: "blue", Name: "web-old", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	current := attachment{VPC: "blue", Name: "web-new", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, older)
+	older := harness.Attachment{VPC: "blue", Name: "web-old", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	current := harness.Attachment{VPC: "blue", Name: "web-new", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, older)
 	setGeneration(t, env, older, "node-a", 7)
-	add(t, b.Node, current)
+	b.Add(t, current)
 	setGeneration(t, env, current, "node-b", 8)
 	vm := current.Prefixes()[0]
-	wc := clientOf(t, c, current)
-	routeVia(t, c.Node, vm, b.Underlay)
+	wc := c.AddClient(t, current.Addr(false))
+	c.WaitRouteVia(t, "blue", vm, b.Underlay)
 	mon := monitorRoutes(t, c.Node)
-	p, err := wc.StartPinger(current.Addr(false), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := harness.Ping(t, wc, current.Addr(false))
 
 	from := f.LogOffset()
 	b.Router.Kill()
 	if err := b.Router.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "node-b's path back in FRR", func() error {
+	harness.Eventually(t, 30*time.Second, "node-b's path back in FRR", func() error {
 		if u := counts(t, f, from, vm); u.Announced[b.Underlay.String()] == 0 {
 			return fmt.Errorf("updates %+v", u)
 		}
 		return nil
 	})
-	// Past the withdrawal hold, after which a held route would have gone.
-	time.Sleep(12 * time.Second)
+	// node-b's restart withdrew its path at node-c, which holds the route
+	// until the path is back: node-c's RIB holds it and node-a's again.
+	c.Router.WaitRIB(t, 2)
 	st := p.Stop()
 	t.Logf("pings during node-b's router restart: %d sent, %d lost", st.Sent, st.Lost)
 	if st.Lost != 0 {
@@ -223,7 +221,7 @@ func TestTheCurrentHoldersRestartAndDrainNeverHandTheTrafficToAnOlderGeneration(
 	if out, err := b.Router.Drain(); err != nil {
 		t.Fatalf("drain: %v %s\n%s", err, out, b.Router.Log())
 	}
-	eventually(t, 20*time.Second, "node-c removes the drained route", func() error {
+	harness.Eventually(t, 20*time.Second, "node-c removes the drained route", func() error {
 		if r := kernelRoute(t, c.Node, "blue", vm); r != nil {
 			return fmt.Errorf("route %+v", r)
 		}
@@ -231,8 +229,8 @@ func TestTheCurrentHoldersRestartAndDrainNeverHandTheTrafficToAnOlderGeneration(
 	})
 	// The older generation stays announced; past the withdrawal hold it is
 	// still not installed.
-	time.Sleep(12 * time.Second)
-	if paths := frrPaths(t, f, vm); len(paths) != 1 || paths[0].NextHop != a.Underlay.String() {
+	time.Sleep(harness.PastHold)
+	if paths := f.Paths(t, vm); len(paths) != 1 || paths[0].NextHop != a.Underlay.String() {
 		t.Fatalf("FRR's paths %+v: want only the older instance's", paths)
 	}
 	if r := kernelRoute(t, c.Node, "blue", vm); r != nil {
@@ -249,14 +247,14 @@ func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *t
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
 	harness.RequireGoBGPd(t)
-	n := env.NewNode(t, "node-a")
-	ul := f.Attach(t, n)
+	n := f.NewNode(t, env, "node-a")
+	ul := n.Underlay
 	g := f.StartGoBGPd(t, ul)
 	// gobgpd is the only peer: GoBGP clears its restarting state for every
 	// peer once one peer's End-of-RIB has come, so a second peer's OPEN
 	// could lack the bits for that reason alone.
-	cfg := f.FabricRouterConfig(ul)
-	cfg.Peers = []harness.RouterPeer{{Address: g.Addr.String(), ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3}}
+	cfg := f.RouterConfig(ul)
+	cfg.Peers = []config.PeerFile{harness.Peer(g.Addr)}
 	bootFile := filepath.Join(n.Dir, "boot_id")
 	writeBoot := func(id string) {
 		if err := os.WriteFile(bootFile, []byte(id+"\n"), 0o644); err != nil {
@@ -264,9 +262,9 @@ func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *t
 		}
 	}
 	writeBoot("11111111-1111-1111-1111-111111111111")
-	r := n.StartRouter(t, cfg, "--resync", "2s", "--boot-id-file", bootFile)
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
-	add(t, n, att)
+	r := n.StartRouter(t, cfg, append(harness.RouterArgs(), "--boot-id-file", bootFile)...)
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	n.Add(t, att)
 	gobgpPaths := func() []harness.GoBGPPath {
 		ps, err := g.EVPNPaths()
 		if err != nil {
@@ -288,10 +286,10 @@ func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *t
 			return nil
 		}
 	}
-	eventually(t, 20*time.Second, "gobgpd holds node-a's two routes", current(2))
+	harness.Eventually(t, 20*time.Second, "gobgpd holds node-a's two routes", current(2))
 	flags := func(what string, wantRestart bool) {
 		t.Helper()
-		eventually(t, 20*time.Second, what, func() error {
+		harness.Eventually(t, 20*time.Second, what, func() error {
 			restart, forward, err := g.RestartFlags(ul)
 			if err != nil {
 				return err
@@ -310,7 +308,7 @@ func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *t
 		t.Fatal(err)
 	}
 	flags("a restart's OPEN has the restart and forwarding bits", true)
-	eventually(t, 20*time.Second, "node-a's routes current after the restart", current(2))
+	harness.Eventually(t, 20*time.Second, "node-a's routes current after the restart", current(2))
 
 	// A reboot: a new boot ID, the same state dir, and no API server yet.
 	if err := n.SetAPIReachable(false); err != nil {
@@ -324,8 +322,9 @@ func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *t
 	flags("a reboot's OPEN has neither bit", false)
 	// Without the forwarding bit the helper drops what it kept, and the
 	// router announces nothing before the API answers.
-	eventually(t, 20*time.Second, "gobgpd holds nothing of node-a", current(0))
-	time.Sleep(5 * time.Second)
+	harness.Eventually(t, 20*time.Second, "gobgpd holds nothing of node-a", current(0))
+	// Passes that would announce, had the router anything to.
+	harness.WaitPasses(t, 2, r)
 	if ps := gobgpPaths(); len(ps) != 0 {
 		t.Fatalf("announced before the API answered after a reboot: %+v", ps)
 	}
@@ -335,17 +334,17 @@ func TestARebootSetsNoRestartBitsAndAnnouncesNoSavedPathBeforeTheAPIAnswers(t *t
 	if err := n.SetAPIReachable(true); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "node-a's routes announced once the API answers, none stale", current(2))
+	harness.Eventually(t, 30*time.Second, "node-a's routes announced once the API answers, none stale", current(2))
 }
 
 func TestAFailingVXLANDeviceKeepsTheVPCAnnouncedReportsItAndRecovers(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, vm)
-	wc := clientOf(t, c, vm)
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, vm)
+	wc := c.AddClient(t, vm.Addr(false))
 	from := f.LogOffset()
 	// The device's name taken by another link while the router is down.
 	a.Router.Kill()
@@ -358,16 +357,17 @@ func TestAFailingVXLANDeviceKeepsTheVPCAnnouncedReportsItAndRecovers(t *testing.
 	if err := a.Router.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, env, vm, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, router.ReasonDeviceError)
-	eventually(t, 20*time.Second, "the device error counted", func() error {
+	env.WaitCondition(t, vm, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, router.ReasonDeviceError)
+	harness.Eventually(t, 20*time.Second, "the device error counted", func() error {
 		if v, err := a.Router.Metric("galactic_router_device_errors"); err != nil || v != 1 {
 			return fmt.Errorf("%v (%v)", v, err)
 		}
 		return nil
 	})
-	// Several retries later the route is still announced, never withdrawn.
-	time.Sleep(5 * time.Second)
-	if paths := frrPaths(t, f, vm.Prefixes()[0]); len(paths) != 1 || paths[0].NextHop != a.Underlay.String() {
+	// Several retries (passes) later the route is still announced, never
+	// withdrawn.
+	harness.WaitPasses(t, 3, a.Router)
+	if paths := f.Paths(t, vm.Prefixes()[0]); len(paths) != 1 || paths[0].NextHop != a.Underlay.String() {
 		t.Fatalf("FRR's paths during the device error: %+v", paths)
 	}
 	if u := counts(t, f, from, vm.Prefixes()[0]); len(u.Withdrawn) != 0 {
@@ -376,8 +376,8 @@ func TestAFailingVXLANDeviceKeepsTheVPCAnnouncedReportsItAndRecovers(t *testing.
 	if out, err := a.Run("ip", "link", "del", dev); err != nil {
 		t.Fatalf("removing the bridge: %v %s", err, out)
 	}
-	waitCondition(t, env, vm, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
-	eventually(t, 20*time.Second, "the client reaches the VM again", func() error { return wc.Ping(vm.Addr(false)) })
+	env.WaitCondition(t, vm, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	harness.Eventually(t, 20*time.Second, "the client reaches the VM again", func() error { return wc.Ping(vm.Addr(false)) })
 	if v, err := a.Router.Metric("galactic_router_device_errors"); err != nil || v != 0 {
 		t.Errorf("device errors after recovery: %v (%v)", v, err)
 	}
@@ -389,29 +389,29 @@ func TestAFailingVXLANDeviceKeepsTheVPCAnnouncedReportsItAndRecovers(t *testing.
 func TestTwoNodesWithOneRouterIDBothReportTheOther(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	same := func(c *harness.RouterConfig) { c.RouterID = "192.0.2.99" }
-	a := newRouted(t, env, f, "node-a", same)
-	b := newRouted(t, env, f, "node-b", same)
-	onA := attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	onB := attachment{VPC: "blue", Name: "web-b", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
-	add(t, a.Node, onA)
-	add(t, b.Node, onB)
-	waitFRR(t, f, 1, onA.Prefixes()[0], onB.Prefixes()[0])
+	same := func(c *config.File) { c.RouterID = "192.0.2.99" }
+	a := f.NewRouted(t, env, "node-a", same)
+	b := f.NewRouted(t, env, "node-b", same)
+	onA := harness.Attachment{VPC: "blue", Name: "web-a", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	onB := harness.Attachment{VPC: "blue", Name: "web-b", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
+	a.Add(t, onA)
+	b.Add(t, onB)
+	f.WaitPaths(t, 1, onA.Prefixes()[0], onB.Prefixes()[0])
 	begin := time.Now()
 	for _, tc := range []struct {
-		n     *routed
-		other *routed
-		att   attachment
+		n     *harness.Routed
+		other *harness.Routed
+		att   harness.Attachment
 	}{{a, b, onA}, {b, a, onB}} {
 		metric := fmt.Sprintf(`galactic_router_duplicate_router_id{vtep="%s"}`, tc.other.Underlay)
-		eventually(t, 10*time.Second-time.Since(begin), tc.n.Name+" reports the duplicate router ID", func() error {
+		harness.Eventually(t, 10*time.Second-time.Since(begin), tc.n.Name+" reports the duplicate router ID", func() error {
 			if v, err := tc.n.Router.Metric(metric); err != nil || v != 1 {
 				return fmt.Errorf("%s = %v (%v)", metric, v, err)
 			}
 			if !strings.Contains(tc.n.Router.Log(), fmt.Sprintf(`"otherVTEP":"%s"`, tc.other.Underlay)) {
 				return fmt.Errorf("no log naming %s", tc.other.Underlay)
 			}
-			obj := advertisement(t, env, tc.att, tc.n.Name)
+			obj := env.Advertisement(t, tc.att, tc.n.Name)
 			if obj == nil {
 				return fmt.Errorf("no advertisement")
 			}
@@ -429,21 +429,16 @@ func TestAPeerThatResetsEverySecondChangesNoRouteAndCostsLittleCPU(t *testing.T)
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
 	harness.RequireGoBGPd(t)
-	c := newRouted(t, env, f, "node-c")
-	n := env.NewNode(t, "node-a")
-	ul := f.Attach(t, n)
+	c := f.NewRouted(t, env, "node-c")
+	a := f.NewNode(t, env, "node-a")
+	ul := a.Underlay
 	g := f.StartGoBGPd(t, ul)
-	cfg := f.FabricRouterConfig(ul)
-	cfg.Peers = append(cfg.Peers, harness.RouterPeer{Address: g.Addr.String(), ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3})
-	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
-		t.Fatalf("%v %s", err, out)
-	}
-	a := &routed{Node: n, Underlay: ul, Router: n.StartRouter(t, cfg, "--resync", "2s")}
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, vm)
-	clientOf(t, c, vm)
+	a.Route(t, harness.AlsoPeer(g.Addr))
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, vm)
+	c.AddClient(t, vm.Addr(false))
 	client := netip.MustParsePrefix("10.20.0.7/32")
-	eventually(t, 20*time.Second, "node-a routes to the client", func() error {
+	harness.Eventually(t, 20*time.Second, "node-a routes to the client", func() error {
 		if kernelRoute(t, a.Node, "blue", client) == nil {
 			return fmt.Errorf("no route")
 		}
@@ -485,7 +480,7 @@ func TestAPeerThatResetsEverySecondChangesNoRouteAndCostsLittleCPU(t *testing.T)
 	}
 	noChanges(t, "node-a", mon, client)
 	// The router kept trying: the session comes back once the resets stop.
-	eventually(t, 60*time.Second, "the session to gobgpd back", func() error {
+	harness.Eventually(t, 60*time.Second, "the session to gobgpd back", func() error {
 		if a.Router.LogCount(upLine) == ups0 {
 			return fmt.Errorf("not established again")
 		}
@@ -497,17 +492,16 @@ func TestOneOfTwoReflectorsStoppedChangesNoRouteAndChangesStillFlow(t *testing.T
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
 	harness.RequireGoBGPd(t)
-	second := func(c *harness.RouterConfig) {
-		c.Peers = append(c.Peers, harness.RouterPeer{Address: "192.0.2.2", ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3})
-	}
-	a := newRouted(t, env, f, "node-a", second)
-	c := newRouted(t, env, f, "node-c", second)
+	// gobgpd's address, which StartGoBGPdReflector takes.
+	second := harness.AlsoPeer(netip.MustParseAddr("192.0.2.2"))
+	a := f.NewRouted(t, env, "node-a", second)
+	c := f.NewRouted(t, env, "node-c", second)
 	g := f.StartGoBGPdReflector(t, a.Underlay, c.Underlay)
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, vm)
-	wc := clientOf(t, c, vm)
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, vm)
+	wc := c.AddClient(t, vm.Addr(false))
 	client := netip.MustParsePrefix("10.20.0.7/32")
-	eventually(t, 30*time.Second, "gobgpd reflects both nodes' routes", func() error {
+	harness.Eventually(t, 30*time.Second, "gobgpd reflects both nodes' routes", func() error {
 		ps, err := g.EVPNPaths()
 		if err != nil {
 			return err
@@ -518,28 +512,30 @@ func TestOneOfTwoReflectorsStoppedChangesNoRouteAndChangesStillFlow(t *testing.T
 		return nil
 	})
 	monA, monC := monitorRoutes(t, a.Node), monitorRoutes(t, c.Node)
-	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := harness.Ping(t, wc, vm.Addr(false))
 	f.StopFRR()
 	// A change during the outage still reaches node-c over gobgpd.
-	late := attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
-	add(t, a.Node, late)
-	eventually(t, 20*time.Second, "node-c learns web-1 over the other reflector", func() error {
+	late := harness.Attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
+	a.Add(t, late)
+	harness.Eventually(t, 20*time.Second, "node-c learns web-1 over the other reflector", func() error {
 		if kernelRoute(t, c.Node, "blue", late.Prefixes()[0]) == nil {
 			return fmt.Errorf("no route")
 		}
 		return nil
 	})
-	time.Sleep(outage)
+	// Once the routers have lost FRR, past the withdrawal hold a loss that
+	// counted as a withdrawal would have shown.
+	a.Router.WaitEstablished(t, 1)
+	c.Router.WaitEstablished(t, 1)
+	time.Sleep(harness.PastHold)
 	before := endOfRIBs(a, c)
 	if err := f.StartFRR(); err != nil {
 		t.Fatal(err)
 	}
-	waitFRR(t, f, 1, vm.Prefixes()[0], client, late.Prefixes()[0])
+	f.WaitPaths(t, 1, vm.Prefixes()[0], client, late.Prefixes()[0])
 	waitEndOfRIB(t, before, a, c)
-	time.Sleep(12 * time.Second)
+	a.Router.WaitRIB(t, 1)
+	c.Router.WaitRIB(t, 2)
 	st := p.Stop()
 	t.Logf("pings: %d sent, %d lost", st.Sent, st.Lost)
 	if st.Lost != 0 {

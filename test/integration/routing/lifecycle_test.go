@@ -27,19 +27,19 @@ func counts(t *testing.T, f *harness.Fabric, from int64, p netip.Prefix) harness
 func TestAnUpgradeOnOneNodeSendsNoWithdrawalAndNoReannouncement(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
+	a := f.NewRouted(t, env, "node-a")
 	// Tap mode: a replacement adopts the tap while the old runtime lives.
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Mode: "tap"}
-	old := add(t, a.Node, att)
-	waitFRR(t, f, 1, att.Prefixes()...)
-	waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}, Mode: "tap"}
+	old := a.Add(t, att)
+	f.WaitPaths(t, 1, att.Prefixes()...)
+	env.WaitCondition(t, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
 	from := f.LogOffset()
 
 	// The replacement's ADD first, then the old DEL, as a runtime upgrade does.
-	add(t, a.Node, att)
-	del(t, a.Node, att, old)
-	time.Sleep(3 * time.Second)
-	waitFRR(t, f, 1, att.Prefixes()...)
+	a.Add(t, att)
+	a.Del(t, att, old)
+	settle(t, f, a)
+	f.WaitPaths(t, 1, att.Prefixes()...)
 	u := counts(t, f, from, att.Prefixes()[0])
 	if len(u.Announced) != 0 || len(u.Withdrawn) != 0 {
 		t.Fatalf("FRR received announcements %v and withdrawals %v during an upgrade on one node", u.Announced, u.Withdrawn)
@@ -49,39 +49,45 @@ func TestAnUpgradeOnOneNodeSendsNoWithdrawalAndNoReannouncement(t *testing.T) {
 func testMove(t *testing.T, handoff bool) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	b := newRouted(t, env, f, "node-b")
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}, Handoff: handoff}
-	ca := add(t, a.Node, att)
-	waitFRR(t, f, 1, att.Prefixes()...)
+	a := f.NewRouted(t, env, "node-a")
+	b := f.NewRouted(t, env, "node-b")
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	if handoff {
+		att.Handoff = withHandoff
+	}
+	ca := a.Add(t, att)
+	f.WaitPaths(t, 1, att.Prefixes()...)
 	from := f.LogOffset()
+	onlyB := func() {
+		t.Helper()
+		harness.Eventually(t, 20*time.Second, "FRR holds only node-b's paths", func() error {
+			for _, p := range att.Prefixes() {
+				paths := f.Paths(t, p)
+				if len(paths) != 1 || paths[0].NextHop != b.Underlay.String() {
+					return fmt.Errorf("%s: %+v", p, paths)
+				}
+			}
+			return nil
+		})
+	}
 	if handoff {
 		// B's ADD waits for the lease until A's DEL releases it.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			time.Sleep(time.Second)
-			del(t, a.Node, att, ca)
-		}()
-		add(t, b.Node, att)
-		<-done
-	} else {
-		// B's ADD while A is live, A's DEL late: B's ADD deletes A's
-		// advertisement, A's DEL finds nothing left to release.
-		add(t, b.Node, att)
-		time.Sleep(2 * time.Second)
-		del(t, a.Node, att, ca)
-	}
-	eventually(t, 20*time.Second, "FRR holds only node-b's paths", func() error {
-		for _, p := range att.Prefixes() {
-			paths := frrPaths(t, f, p)
-			if len(paths) != 1 || paths[0].NextHop != b.Underlay.String() {
-				return fmt.Errorf("%s: %+v", p, paths)
-			}
+		done := b.AddInBackground(t, att, harness.NewContainer(t))
+		waitsFor(t, b.Node, att, a.HolderOf(ca))
+		a.Del(t, att, ca)
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	time.Sleep(2 * time.Second)
+	} else {
+		// B's ADD while A is live, A's DEL late, once the move is done:
+		// B's ADD deletes A's advertisement, A's DEL finds nothing left
+		// to release.
+		b.Add(t, att)
+		onlyB()
+		a.Del(t, att, ca)
+	}
+	onlyB()
+	settle(t, f, a, b)
 	for _, p := range att.Prefixes() {
 		u := counts(t, f, from, p)
 		if u.Withdrawn[a.Underlay.String()] != 1 || len(u.Withdrawn) != 1 {
@@ -100,11 +106,11 @@ func TestAMoveWithoutHandoffIsOneWithdrawalAndOneAnnouncement(t *testing.T) { te
 func TestARestartSendsNoWithdrawalNoNotificationAndKeepsTheRDs(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
-	add(t, a.Node, att)
-	waitFRR(t, f, 1, att.Prefixes()...)
-	rd := frrPaths(t, f, att.Prefixes()[0])[0].RD
+	a := f.NewRouted(t, env, "node-a")
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	a.Add(t, att)
+	f.WaitPaths(t, 1, att.Prefixes()...)
+	rd := f.Paths(t, att.Prefixes()[0])[0].RD
 
 	for _, tc := range []struct {
 		name   string
@@ -126,9 +132,9 @@ func TestARestartSendsNoWithdrawalNoNotificationAndKeepsTheRDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		begin := time.Now()
-		eventually(t, 20*time.Second, tc.name+": the session is back with the same routes and RDs", func() error {
+		harness.Eventually(t, 20*time.Second, tc.name+": the session is back with the same routes and RDs", func() error {
 			for _, p := range att.Prefixes() {
-				paths := frrPaths(t, f, p)
+				paths := f.Paths(t, p)
 				if len(paths) != 1 || paths[0].RD != rd {
 					return fmt.Errorf("%s: %+v", p, paths)
 				}
@@ -157,41 +163,53 @@ func TestARestartSendsNoWithdrawalNoNotificationAndKeepsTheRDs(t *testing.T) {
 func TestAnAPIOutageWithdrawsNothingAndAnAddAfterItIsAnnounced(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, att)
-	waitFRR(t, f, 1, att.Prefixes()...)
+	a := f.NewRouted(t, env, "node-a")
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, att)
+	f.WaitPaths(t, 1, att.Prefixes()...)
 	from := f.LogOffset()
+	connects := a.CountAPIConnects(t)
 	if err := a.SetAPIReachable(false); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Second)
+	// The outage lasts until the router has tried the API server many
+	// times: it retries every half second, where its informers alone
+	// would back off to 30 s between attempts, and an ADD after a long
+	// outage would then wait that long to be announced.
+	began := time.Now()
+	harness.Eventually(t, 2*time.Minute, "40 attempts of node-a's router to reach the API server", func() error {
+		if n := connects(); n < 40 {
+			return fmt.Errorf("%d attempts", n)
+		}
+		return nil
+	})
+	t.Logf("the outage lasted %s", time.Since(began).Round(time.Millisecond))
 	if err := a.SetAPIReachable(true); err != nil {
 		t.Fatal(err)
 	}
 	if u := counts(t, f, from, att.Prefixes()[0]); len(u.Withdrawn) != 0 {
 		t.Fatalf("withdrawn during the outage: %v", u.Withdrawn)
 	}
-	waitFRR(t, f, 1, att.Prefixes()...)
-	second := attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
-	add(t, a.Node, second)
-	waitFRR(t, f, 1, second.Prefixes()...)
+	f.WaitPaths(t, 1, att.Prefixes()...)
+	second := harness.Attachment{VPC: "blue", Name: "web-1", VNI: 10100, Addresses: []string{"10.20.0.6/24"}}
+	a.Add(t, second)
+	f.WaitPaths(t, 1, second.Prefixes()...)
 }
 
 func TestDrainWithdrawsEveryRouteOfTheNode(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	blue := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
-	red := attachment{VPC: "red", Name: "db-0", VNI: 10200, Addresses: []string{"10.30.0.5/24"}}
-	add(t, a.Node, blue)
-	add(t, a.Node, red)
-	waitFRR(t, f, 1, append(blue.Prefixes(), red.Prefixes()...)...)
+	a := f.NewRouted(t, env, "node-a")
+	blue := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	red := harness.Attachment{VPC: "red", Name: "db-0", VNI: 10200, Addresses: []string{"10.30.0.5/24"}}
+	a.Add(t, blue)
+	a.Add(t, red)
+	f.WaitPaths(t, 1, append(blue.Prefixes(), red.Prefixes()...)...)
 	if out, err := a.Router.Drain(); err != nil {
 		t.Fatalf("drain: %v %s\nrouter log:\n%s", err, out, a.Router.Log())
 	}
-	waitFRR(t, f, 0, append(blue.Prefixes(), red.Prefixes()...)...)
-	eventually(t, 10*time.Second, "the router exits after the drain", func() error {
+	f.WaitPaths(t, 0, append(blue.Prefixes(), red.Prefixes()...)...)
+	harness.Eventually(t, 10*time.Second, "the router exits after the drain", func() error {
 		if a.Router.Running() {
 			return fmt.Errorf("still running")
 		}
@@ -205,39 +223,39 @@ func TestDrainWithdrawsEveryRouteOfTheNode(t *testing.T) {
 func TestTwoVPCsAnnounceDistinctRouteTargetsAndAConflictingVNIIsNotAnnounced(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	blue := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	red := attachment{VPC: "red", Name: "db-0", VNI: 10200, Addresses: []string{"10.30.0.5/24"}}
-	add(t, a.Node, blue)
-	add(t, a.Node, red)
-	waitFRR(t, f, 1, blue.Prefixes()[0], red.Prefixes()[0])
-	if got := frrPaths(t, f, blue.Prefixes()[0])[0].Extended; !strings.Contains(got, "RT:65000:10100") {
+	a := f.NewRouted(t, env, "node-a")
+	blue := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	red := harness.Attachment{VPC: "red", Name: "db-0", VNI: 10200, Addresses: []string{"10.30.0.5/24"}}
+	a.Add(t, blue)
+	a.Add(t, red)
+	f.WaitPaths(t, 1, blue.Prefixes()[0], red.Prefixes()[0])
+	if got := f.Paths(t, blue.Prefixes()[0])[0].Extended; !strings.Contains(got, "RT:65000:10100") {
 		t.Errorf("blue's route target: %s", got)
 	}
-	if got := frrPaths(t, f, red.Prefixes()[0])[0].Extended; !strings.Contains(got, "RT:65000:10200") {
+	if got := f.Paths(t, red.Prefixes()[0])[0].Extended; !strings.Contains(got, "RT:65000:10200") {
 		t.Errorf("red's route target: %s", got)
 	}
-	clash := attachment{VPC: "blue", Name: "web-1", VNI: 10999, Addresses: []string{"10.20.0.9/24"}}
-	add(t, a.Node, clash)
-	waitCondition(t, env, clash, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonVNIConflict)
-	if paths := frrPaths(t, f, clash.Prefixes()[0]); len(paths) != 0 {
+	clash := harness.Attachment{VPC: "blue", Name: "web-1", VNI: 10999, Addresses: []string{"10.20.0.9/24"}}
+	a.Add(t, clash)
+	env.WaitCondition(t, clash, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonVNIConflict)
+	if paths := f.Paths(t, clash.Prefixes()[0]); len(paths) != 0 {
 		t.Fatalf("the conflicting attachment is announced: %+v", paths)
 	}
-	waitCondition(t, env, blue, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	env.WaitCondition(t, blue, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
 }
 
 func TestASteadyStateOfFiftyAttachmentsWritesNoStatus(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	var atts []attachment
+	a := f.NewRouted(t, env, "node-a")
+	var atts []harness.Attachment
 	for i := 0; i < 50; i++ {
-		att := attachment{VPC: "blue", Name: fmt.Sprintf("web-%d", i), VNI: 10100, Addresses: []string{fmt.Sprintf("10.20.1.%d/24", i+10)}}
-		add(t, a.Node, att)
+		att := harness.Attachment{VPC: "blue", Name: fmt.Sprintf("web-%d", i), VNI: 10100, Addresses: []string{fmt.Sprintf("10.20.1.%d/24", i+10)}}
+		a.Add(t, att)
 		atts = append(atts, att)
 	}
 	for _, att := range atts {
-		waitCondition(t, env, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+		env.WaitCondition(t, att, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
 	}
 	before, err := a.Router.Metric("galactic_router_status_writes_total")
 	if err != nil {
@@ -247,8 +265,8 @@ func TestASteadyStateOfFiftyAttachmentsWritesNoStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Three resync periods of the test router (2 s each).
-	time.Sleep(7 * time.Second)
+	// Three resync passes of the router.
+	harness.WaitPasses(t, 3, a.Router)
 	after, err := a.Router.Metric("galactic_router_status_writes_total")
 	if err != nil {
 		t.Fatal(err)
@@ -275,14 +293,11 @@ func TestAGracefulRestartHelperKeepsTheRestartingNodesRoutesStaleThenCurrent(t *
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
 	harness.RequireGoBGPd(t)
-	n := env.NewNode(t, "node-a")
-	ul := f.Attach(t, n)
-	g := f.StartGoBGPd(t, ul)
-	cfg := f.FabricRouterConfig(ul)
-	cfg.Peers = append(cfg.Peers, harness.RouterPeer{Address: g.Addr.String(), ASN: harness.FabricASN, HoldSeconds: 9, KeepaliveSeconds: 3})
-	r := n.StartRouter(t, cfg, "--resync", "2s")
-	att := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
-	add(t, n, att)
+	n := f.NewNode(t, env, "node-a")
+	g := f.StartGoBGPd(t, n.Underlay)
+	r := n.Route(t, harness.AlsoPeer(g.Addr))
+	att := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24", "fd20::5/64"}}
+	n.Add(t, att)
 	paths := func() []harness.GoBGPPath {
 		ps, err := g.EVPNPaths()
 		if err != nil {
@@ -290,34 +305,30 @@ func TestAGracefulRestartHelperKeepsTheRestartingNodesRoutesStaleThenCurrent(t *
 		}
 		return ps
 	}
-	eventually(t, 20*time.Second, "gobgpd holds node-a's two routes", func() error {
+	harness.Eventually(t, 20*time.Second, "gobgpd holds node-a's two routes", func() error {
 		if ps := paths(); len(ps) != 2 {
 			return fmt.Errorf("%+v", ps)
 		}
 		return nil
 	})
 	r.Kill()
-	stale := 0
 	// Throughout the restart gobgpd keeps both routes, marked stale.
-	for i := 0; i < 20; i++ {
+	harness.Eventually(t, 20*time.Second, "gobgpd marks node-a's routes stale while it is down", func() error {
 		ps := paths()
 		if len(ps) != 2 {
 			t.Fatalf("gobgpd dropped routes during the restart: %+v", ps)
 		}
 		for _, p := range ps {
-			if p.Stale {
-				stale++
+			if !p.Stale {
+				return fmt.Errorf("not stale: %+v", ps)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if stale == 0 {
-		t.Fatal("gobgpd never marked node-a's routes stale while it was down")
-	}
+		return nil
+	})
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "node-a's routes current again after its End-of-RIB", func() error {
+	harness.Eventually(t, 20*time.Second, "node-a's routes current again after its End-of-RIB", func() error {
 		ps := paths()
 		if len(ps) != 2 {
 			return fmt.Errorf("%+v", ps)
@@ -329,29 +340,32 @@ func TestAGracefulRestartHelperKeepsTheRestartingNodesRoutesStaleThenCurrent(t *
 		}
 		return nil
 	})
-	waitFRR(t, f, 1, att.Prefixes()...)
+	f.WaitPaths(t, 1, att.Prefixes()...)
 }
 
 func TestARouteReflectorRestartChangesNothingInTheKernel(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	c := newRouted(t, env, f, "node-c")
-	vm := attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
-	add(t, a.Node, vm)
-	wc := clientOf(t, c, vm)
+	a := f.NewRouted(t, env, "node-a")
+	c := f.NewRouted(t, env, "node-c")
+	vm := harness.Attachment{VPC: "blue", Name: "web-0", VNI: 10100, Addresses: []string{"10.20.0.5/24"}}
+	a.Add(t, vm)
+	wc := c.AddClient(t, vm.Addr(false))
 	mon := monitorRoutes(t, c.Node)
-	p, err := wc.StartPinger(vm.Addr(false), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := harness.Ping(t, wc, vm.Addr(false))
+	before := endOfRIBs(a, c)
 	f.StopFRR()
-	time.Sleep(time.Second)
+	a.Router.WaitEstablished(t, 0)
+	c.Router.WaitEstablished(t, 0)
 	if err := f.StartFRR(); err != nil {
 		t.Fatal(err)
 	}
-	waitFRR(t, f, 1, vm.Prefixes()...)
-	time.Sleep(2 * time.Second)
+	f.WaitPaths(t, 1, vm.Prefixes()...)
+	// A route the return's End-of-RIB swept would go when its withdrawal
+	// hold ends, unless its path came back: each RIB holds them all.
+	waitEndOfRIB(t, before, a, c)
+	a.Router.WaitRIB(t, 1)
+	c.Router.WaitRIB(t, 1)
 	st := p.Stop()
 	if st.Lost != 0 {
 		t.Errorf("lost %d of %d pings while the route reflector restarted", st.Lost, st.Sent)

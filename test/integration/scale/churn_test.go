@@ -145,7 +145,7 @@ func TestCNIAddsDuringRouteChurnWaitOnlyForTheRoutersWrites(t *testing.T) {
 			}
 			from := metric(n, "galactic_router_kernel_route_changes_total")
 			top.sims.StartChurn(t)
-			eventually(t, 60*time.Second, "the churn reaching the kernel", func() error {
+			harness.Eventually(t, 60*time.Second, "the churn reaching the kernel", func() error {
 				if c := metric(n, "galactic_router_kernel_route_changes_total"); c < from+20 {
 					return fmt.Errorf("%v kernel route changes since the churn started", c-from)
 				}

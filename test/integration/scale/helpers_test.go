@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/galactic-cni/galactic/pkg/routing"
+	"github.com/galactic-cni/galactic/router/config"
 	"github.com/galactic-cni/galactic/router/dataplane"
 	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/scale"
@@ -89,7 +90,7 @@ type node struct {
 	k        int
 	Underlay netip.Addr
 	Router   *harness.Router
-	cfg      harness.RouterConfig
+	cfg      config.File
 	vpcs     []int
 }
 
@@ -196,14 +197,12 @@ func (sh shape) withAddedNodes(t *testing.T, top *topology, rr netip.Addr) time.
 // with rr (not started).
 func (top *topology) newNode(t *testing.T, k int, rr netip.Addr) *node {
 	t.Helper()
-	n := top.env.NewNode(t, fmt.Sprintf("node-%d", k))
-	ul := top.f.Attach(t, n)
-	cfg := top.f.FabricRouterConfig(ul)
+	r := top.f.NewNode(t, top.env, fmt.Sprintf("node-%d", k))
+	// The shipped withdrawal hold: it bridges the reflector's return under
+	// any load, and no wait here outlasts it.
+	cfg := top.f.FabricRouterConfig(r.Underlay)
 	cfg.Peers[0].Address = rr.String()
-	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
-		t.Fatalf("enabling forwarding: %v %s", err, out)
-	}
-	nd := &node{Node: n, k: k, Underlay: ul, cfg: cfg}
+	nd := &node{Node: r.Node, k: k, Underlay: r.Underlay, cfg: cfg}
 	top.nodes = append(top.nodes, nd)
 	return nd
 }
@@ -220,13 +219,10 @@ func (top *topology) add(t *testing.T, n *node, v int) {
 // attach runs the ADD of add without recording it, so that several can
 // run at once.
 func (top *topology) attach(t *testing.T, n *node, v int) error {
-	name := fmt.Sprintf("w%d-%d", top.id, n.k)
-	conf := map[string]any{"cniVersion": "1.1.0", "name": vpcName(v) + "-" + name, "plugins": []any{
-		map[string]any{"type": "galactic-cni", "vpc": vpcName(v), "attachment": name, "mode": "veth", "routing": "table",
-			"addresses": []string{realAddr(n.k, v).String() + "/24"}},
-		map[string]any{"type": "galactic-bgp", "vpc": vpcName(v), "attachment": name, "vni": vni(v)},
-	}}
-	if err := n.WriteConflistFile(conf); err != nil {
+	// The handoff as galactic-cni has it by default.
+	a := harness.Attachment{VPC: vpcName(v), Name: fmt.Sprintf("w%d-%d", top.id, n.k), Addresses: []string{realAddr(n.k, v).String() + "/24"},
+		VNI: int64(vni(v)), Handoff: &harness.Handoff{WaitSeconds: 30, LeaseSeconds: 60}}
+	if err := n.WriteConflistFile(a.Conflist()); err != nil {
 		return err
 	}
 	// Not NewContainer: attach may run off the test's goroutine.
@@ -235,7 +231,7 @@ func (top *topology) attach(t *testing.T, n *node, v int) error {
 		return err
 	}
 	t.Cleanup(func() { c.Delete() })
-	if out, err := n.CNITool("add", vpcName(v)+"-"+name, c, "net0"); err != nil {
+	if out, err := n.CNITool("add", a.Network(), c, a.Interface()); err != nil {
 		return fmt.Errorf("ADD in %s on %s: %v %s", vpcName(v), n.Name, err, out)
 	}
 	return nil
@@ -300,23 +296,6 @@ func remoteRoutes(n *node, v int) ([]netip.Prefix, error) {
 	return out, err
 }
 
-// eventually polls cond every 20 ms until it returns nil or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(limit)
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, limit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func metric(n *node, name string) float64 {
 	v, err := n.Router.Metric(name)
 	if err != nil {
@@ -330,7 +309,7 @@ func metric(n *node, name string) float64 {
 func (top *topology) waitRIBs(t *testing.T, adjIn func(*node) int) {
 	t.Helper()
 	for _, n := range top.nodes {
-		eventually(t, cmp.Or(top.ribWait, 90*time.Second), n.Name+"'s RIB", func() error {
+		harness.Eventually(t, cmp.Or(top.ribWait, 90*time.Second), n.Name+"'s RIB", func() error {
 			rib, in := metric(n, "galactic_router_rib_paths"), metric(n, "galactic_router_adj_rib_in_paths")
 			if int(rib) != top.wantRIB(n) || int(in) != adjIn(n) {
 				return fmt.Errorf("RIB %v paths, adj-RIB-in %v; want %d and %d", rib, in, top.wantRIB(n), adjIn(n))
@@ -346,7 +325,7 @@ func (top *topology) checkKernels(t *testing.T) {
 	t.Helper()
 	for _, n := range top.nodes {
 		for _, v := range n.vpcs {
-			eventually(t, 30*time.Second, fmt.Sprintf("%s's routes of %s", n.Name, vpcName(v)), func() error {
+			harness.Eventually(t, 30*time.Second, fmt.Sprintf("%s's routes of %s", n.Name, vpcName(v)), func() error {
 				got, err := remoteRoutes(n, v)
 				if err != nil {
 					return err
@@ -393,7 +372,7 @@ func restartRouter(t *testing.T, n *node) {
 	if err := n.Router.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, n.Name+"'s restarted router synced", func() error {
+	harness.Eventually(t, 60*time.Second, n.Name+"'s restarted router synced", func() error {
 		if strings.Count(n.Router.Log(), `"msg":"RIB synced"`) <= synced {
 			return fmt.Errorf("no End-of-RIB yet")
 		}

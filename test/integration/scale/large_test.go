@@ -120,7 +120,7 @@ func largeRow(t *testing.T, sh shape, via string, frr bool) scale.LargeRow {
 	start := time.Now()
 	top.sims = scale.Start(t, f, spec)
 	if rr != nil {
-		eventually(t, 30*time.Minute, "the reflector holds every route", func() error {
+		harness.Eventually(t, 30*time.Minute, "the reflector holds every route", func() error {
 			if got, err := rr.Metric("galactic_router_reflector_paths"); err != nil || int(got) != spec.Routes() {
 				return fmt.Errorf("%v of %d (%v)", got, spec.Routes(), err)
 			}
@@ -298,7 +298,13 @@ func announceLatency(t *testing.T, top *topology, n *node) (p50, p99 time.Durati
 		}
 	}()
 	top.sims.StartChurn(t)
-	time.Sleep(15 * time.Second)
+	// The sample: fifteen seconds' worth of the churn's announces.
+	harness.Eventually(t, 5*time.Minute, "the churn's announces", func() error {
+		if sent := len(top.sims.Announces()); sent < 15*largeChurn {
+			return fmt.Errorf("%d announces", sent)
+		}
+		return nil
+	})
 	close(done)
 	mu.Lock()
 	defer mu.Unlock()

@@ -22,7 +22,7 @@ func (top *topology) appear(t *testing.T, n *node, v int) time.Duration {
 	start := time.Now()
 	top.add(t, n, v)
 	added := time.Since(start)
-	eventually(t, 30*time.Second, fmt.Sprintf("%s's routes of the new %s", n.Name, vpcName(v)), func() error {
+	harness.Eventually(t, 30*time.Second, fmt.Sprintf("%s's routes of the new %s", n.Name, vpcName(v)), func() error {
 		got, err := remoteRoutes(n, v)
 		if err != nil {
 			return err
@@ -82,7 +82,7 @@ func TestThroughFRRTheImportFilterKeepsAbsentVPCsOutOfTheRIB(t *testing.T) {
 	top.waitRIBs(t, top.everyRoute)
 	for _, n := range top.nodes {
 		want := top.everyRoute(n) - top.wantRIB(n)
-		eventually(t, 10*time.Second, n.Name+"'s filtered paths", func() error {
+		harness.Eventually(t, 10*time.Second, n.Name+"'s filtered paths", func() error {
 			if got := metric(n, "galactic_router_import_filtered_paths"); int(got) != want {
 				return fmt.Errorf("filtered %v, want %d", got, want)
 			}
@@ -124,10 +124,14 @@ func TestARestartOfTheGalacticReflectorChangesNoKernelRoute(t *testing.T) {
 	for _, n := range top.nodes {
 		mons = append(mons, monitorRoutes(t, n))
 	}
+	eors := map[*node]int{}
+	for _, n := range top.nodes {
+		eors[n] = n.Router.LogCount(`"msg":"End-of-RIB"`)
+	}
 	rr.Kill()
 	// The outage: every node's session drops.
 	for _, n := range top.nodes {
-		eventually(t, 30*time.Second, n.Name+" notices the reflector is gone", func() error {
+		harness.Eventually(t, 30*time.Second, n.Name+" notices the reflector is gone", func() error {
 			if v := metric(n, `galactic_router_peers{state="established"}`); v != 0 {
 				return fmt.Errorf("%v established", v)
 			}
@@ -138,23 +142,33 @@ func TestARestartOfTheGalacticReflectorChangesNoKernelRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range top.nodes {
-		eventually(t, 30*time.Second, n.Name+"'s session back", func() error {
+		harness.Eventually(t, 30*time.Second, n.Name+"'s session back", func() error {
 			if v := metric(n, `galactic_router_peers{state="established"}`); v != 1 {
 				return fmt.Errorf("%v established", v)
 			}
 			return nil
 		})
 	}
-	eventually(t, 30*time.Second, "the reflector holds every route again", func() error {
+	harness.Eventually(t, 30*time.Second, "the reflector holds every route again", func() error {
 		if got, err := rr.Metric("galactic_router_reflector_paths"); err != nil || int(got) != top.spec.Routes()+30 {
 			return fmt.Errorf("%v paths (%v), want %d", got, err, top.spec.Routes()+30)
 		}
 		return nil
 	})
+	// Each node's End-of-RIB from the returned reflector, and a pass after
+	// it, sweep what it did not send again into the withdrawal hold; once
+	// every RIB holds every path again, nothing is held: no route can go
+	// later.
+	for _, n := range top.nodes {
+		harness.Eventually(t, 30*time.Second, n.Name+"'s End-of-RIB from the returned reflector", func() error {
+			if got := n.Router.LogCount(`"msg":"End-of-RIB"`); got <= eors[n] {
+				return fmt.Errorf("%d End-of-RIBs, had %d", got, eors[n])
+			}
+			return nil
+		})
+		harness.WaitPasses(t, 1, n.Router)
+	}
 	top.waitRIBs(t, top.wantRIB)
-	// Past the withdrawal hold, so a route the restart removed would have
-	// gone from the kernel by now.
-	time.Sleep(12 * time.Second)
 	top.checkKernels(t)
 	for i, m := range mons {
 		if l := m.lines(); len(l) != 0 {

@@ -37,73 +37,22 @@ const (
 
 var addresses = []string{"10.40.0.5/24", "fd40::5/64"}
 
-// attachment is one VPC attachment under test, with its conflist on the
-// nodes it may run on.
-type attachment struct {
-	env  *harness.Env
-	name string
-}
-
-// newAttachment names an attachment for one test and deletes its lease and
-// advertisements afterwards (the API server is shared by the package).
-func newAttachment(t *testing.T, env *harness.Env, name string) attachment {
+// newAttachment is the attachment of one test: tap, table routing (this
+// kernel has no VRF), handoff on with waitSeconds and leaseSeconds, then
+// galactic-bgp. Its lease and advertisements go when the test ends (the
+// API server is shared by the package).
+func newAttachment(t *testing.T, env *harness.Env, name string, waitSeconds, leaseSeconds int) harness.Attachment {
 	t.Helper()
-	a := attachment{env: env, name: name}
 	env.ForgetAttachment(t, vpc, name)
-	return a
-}
-
-// network is the conflist name on every node.
-func (a attachment) network() string { return "net-" + a.name }
-
-func (a attachment) tap() string { return names.HostInterface(names.ModeTap, vpc, a.name) }
-
-func (a attachment) lease() string { return names.Lease(vpc, a.name) }
-
-// install writes the attachment's chain on node: galactic-cni (tap, table
-// routing since this kernel has no VRF, handoff on) then galactic-bgp.
-func (a attachment) install(t *testing.T, node *harness.Node, waitSeconds, leaseSeconds int) {
-	t.Helper()
-	node.WriteConflist(t, map[string]any{
-		"cniVersion": "1.1.0", "name": a.network(),
-		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": a.name, "mode": "tap", "routing": "table",
-				"addresses": addresses,
-				"handoff":   map[string]any{"enabled": true, "waitSeconds": waitSeconds, "leaseSeconds": leaseSeconds}},
-			map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name},
-		},
-	})
-}
-
-func (a attachment) add(t *testing.T, node *harness.Node, c *harness.Netns) {
-	t.Helper()
-	if _, err := node.CNITool("add", a.network(), c, ifName); err != nil {
-		t.Fatalf("ADD on %s: %v", node.Name, err)
-	}
-}
-
-func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
-	t.Helper()
-	if _, err := node.CNITool("del", a.network(), c, ifName); err != nil {
-		t.Fatalf("DEL on %s: %v", node.Name, err)
-	}
-}
-
-func holderOf(node *harness.Node, c *harness.Netns) string {
-	return names.Holder(node.Name, harness.ContainerID(c.Path))
-}
-
-// advertisements returns every node's advertisement of the attachment by node.
-func (a attachment) advertisements(t *testing.T) map[string]v1alpha1.BGPAdvertisement {
-	t.Helper()
-	return a.env.Advertisements(t, vpc, a.name)
+	return harness.Attachment{VPC: vpc, Name: name, Mode: names.ModeTap, Addresses: addresses,
+		Handoff: &harness.Handoff{WaitSeconds: waitSeconds, LeaseSeconds: leaseSeconds}}
 }
 
 // onlyAdvertisement returns the attachment's single advertisement and
 // fails unless it is node's with exactly one entry, that of container c.
-func (a attachment) onlyAdvertisement(t *testing.T, node *harness.Node, c *harness.Netns) v1alpha1.BGPAdvertisement {
+func onlyAdvertisement(t *testing.T, env *harness.Env, a harness.Attachment, node *harness.Node, c *harness.Netns) v1alpha1.BGPAdvertisement {
 	t.Helper()
-	advs := a.advertisements(t)
+	advs := env.Advertisements(t, vpc, a.Name)
 	adv, ok := advs[node.Name]
 	if !ok || len(advs) != 1 {
 		t.Fatalf("want only %s's advertisement, have those of %v", node.Name, nodesOf(advs))
@@ -126,13 +75,13 @@ func nodesOf(advs map[string]v1alpha1.BGPAdvertisement) []string {
 // checkCurrentHolder checks that c on node holds the lease and that its
 // advertisement entry carries the lease's token as holderGeneration; it
 // returns the token.
-func (a attachment) checkCurrentHolder(t *testing.T, node *harness.Node, c *harness.Netns) int64 {
+func checkCurrentHolder(t *testing.T, env *harness.Env, a harness.Attachment, node *harness.Node, c *harness.Netns) int64 {
 	t.Helper()
-	l := a.getLease(t)
-	if got, want := harness.LeaseHolder(l), holderOf(node, c); got != want {
+	l := env.Lease(t, a.LeaseName())
+	if got, want := harness.LeaseHolder(l), node.HolderOf(c); got != want {
 		t.Fatalf("lease holder %q, want %q", got, want)
 	}
-	adv := a.onlyAdvertisement(t, node, c)
+	adv := onlyAdvertisement(t, env, a, node, c)
 	if got := adv.Spec.Containers[0].HolderGeneration; got != harness.LeaseToken(l) {
 		t.Fatalf("advertisement entry holderGeneration %d, the lease's leaseTransitions %d", got, harness.LeaseToken(l))
 	}
@@ -150,25 +99,25 @@ func records(t *testing.T, node *harness.Node) []state.Record {
 }
 
 // inspectTap reports the attachment's tap on node; ok is false without one.
-func (a attachment) inspectTap(t testing.TB, node *harness.Node) (st tap.Status, ok bool) {
+func inspectTap(t testing.TB, a harness.Attachment, node *harness.Node) (st tap.Status, ok bool) {
 	t.Helper()
 	err := node.Do(func() error {
 		var err error
-		st, ok, err = tap.Inspect(a.tap())
+		st, ok, err = tap.Inspect(a.HostIf())
 		return err
 	})
 	if err != nil {
-		t.Fatalf("inspecting %s on %s: %v", a.tap(), node.Name, err)
+		t.Fatalf("inspecting %s on %s: %v", a.HostIf(), node.Name, err)
 	}
 	return st, ok
 }
 
 // tapAddresses returns the global addresses on node's tap, sorted.
-func (a attachment) tapAddresses(t *testing.T, node *harness.Node) []string {
+func tapAddresses(t *testing.T, a harness.Attachment, node *harness.Node) []string {
 	t.Helper()
 	var out []string
 	err := node.Do(func() error {
-		l, err := netlink.LinkByName(a.tap())
+		l, err := netlink.LinkByName(a.HostIf())
 		if err != nil {
 			return err
 		}
@@ -187,7 +136,7 @@ func (a attachment) tapAddresses(t *testing.T, node *harness.Node) []string {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("addresses of %s on %s: %v", a.tap(), node.Name, err)
+		t.Fatalf("addresses of %s on %s: %v", a.HostIf(), node.Name, err)
 	}
 	slices.Sort(out)
 	return out
@@ -195,25 +144,13 @@ func (a attachment) tapAddresses(t *testing.T, node *harness.Node) []string {
 
 // checkNothingOn fails if anything of the attachment is left on node: a tap or
 // a record.
-func (a attachment) checkNothingOn(t *testing.T, node *harness.Node) {
+func checkNothingOn(t *testing.T, a harness.Attachment, node *harness.Node) {
 	t.Helper()
-	if _, ok := a.inspectTap(t, node); ok {
-		t.Errorf("%s: tap %s is still there", node.Name, a.tap())
+	if _, ok := inspectTap(t, a, node); ok {
+		t.Errorf("%s: tap %s is still there", node.Name, a.HostIf())
 	}
 	if recs := records(t, node); len(recs) != 0 {
 		t.Errorf("%s: records left: %+v", node.Name, recs)
-	}
-}
-
-// waitUntil polls cond until it holds or the hang guard ends the test.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -244,10 +181,10 @@ type leaseVersion struct {
 // and an ADD acquires before it creates one, so a free lease means no tap.
 // An inspection counts only if the lease is still that free version after
 // it, since the watch delivers each version a little late.
-func (a attachment) watchLease(t *testing.T, nodes ...*harness.Node) *leaseWatch {
+func watchLease(t *testing.T, env *harness.Env, a harness.Attachment, nodes ...*harness.Node) *leaseWatch {
 	t.Helper()
-	w, err := a.env.API.Leases(harness.Namespace).Watch(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", a.lease()).String(),
+	w, err := env.API.Leases(harness.Namespace).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", a.LeaseName()).String(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +204,7 @@ func (a attachment) watchLease(t *testing.T, nodes ...*harness.Node) *leaseWatch
 			}
 			lw.mu.Unlock()
 			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Deleted && harness.LeaseHolder(l) == "" && len(nodes) > 0 {
-				lw.checkFree(a, l.ResourceVersion, nodes)
+				lw.checkFree(env, a, l.ResourceVersion, nodes)
 			}
 		}
 	}()
@@ -275,12 +212,12 @@ func (a attachment) watchLease(t *testing.T, nodes ...*harness.Node) *leaseWatch
 	return lw
 }
 
-func (lw *leaseWatch) checkFree(a attachment, rv string, nodes []*harness.Node) {
+func (lw *leaseWatch) checkFree(env *harness.Env, a harness.Attachment, rv string, nodes []*harness.Node) {
 	var with []string
 	var errs []error
 	for _, n := range nodes {
 		err := n.Do(func() error {
-			_, ok, err := tap.Inspect(a.tap())
+			_, ok, err := tap.Inspect(a.HostIf())
 			if ok {
 				with = append(with, n.Name)
 			}
@@ -288,7 +225,7 @@ func (lw *leaseWatch) checkFree(a attachment, rv string, nodes []*harness.Node) 
 		})
 		errs = append(errs, err)
 	}
-	cur, err := a.env.API.Leases(harness.Namespace).Get(context.Background(), a.lease(), metav1.GetOptions{})
+	cur, err := env.API.Leases(harness.Namespace).Get(context.Background(), a.LeaseName(), metav1.GetOptions{})
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	if err := errors.Join(append(errs, err)...); err != nil {
@@ -306,13 +243,16 @@ func (lw *leaseWatch) checkFree(a attachment, rv string, nodes []*harness.Node) 
 
 // stop waits until the watch has delivered the lease's current version,
 // ends it and returns what it saw.
-func (lw *leaseWatch) stop(t *testing.T, a attachment) []leaseVersion {
+func (lw *leaseWatch) stop(t *testing.T, env *harness.Env, a harness.Attachment) []leaseVersion {
 	t.Helper()
-	want := a.getLease(t).ResourceVersion
-	waitUntil(t, "the watch to deliver lease version "+want, func() bool {
+	want := env.Lease(t, a.LeaseName()).ResourceVersion
+	harness.Eventually(t, hangGuard, "the watch to deliver lease version "+want, func() error {
 		lw.mu.Lock()
 		defer lw.mu.Unlock()
-		return len(lw.versions) > 0 && lw.versions[len(lw.versions)-1].resourceVersion == want || lw.problem != nil
+		if len(lw.versions) > 0 && lw.versions[len(lw.versions)-1].resourceVersion == want || lw.problem != nil {
+			return nil
+		}
+		return fmt.Errorf("%d versions seen", len(lw.versions))
 	})
 	lw.mu.Lock()
 	vs, problem := slices.Clone(lw.versions), lw.problem
@@ -369,12 +309,12 @@ type tapSampler struct {
 	err                            error
 }
 
-func (a attachment) sampleTaps(t *testing.T, first, second *harness.Node) *tapSampler {
+func sampleTaps(t *testing.T, a harness.Attachment, first, second *harness.Node) *tapSampler {
 	s := &tapSampler{stopc: make(chan struct{}), done: make(chan struct{})}
 	inspect := func(node *harness.Node) (st tap.Status, ok bool, err error) {
 		err = node.Do(func() error {
 			var err error
-			st, ok, err = tap.Inspect(a.tap())
+			st, ok, err = tap.Inspect(a.HostIf())
 			return err
 		})
 		return st, ok, err
@@ -431,10 +371,4 @@ func (s *tapSampler) check(t *testing.T) {
 		t.Errorf("in %d of %d samples the tap existed on both nodes", s.bothPresent, s.samples)
 	}
 	t.Logf("tap samples on both nodes: %d", s.samples)
-}
-
-// getLease returns the attachment's lease, nil when there is none.
-func (a attachment) getLease(t *testing.T) *coordinationv1.Lease {
-	t.Helper()
-	return a.env.Lease(t, a.lease())
 }

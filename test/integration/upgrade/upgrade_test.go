@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,45 +20,38 @@ import (
 
 func TestAMoveWaitsForTheOldNodesReleaseAndTheLeaseIsFreeBetweenTheTwoHolders(t *testing.T) {
 	env := harness.Setup(t)
-	a := newAttachment(t, env, "move")
-	nodeA, nodeB := env.NewNode(t, "node-a"), env.NewNode(t, "node-b")
 	// Wait and lease both long: this handoff can only come from A's release.
-	a.install(t, nodeA, 120, 120)
-	a.install(t, nodeB, 120, 120)
+	a := newAttachment(t, env, "move", 120, 120)
+	nodeA, nodeB := env.NewNode(t, "node-a"), env.NewNode(t, "node-b")
 	c1 := harness.NewContainer(t)
-	a.add(t, nodeA, c1)
-	stopVMM := nodeA.HoldTap(t, a.tap())
-	before := a.checkCurrentHolder(t, nodeA, c1)
+	nodeA.AddIn(t, a, c1)
+	stopVMM := nodeA.HoldTap(t, a.HostIf())
+	before := checkCurrentHolder(t, env, a, nodeA, c1)
 
-	lw := a.watchLease(t, nodeA, nodeB)
-	taps := a.sampleTaps(t, nodeA, nodeB)
+	lw := watchLease(t, env, a, nodeA, nodeB)
+	taps := sampleTaps(t, a, nodeA, nodeB)
 	c2 := harness.NewContainer(t)
-	added := make(chan error, 1)
-	go func() {
-		_, err := nodeB.CNITool("add", a.network(), c2, ifName)
-		added <- err
-	}()
-
-	// B's ADD keeps its observation of a lease held by another in B's
-	// state dir: once it is there, the ADD has found the lease held.
-	waitUntil(t, "node-b's ADD to find the lease held", func() bool {
-		seen, _ := filepath.Glob(filepath.Join(nodeB.Settings.StateDir, "handoff", "*"))
-		return len(seen) > 0 || len(added) > 0
+	added := nodeB.AddInBackground(t, a, c2)
+	harness.Eventually(t, hangGuard, "node-b's ADD to find the lease held", func() error {
+		if got := nodeB.WaitingFor(a.LeaseName()); got != nodeA.HolderOf(c1) && len(added) == 0 {
+			return fmt.Errorf("waiting for %q", got)
+		}
+		return nil
 	})
 	select {
 	case err := <-added:
 		t.Fatalf("node-b's ADD returned while node-a held the lease: %v", err)
 	default:
 	}
-	if _, ok := a.inspectTap(t, nodeB); ok {
+	if _, ok := inspectTap(t, a, nodeB); ok {
 		t.Fatal("node-b created its tap while node-a held the lease")
 	}
-	if h := harness.LeaseHolder(a.getLease(t)); h != holderOf(nodeA, c1) {
-		t.Fatalf("lease holder %q while node-b waits, want node-a's %q", h, holderOf(nodeA, c1))
+	if h := harness.LeaseHolder(env.Lease(t, a.LeaseName())); h != nodeA.HolderOf(c1) {
+		t.Fatalf("lease holder %q while node-b waits, want node-a's %q", h, nodeA.HolderOf(c1))
 	}
 
 	stopVMM()
-	a.del(t, nodeA, c1)
+	nodeA.Del(t, a, c1)
 	select {
 	case err := <-added:
 		if err != nil {
@@ -67,19 +60,19 @@ func TestAMoveWaitsForTheOldNodesReleaseAndTheLeaseIsFreeBetweenTheTwoHolders(t 
 	case <-time.After(hangGuard):
 		t.Fatal("node-b's ADD did not complete after node-a released the lease")
 	}
-	nodeB.HoldTap(t, a.tap())
+	nodeB.HoldTap(t, a.HostIf())
 
-	after := a.checkCurrentHolder(t, nodeB, c2)
+	after := checkCurrentHolder(t, env, a, nodeB, c2)
 	if after != before+1 {
 		t.Errorf("token %d after the move, want %d", after, before+1)
 	}
 	taps.check(t)
-	vs := lw.stop(t, a)
-	if want := []string{holderOf(nodeA, c1), "", holderOf(nodeB, c2)}; !slices.Equal(holders(vs), want) {
+	vs := lw.stop(t, env, a)
+	if want := []string{nodeA.HolderOf(c1), "", nodeB.HolderOf(c2)}; !slices.Equal(holders(vs), want) {
 		t.Errorf("lease holders %q, want %q", holders(vs), want)
 	}
-	a.checkNothingOn(t, nodeA)
-	if st, ok := a.inspectTap(t, nodeB); !ok || !st.Held() {
+	checkNothingOn(t, a, nodeA)
+	if st, ok := inspectTap(t, a, nodeB); !ok || !st.Held() {
 		t.Errorf("node-b's tap: present %v, held %v", ok, st.Held())
 	}
 }
@@ -100,35 +93,36 @@ func snapshot(t *testing.T, node *harness.Node) string {
 
 func TestAnAddThatCannotGetTheLeaseWithinWaitSecondsFailsWithTryAgainLaterNamingTheHolderAndCreatesNothing(t *testing.T) {
 	env := harness.Setup(t)
-	a := newAttachment(t, env, "busy")
+	a := newAttachment(t, env, "busy", 30, 60)
 	nodeA, nodeB := env.NewNode(t, "node-a"), env.NewNode(t, "node-b")
-	a.install(t, nodeA, 30, 60)
-	a.install(t, nodeB, 1, 60)
+	onB := a
+	onB.Handoff = &harness.Handoff{WaitSeconds: 1, LeaseSeconds: 60}
+	nodeB.Install(t, onB)
 	c1 := harness.NewContainer(t)
-	a.add(t, nodeA, c1)
-	nodeA.HoldTap(t, a.tap())
-	before := a.getLease(t)
+	nodeA.AddIn(t, a, c1)
+	nodeA.HoldTap(t, a.HostIf())
+	before := env.Lease(t, a.LeaseName())
 	kernelBefore := snapshot(t, nodeB)
 
 	c2 := harness.NewContainer(t)
-	_, err := harness.LibCNI{Node: nodeB, Network: a.network()}.Add(context.Background(), harness.RuntimeConf(c2, ifName))
+	_, err := harness.LibCNI{Node: nodeB, Network: a.Network()}.Add(context.Background(), harness.RuntimeConf(c2, ifName))
 	var terr *types.Error
 	if !errors.As(err, &terr) || terr.Code != types.ErrTryAgainLater {
 		t.Fatalf("ADD while node-a holds the lease: %v; want code %d (try again later)", err, types.ErrTryAgainLater)
 	}
-	if !strings.Contains(terr.Msg, holderOf(nodeA, c1)) {
-		t.Errorf("the error does not name the holder %q: %s", holderOf(nodeA, c1), terr.Msg)
+	if !strings.Contains(terr.Msg, nodeA.HolderOf(c1)) {
+		t.Errorf("the error does not name the holder %q: %s", nodeA.HolderOf(c1), terr.Msg)
 	}
 
-	a.checkNothingOn(t, nodeB)
+	checkNothingOn(t, a, nodeB)
 	if got := snapshot(t, nodeB); got != kernelBefore {
 		t.Errorf("node-b's links, rules or routes changed:\nbefore:\n%s\nafter:\n%s", kernelBefore, got)
 	}
-	if l := a.getLease(t); l.ResourceVersion != before.ResourceVersion {
+	if l := env.Lease(t, a.LeaseName()); l.ResourceVersion != before.ResourceVersion {
 		t.Errorf("node-b wrote the lease: holder %q token %d", harness.LeaseHolder(l), harness.LeaseToken(l))
 	}
 	// Only node-a's advertisement, untouched.
-	a.checkCurrentHolder(t, nodeA, c1)
+	checkCurrentHolder(t, env, a, nodeA, c1)
 }
 
 // bgpDeleted returns the advertisements galactic-bgp's ADDs on node deleted
@@ -161,14 +155,12 @@ func bgpDeleted(t *testing.T, node *harness.Node) []string {
 func TestACrashedHolderIsTakenOverOnlyAfterTheLeaseDurationAndTheTakingAddDeletesItsAdvertisement(t *testing.T) {
 	const leaseSeconds = 5 // the shortest galactic-cni accepts
 	env := harness.Setup(t)
-	a := newAttachment(t, env, "crash")
+	a := newAttachment(t, env, "crash", 60, leaseSeconds)
 	nodeA, nodeB := env.NewNode(t, "node-a"), env.NewNode(t, "node-b")
-	a.install(t, nodeA, 60, leaseSeconds)
-	a.install(t, nodeB, 60, leaseSeconds)
 	c1 := harness.NewContainer(t)
-	a.add(t, nodeA, c1)
-	stopVMM := nodeA.HoldTap(t, a.tap())
-	before := a.checkCurrentHolder(t, nodeA, c1)
+	nodeA.AddIn(t, a, c1)
+	stopVMM := nodeA.HoldTap(t, a.HostIf())
+	before := checkCurrentHolder(t, env, a, nodeA, c1)
 
 	// node-a crashes: VMM and container gone, no DEL, no GC, and it cannot
 	// reach the API server any more.
@@ -179,10 +171,10 @@ func TestACrashedHolderIsTakenOverOnlyAfterTheLeaseDurationAndTheTakingAddDelete
 	}
 	t.Cleanup(func() { _ = nodeA.SetAPIReachable(true) })
 
-	lw := a.watchLease(t)
+	lw := watchLease(t, env, a)
 	c2 := harness.NewContainer(t)
 	start := time.Now()
-	a.add(t, nodeB, c2)
+	nodeB.AddIn(t, a, c2)
 	waited := time.Since(start)
 	// A lower bound on a wait: B may only take over once it has seen the
 	// lease unchanged for its duration.
@@ -190,16 +182,16 @@ func TestACrashedHolderIsTakenOverOnlyAfterTheLeaseDurationAndTheTakingAddDelete
 		t.Errorf("node-b took over after %s, before the lease duration of %ds", waited, leaseSeconds)
 	}
 
-	after := a.checkCurrentHolder(t, nodeB, c2)
+	after := checkCurrentHolder(t, env, a, nodeB, c2)
 	if after != before+1 {
 		t.Errorf("token %d after the takeover, want %d", after, before+1)
 	}
 	// Nothing else runs that could delete node-a's advertisement.
-	if want := names.Advertisement(vpc, a.name, nodeA.Name); !slices.Contains(bgpDeleted(t, nodeB), want) {
+	if want := names.Advertisement(vpc, a.Name, nodeA.Name); !slices.Contains(bgpDeleted(t, nodeB), want) {
 		t.Errorf("node-b's ADD did not delete %s; it deleted %q", want, bgpDeleted(t, nodeB))
 	}
-	vs := lw.stop(t, a)
-	if want := []string{holderOf(nodeA, c1), holderOf(nodeB, c2)}; !slices.Equal(holders(vs), want) {
+	vs := lw.stop(t, env, a)
+	if want := []string{nodeA.HolderOf(c1), nodeB.HolderOf(c2)}; !slices.Equal(holders(vs), want) {
 		t.Errorf("lease holders %q, want %q", holders(vs), want)
 	}
 }
@@ -207,97 +199,92 @@ func TestACrashedHolderIsTakenOverOnlyAfterTheLeaseDurationAndTheTakingAddDelete
 func TestADelThatCannotReachTheAPIServerStillDetachesAndTheLeaseExpiresByItself(t *testing.T) {
 	const leaseSeconds = 5
 	env := harness.Setup(t)
-	a := newAttachment(t, env, "unreleased")
+	a := newAttachment(t, env, "unreleased", 60, leaseSeconds)
 	nodeA, nodeB := env.NewNode(t, "node-a"), env.NewNode(t, "node-b")
-	a.install(t, nodeA, 60, leaseSeconds)
-	a.install(t, nodeB, 60, leaseSeconds)
 	c1 := harness.NewContainer(t)
-	a.add(t, nodeA, c1)
-	before := a.checkCurrentHolder(t, nodeA, c1)
+	nodeA.AddIn(t, a, c1)
+	before := checkCurrentHolder(t, env, a, nodeA, c1)
 
 	if err := nodeA.SetAPIReachable(false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = nodeA.SetAPIReachable(true) })
-	a.del(t, nodeA, c1)
-	a.checkNothingOn(t, nodeA)
-	if l := a.getLease(t); harness.LeaseHolder(l) != holderOf(nodeA, c1) {
-		t.Fatalf("lease holder %q after a DEL that could not reach the API server, want still %q", harness.LeaseHolder(l), holderOf(nodeA, c1))
+	nodeA.Del(t, a, c1)
+	checkNothingOn(t, a, nodeA)
+	if l := env.Lease(t, a.LeaseName()); harness.LeaseHolder(l) != nodeA.HolderOf(c1) {
+		t.Fatalf("lease holder %q after a DEL that could not reach the API server, want still %q", harness.LeaseHolder(l), nodeA.HolderOf(c1))
 	}
 
 	c2 := harness.NewContainer(t)
 	start := time.Now()
-	a.add(t, nodeB, c2)
+	nodeB.AddIn(t, a, c2)
 	if waited := time.Since(start); waited < leaseSeconds*time.Second {
 		t.Errorf("node-b took over after %s, before the lease duration of %ds", waited, leaseSeconds)
 	}
-	if after := a.checkCurrentHolder(t, nodeB, c2); after != before+1 {
+	if after := checkCurrentHolder(t, env, a, nodeB, c2); after != before+1 {
 		t.Errorf("token %d after the takeover, want %d", after, before+1)
 	}
 }
 
 func TestTwentyUpgradesAlternatingBetweenTwoNodesRaiseTheTokenByOneEachAndLeaveNothingBehind(t *testing.T) {
 	env := harness.Setup(t)
-	a := newAttachment(t, env, "twenty")
+	a := newAttachment(t, env, "twenty", 120, 120)
 	nodes := [2]*harness.Node{env.NewNode(t, "node-a"), env.NewNode(t, "node-b")}
-	for _, n := range nodes {
-		a.install(t, n, 120, 120)
-	}
 	cur := 0
 	c := harness.NewContainer(t)
-	a.add(t, nodes[cur], c)
-	stopVMM := nodes[cur].HoldTap(t, a.tap())
-	tok := a.checkCurrentHolder(t, nodes[cur], c)
-	prefixes := a.advertisements(t)[nodes[cur].Name].Spec.Prefixes
-	addrs := a.tapAddresses(t, nodes[cur])
+	nodes[cur].AddIn(t, a, c)
+	stopVMM := nodes[cur].HoldTap(t, a.HostIf())
+	tok := checkCurrentHolder(t, env, a, nodes[cur], c)
+	prefixes := env.Advertisements(t, vpc, a.Name)[nodes[cur].Name].Spec.Prefixes
+	addrs := tapAddresses(t, a, nodes[cur])
 	if len(prefixes) != len(addresses) || len(addrs) == 0 {
 		t.Fatalf("advertised prefixes %v, tap addresses %v", prefixes, addrs)
 	}
 
-	lw := a.watchLease(t, nodes[0], nodes[1])
-	taps := a.sampleTaps(t, nodes[0], nodes[1])
-	wantHolders := []string{holderOf(nodes[cur], c)}
+	lw := watchLease(t, env, a, nodes[0], nodes[1])
+	taps := sampleTaps(t, a, nodes[0], nodes[1])
+	wantHolders := []string{nodes[cur].HolderOf(c)}
 	for i := 1; i <= 20; i++ {
 		from, to := nodes[cur], nodes[1-cur]
 		stopVMM()
-		a.del(t, from, c)
+		from.Del(t, a, c)
 		c.Delete()
 		c = harness.NewContainer(t)
-		a.add(t, to, c)
-		stopVMM = to.HoldTap(t, a.tap())
-		wantHolders = append(wantHolders, "", holderOf(to, c))
+		to.AddIn(t, a, c)
+		stopVMM = to.HoldTap(t, a.HostIf())
+		wantHolders = append(wantHolders, "", to.HolderOf(c))
 
-		got := a.checkCurrentHolder(t, to, c)
+		got := checkCurrentHolder(t, env, a, to, c)
 		if got != tok+1 {
 			t.Fatalf("upgrade %d: token %d, want %d", i, got, tok+1)
 		}
 		tok = got
-		if p := a.advertisements(t)[to.Name].Spec.Prefixes; !slices.Equal(p, prefixes) {
+		if p := env.Advertisements(t, vpc, a.Name)[to.Name].Spec.Prefixes; !slices.Equal(p, prefixes) {
 			t.Fatalf("upgrade %d: advertised prefixes %v, want %v", i, p, prefixes)
 		}
-		if ad := a.tapAddresses(t, to); !slices.Equal(ad, addrs) {
+		if ad := tapAddresses(t, a, to); !slices.Equal(ad, addrs) {
 			t.Fatalf("upgrade %d: tap addresses %v, want %v", i, ad, addrs)
 		}
-		a.checkNothingOn(t, from)
+		checkNothingOn(t, a, from)
 		cur = 1 - cur
 	}
 	stopVMM()
-	a.del(t, nodes[cur], c)
+	nodes[cur].Del(t, a, c)
 	wantHolders = append(wantHolders, "")
 
 	taps.check(t)
-	vs := lw.stop(t, a)
+	vs := lw.stop(t, env, a)
 	checkNoDirectHandover(t, vs)
 	if !slices.Equal(holders(vs), wantHolders) {
 		t.Errorf("lease holders %q, want %q", holders(vs), wantHolders)
 	}
-	if advs := a.advertisements(t); len(advs) != 0 {
+	if advs := env.Advertisements(t, vpc, a.Name); len(advs) != 0 {
 		t.Errorf("advertisements left: %v", nodesOf(advs))
 	}
 	for _, n := range nodes {
-		a.checkNothingOn(t, n)
+		checkNothingOn(t, a, n)
 	}
-	if l := a.getLease(t); harness.LeaseHolder(l) != "" || harness.LeaseToken(l) != tok {
+	if l := env.Lease(t, a.LeaseName()); harness.LeaseHolder(l) != "" || harness.LeaseToken(l) != tok {
 		t.Errorf("lease after the last DEL: holder %q token %d, want free with token %d", harness.LeaseHolder(l), harness.LeaseToken(l), tok)
 	}
 }

@@ -17,9 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	coordinationv1 "k8s.io/api/coordination/v1"
 
-	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/pkg/tap"
@@ -53,7 +51,7 @@ func setup(t *testing.T) (*harness.Env, *vm.GuestAssets) {
 		t.Skipf("the VMM tests run qemu guests: %v", err)
 	}
 	assetsOnce.Do(func() {
-		if assetsDir, assetsErr = os.MkdirTemp("", "galactic-vmm-"); assetsErr == nil {
+		if assetsDir, assetsErr = harness.SharedTempDir("galactic-vmm-"); assetsErr == nil {
 			assets, assetsErr = vm.EnsureGuestAssets(assetsDir, os.Stderr)
 		}
 	})
@@ -67,99 +65,29 @@ func setup(t *testing.T) (*harness.Env, *vm.GuestAssets) {
 }
 
 // routingNode is a node with IP forwarding on, which traffic between two
-// workloads on it needs (a node prerequisite galactic does not change).
+// workloads on it needs.
 func routingNode(t *testing.T, env *harness.Env, name string) *harness.Node {
 	t.Helper()
 	node := env.NewNode(t, name)
-	if out, err := node.Run("sysctl", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
-		t.Fatalf("enabling forwarding on %s: %v: %s", name, err, out)
-	}
+	node.EnableForwarding(t)
 	return node
 }
 
-// attachment is one VPC attachment of a test, in tap or veth mode.
-type attachment struct {
-	env       *harness.Env
-	name      string
-	mode      string
-	addresses []string
-}
-
-// newAttachment names an attachment and deletes its lease and
-// advertisements afterwards (the API server is shared by the package).
-func newAttachment(t *testing.T, env *harness.Env, name, mode string, addresses ...string) attachment {
+// newAttachment is one attachment of a test, in tap or veth mode, with
+// table routing (this kernel has no VRF) and the handoff on with
+// leaseSeconds, or off for 0. Its lease and advertisements go when the
+// test ends (the API server is shared by the package).
+func newAttachment(t *testing.T, env *harness.Env, name, mode string, leaseSeconds int, addresses ...string) harness.Attachment {
 	t.Helper()
-	a := attachment{env: env, name: name, mode: mode, addresses: addresses}
 	env.ForgetAttachment(t, vpc, name)
-	return a
-}
-
-func (a attachment) network() string { return "net-" + a.name }
-
-func (a attachment) hostIf() string { return names.HostInterface(a.mode, vpc, a.name) }
-
-func (a attachment) ifName() string {
-	if a.mode == names.ModeVeth {
-		return "eth0"
+	a := harness.Attachment{VPC: vpc, Name: name, Mode: mode, Addresses: addresses, MTU: mtu}
+	if mode == names.ModeVeth {
+		a.IfName = "eth0"
 	}
-	return "net0"
-}
-
-// install writes the chain on node: galactic-cni (table routing, since
-// this kernel has no VRF) then galactic-bgp; leaseSeconds 0 turns the
-// handoff off.
-func (a attachment) install(t *testing.T, node *harness.Node, leaseSeconds int) {
-	t.Helper()
-	handoff := map[string]any{"enabled": false}
 	if leaseSeconds > 0 {
-		handoff = map[string]any{"enabled": true, "waitSeconds": 30, "leaseSeconds": leaseSeconds}
+		a.Handoff = &harness.Handoff{WaitSeconds: 30, LeaseSeconds: leaseSeconds}
 	}
-	node.WriteConflist(t, map[string]any{
-		"cniVersion": "1.1.0", "name": a.network(),
-		"plugins": []any{
-			map[string]any{"type": "galactic-cni", "vpc": vpc, "attachment": a.name, "mode": a.mode, "routing": "table",
-				"addresses": a.addresses, "mtu": mtu, "handoff": handoff},
-			map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": a.name},
-		},
-	})
-}
-
-func (a attachment) cni(node *harness.Node) harness.LibCNI {
-	return harness.LibCNI{Node: node, Network: a.network()}
-}
-
-// tryAdd runs the chain's ADD through libcni, so a failure keeps its code.
-func (a attachment) tryAdd(node *harness.Node, c *harness.Netns) (*current.Result, error) {
-	res, err := a.cni(node).Add(context.Background(), harness.RuntimeConf(c, a.ifName()))
-	if err != nil {
-		return nil, err
-	}
-	return current.NewResultFromResult(res)
-}
-
-func (a attachment) add(t *testing.T, node *harness.Node, c *harness.Netns) *current.Result {
-	t.Helper()
-	res, err := a.tryAdd(node, c)
-	if err != nil {
-		t.Fatalf("ADD of %s on %s: %v", a.name, node.Name, err)
-	}
-	return res
-}
-
-func (a attachment) del(t *testing.T, node *harness.Node, c *harness.Netns) {
-	t.Helper()
-	if err := a.cni(node).Del(context.Background(), harness.RuntimeConf(c, a.ifName())); err != nil {
-		t.Fatalf("DEL of %s on %s: %v", a.name, node.Name, err)
-	}
-}
-
-// addrs are the attachment's addresses without their prefix lengths.
-func (a attachment) addrs() []netip.Addr {
-	var out []netip.Addr
-	for _, s := range a.addresses {
-		out = append(out, netip.MustParsePrefix(s).Addr())
-	}
-	return out
+	return a
 }
 
 // boot starts qemu inside node on the tap the ADD result names, telling
@@ -239,15 +167,15 @@ func echo(from *harness.Netns, addr netip.Addr) error {
 }
 
 // inspectTap reports the attachment's tap on node; ok is false without one.
-func (a attachment) inspectTap(t *testing.T, node *harness.Node) (st tap.Status, ok bool) {
+func inspectTap(t *testing.T, a harness.Attachment, node *harness.Node) (st tap.Status, ok bool) {
 	t.Helper()
 	err := node.Do(func() error {
 		var err error
-		st, ok, err = tap.Inspect(a.hostIf())
+		st, ok, err = tap.Inspect(a.HostIf())
 		return err
 	})
 	if err != nil {
-		t.Fatalf("inspecting %s on %s: %v", a.hostIf(), node.Name, err)
+		t.Fatalf("inspecting %s on %s: %v", a.HostIf(), node.Name, err)
 	}
 	return st, ok
 }
@@ -260,11 +188,6 @@ func keptLine(out, tap string) string {
 		}
 	}
 	return ""
-}
-
-func (a attachment) advertisements(t *testing.T) map[string]v1alpha1.BGPAdvertisement {
-	t.Helper()
-	return a.env.Advertisements(t, vpc, a.name)
 }
 
 func records(t *testing.T, node *harness.Node) []state.Record {
@@ -297,10 +220,4 @@ func cniError(t *testing.T, err error) *types.Error {
 		t.Fatalf("want a CNI error, got %v", err)
 	}
 	return e
-}
-
-// lease is the attachment's lease, nil when there is none.
-func (a attachment) lease(t *testing.T) *coordinationv1.Lease {
-	t.Helper()
-	return a.env.Lease(t, names.Lease(vpc, a.name))
 }
