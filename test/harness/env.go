@@ -49,12 +49,12 @@ var (
 	envErr  error
 )
 
-// Main runs the tests of a package and stops the environment afterwards.
-// Whatever the harness made that is still there then (a process, a
-// network namespace, a directory) fails the package and is removed. The
-// tests end early and clean up when `go test` or the tests get a signal
-// or lose their output.
-func Main(m *testing.M) {
+// Main runs the tests of a package, then each of after (the package's own
+// shared fixtures' teardown), and stops the environment. Whatever the
+// harness made that is still there then (a process, a network namespace,
+// a directory) fails the package and is removed. The tests end early and
+// clean up when `go test` or the tests get a signal or lose their output.
+func Main(m *testing.M, after ...func()) {
 	if err := DieWithParent(); err != nil {
 		fmt.Fprintln(os.Stderr, "harness:", err)
 		os.Exit(1)
@@ -62,6 +62,9 @@ func Main(m *testing.M) {
 	stop := CleanUpOnSignal()
 	code := m.Run()
 	stop()
+	for _, f := range after {
+		f()
+	}
 	if env != nil {
 		env.Close()
 	}

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -358,9 +359,7 @@ func (s *Sims) Propagation() []time.Duration {
 type Sims struct {
 	Spec    Spec
 	LogPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	once    sync.Once
+	proc    *harness.Process
 }
 
 // Start gives every simulated node its underlay address on the fabric's
@@ -383,37 +382,28 @@ func Start(t testing.TB, f *harness.Fabric, s Spec) *Sims {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sims := &Sims{Spec: s, LogPath: filepath.Join(dir, "sims.log"), done: make(chan struct{})}
-	log, err := os.Create(sims.LogPath)
-	if err != nil {
+	sims := &Sims{Spec: s, LogPath: filepath.Join(dir, "sims.log")}
+	cmd := exec.Command("ip", "netns", "exec", f.Netns.Name, self)
+	cmd.Env = append(os.Environ(), envSpec+"="+spec)
+	if sims.proc, err = harness.StartProcess("the simulated nodes", cmd, sims.LogPath); err != nil {
 		t.Fatal(err)
 	}
-	sims.cmd = exec.Command("ip", "netns", "exec", f.Netns.Name, self)
-	sims.cmd.Env = append(os.Environ(), envSpec+"="+spec)
-	sims.cmd.Stdout, sims.cmd.Stderr = log, log
-	if err := sims.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = sims.cmd.Wait(); log.Close(); close(sims.done) }()
 	t.Cleanup(sims.Stop)
 	// Starting takes about a second per hundred routes on a busy machine.
-	deadline := time.Now().Add(30*time.Second + time.Duration(s.Routes())*10*time.Millisecond)
-	for !strings.Contains(sims.Log(), "simulated nodes started") {
-		select {
-		case <-sims.done:
+	harness.Eventually(t, 30*time.Second+time.Duration(s.Routes())*10*time.Millisecond, "the simulated nodes started", func() error {
+		if !sims.proc.Running() {
 			t.Fatalf("the simulated nodes exited: %s", sims.Log())
-		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the simulated nodes did not start: %s", sims.Log())
+		if !strings.Contains(sims.Log(), "simulated nodes started") {
+			return errors.New("not yet")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	return sims
 }
 
 // Pid is the process's ID (ip netns exec execs it in place).
-func (s *Sims) Pid() int { return s.cmd.Process.Pid }
+func (s *Sims) Pid() int { return s.proc.Pid() }
 
 // Log is the process's output so far.
 func (s *Sims) Log() string {
@@ -433,27 +423,18 @@ func (s *Sims) signalChurn(t testing.TB, sig syscall.Signal, said string) {
 	t.Helper()
 	lines := func() int { return strings.Count(s.Log(), "\n"+said) }
 	before := lines()
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	if err := s.proc.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for lines() == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("the simulated nodes did not say %q: %s", said, s.Log())
+	harness.Eventually(t, 30*time.Second, fmt.Sprintf("the simulated nodes saying %q", said), func() error {
+		if lines() == before {
+			return fmt.Errorf("not yet: %s", s.Log())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Stop ends the process (its sessions go with it).
 func (s *Sims) Stop() {
-	s.once.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
-	})
+	s.proc.Stop(syscall.SIGTERM, 10*time.Second)
 }

@@ -58,13 +58,13 @@ type fixture struct {
 var fx *fixture
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if fx != nil {
-		fx.c.Close()
-		fx.fabric.Close()
-		os.RemoveAll(fx.dir)
-	}
-	os.Exit(code)
+	harness.Main(m, func() {
+		if fx != nil {
+			fx.c.Close()
+			fx.fabric.Close()
+			harness.RemoveDir(fx.dir)
+		}
+	})
 }
 
 // setup starts the cluster on first use: the control plane, the fabric
@@ -97,7 +97,7 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	fx = &fixture{c: c, fabric: fabric, nodes: map[string]*harness.ClusterNode{}}
-	if fx.dir, err = os.MkdirTemp("", "galactic-cluster-test-"); err != nil {
+	if fx.dir, err = harness.MkdirTemp("galactic-cluster-test-"); err != nil {
 		t.Fatal(err)
 	}
 	if fx.overlay, err = fx.subdir("overlay"); err != nil {

@@ -174,18 +174,12 @@ func daemon(t *testing.T, env *harness.Env, node *harness.Node, args ...string) 
 	cmd := exec.Command("ip", append([]string{"netns", "exec", node.Netns.Name, filepath.Join(env.BinDir, "galactic-gc"), "--config", node.ConfigPath}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	p, err := harness.StartProcess("galactic-gc", cmd, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			pw.Close()
-		}
-	}
+	// Closing the pipe first ends the copy of its output nobody reads.
+	stop := func() { pw.Close(); p.Kill() }
 	t.Cleanup(stop)
 	return bufio.NewScanner(pr), stop
 }

@@ -313,10 +313,11 @@ func TestRunReplacesAPodBoundTokenWithANodeBoundOneAndStopsOnSIGTERM(t *testing.
 	var out, errs bytes.Buffer
 	cmd := n.command(n.args("run", "--interval", "50ms", "--grace", "1m"), n.environ)
 	cmd.Stdout, cmd.Stderr = &out, &errs
-	if err := cmd.Start(); err != nil {
+	p, err := harness.StartProcess("galactic-installer run", cmd, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	t.Cleanup(p.Kill)
 	harness.Eventually(t, 30*time.Second, "the kubeconfig to carry a token bound to the Node", func() error {
 		c := kubeconfigTokenClaims(t, kubeconfig)
 		if c.Kubernetes != nil && c.Kubernetes.Pod == nil && c.Kubernetes.Node != nil && c.Kubernetes.Node.Name == "node-a" {
@@ -329,10 +330,11 @@ func TestRunReplacesAPodBoundTokenWithANodeBoundOneAndStopsOnSIGTERM(t *testing.
 	}
 	canListAdvertisements(t, kubeconfig)
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
+	<-p.Done()
+	if err := p.Err(); err != nil {
 		t.Fatalf("run after SIGTERM: %v\n%s%s", err, out.String(), errs.String())
 	}
 	if !strings.Contains(out.String(), "update: "+kubeconfig) || !strings.Contains(out.String(), "run: stopping") {

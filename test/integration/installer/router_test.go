@@ -39,7 +39,7 @@ func routerBinary(t *testing.T, env *harness.Env) string {
 		return p
 	}
 	routerOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "galactic-router-bin-")
+		dir, err := harness.SharedTempDir("galactic-router-bin-")
 		if err != nil {
 			routerErr = err
 			return
@@ -135,13 +135,12 @@ func TestUninstallDrainsTheRunningRouterBeforeRemovingItsConfig(t *testing.T) {
 	router := inNode(filepath.Join(filepath.Dir(n.installer), "galactic-router"),
 		"--config", n.path("/etc/galactic/router.json"), "--node-config", n.path("/etc/galactic/node.json"))
 	router.Stdout, router.Stderr = &rout, &rerr
-	if err := router.Start(); err != nil {
+	proc, err := harness.StartProcess("galactic-router", router, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- router.Wait() }()
 	t.Cleanup(func() {
-		_ = router.Process.Kill()
+		proc.Kill()
 		if t.Failed() {
 			t.Logf("router output:\n%s%s", rout.String(), rerr.String())
 		}
@@ -177,8 +176,8 @@ func TestUninstallDrainsTheRunningRouterBeforeRemovingItsConfig(t *testing.T) {
 		t.Errorf("uninstall did not drain the router:\n%s\nrouter log:\n%s", out, rerr.String())
 	}
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-proc.Done():
+		if err := proc.Err(); err != nil {
 			t.Errorf("the router exited with %v after the drain\n%s", err, rerr.String())
 		}
 	case <-time.After(30 * time.Second):
