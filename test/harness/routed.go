@@ -29,17 +29,20 @@ const (
 	// PastHold outlasts a hold that started when a test observed its
 	// cause: the hold and a pass to act on it.
 	PastHold = WithdrawHold + 500*time.Millisecond
-	// RIBWait is the routers' --rib-wait: how long a started router waits
-	// for the End-of-RIBs of its peers once one has sent it.
+	// RIBWait is the --rib-wait a test gives a router it starts again when
+	// the test must outlast it (RIBWaitArgs): how long a started router
+	// waits for its other peers' End-of-RIBs once one has sent it, or for
+	// an established session's.
 	RIBWait = time.Second
 	// Resync is the routers' --resync.
 	Resync = 2 * time.Second
 )
 
 // RouterArgs are the flags of the routers NewRouted starts.
-func RouterArgs() []string {
-	return []string{"--resync", Resync.String(), "--rib-wait", RIBWait.String()}
-}
+func RouterArgs() []string { return []string{"--resync", Resync.String()} }
+
+// RIBWaitArgs are the flags that give a router the test's RIBWait.
+func RIBWaitArgs() []string { return []string{"--rib-wait", RIBWait.String()} }
 
 // RouterConfig is the router.json of a test node at underlay: peering
 // with the fabric's FRR (FabricRouterConfig) and the test timers above.

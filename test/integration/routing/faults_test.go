@@ -130,6 +130,7 @@ func TestARouterStartedWithItsReflectorUnreachableKeepsTheKernelRoutesUntilEndOf
 	f.StopFRR()
 	before := endOfRIBs(c)
 	started := c.Router.LogCount(`"msg":"started"`)
+	c.Router.Args = append(c.Router.Args, harness.RIBWaitArgs()...)
 	if err := c.Router.Start(); err != nil {
 		t.Fatal(err)
 	}
