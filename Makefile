@@ -71,10 +71,14 @@ verify-generated: $(CONTROLLER_GEN)
 docs:
 	$(GO) test -count=1 ./test/docs -run TestTheCLIReferenceIsCurrent -update
 
+# The integration tests wait on observed state: their fixed sleeps (windows
+# in which something must not happen, each a short timer of the test's
+# config) add up to at most a minute (hack/sleeps says how it counts).
 lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) run ./hack/sleeps -max 60s test/integration
 
 controlplane:
 	$(GO) run ./test/cmd/controlplane
