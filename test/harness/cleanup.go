@@ -3,11 +3,14 @@ package harness
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Everything the harness makes outside its own memory (processes,
@@ -71,27 +74,53 @@ func RemoveLeftovers() []string {
 }
 
 // CleanUpOnSignal removes everything the harness made when the process
-// gets SIGINT, SIGTERM or SIGHUP, or writes to a closed stdout or stderr
-// (SIGPIPE), and then exits; before that it calls each of before. It
-// returns a function that stops it.
-func CleanUpOnSignal(before ...func()) (stop func()) {
+// gets SIGINT, SIGTERM or SIGHUP (with DieWithParent, SIGTERM also comes
+// when its parent ends), and then exits. It returns a function that stops
+// it.
+func CleanUpOnSignal() (stop func()) {
+	// A parent that ended took the reading end of stdout and stderr with
+	// it, and a write there would end the process half-way (SIGPIPE):
+	// the cleanup writes nowhere, and says what it did on a copy of
+	// stderr, where a write only fails.
+	report := dupFile(2, "stderr")
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	quit := make(chan struct{})
 	go func() {
 		select {
 		case sig := <-sigs:
-			for _, f := range before {
-				f()
-			}
+			silenceStdio()
 			left := RemoveLeftovers()
-			// stderr may be the closed pipe: this is best effort.
-			fmt.Fprintf(os.Stderr, "harness: %v: removed %d things it had made\n", sig, len(left))
+			if report != nil {
+				fmt.Fprintf(report, "harness: %v: removed %d things it had made\n", sig, len(left))
+			}
 			os.Exit(128 + int(sig.(syscall.Signal)))
 		case <-quit:
 		}
 	}()
 	return func() { signal.Stop(sigs); close(quit) }
+}
+
+// dupFile is a file on a copy of descriptor fd: a write to it that finds
+// the reader gone fails (EPIPE) where one to stdout or stderr would end
+// the process. Nil when fd cannot be copied.
+func dupFile(fd int, name string) *os.File {
+	c, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(c), name)
+}
+
+// silenceStdio points stdout and stderr at /dev/null.
+func silenceStdio() {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return
+	}
+	_ = unix.Dup2(int(null.Fd()), 1)
+	_ = unix.Dup2(int(null.Fd()), 2)
+	null.Close()
 }
 
 // MkdirTemp makes a directory under the system's temporary directory that
@@ -131,15 +160,37 @@ func removeDir(dir string) error {
 }
 
 // SignalContext is the context of a program built on the harness (the
-// demo, the bench, the soak): it ends when the program gets SIGINT,
-// SIGTERM or SIGHUP, writes to a closed stdout or stderr (the write then
-// fails instead of killing the program with SIGPIPE), or loses its parent
-// (`make` or `go run` killed, which gives it SIGTERM). The program then
-// removes what it made; RemoveLeftovers catches what it did not.
-func SignalContext() (context.Context, context.CancelFunc) {
+// demo, the bench, the soak), and out the writer its story goes to: the
+// context ends when the program gets SIGINT, SIGTERM or SIGHUP, when its
+// parent ends (`make` or `go run` killed, which gives it SIGTERM), or
+// when a write to out finds stdout's reader gone (`make demo | head`):
+// out writes on a copy of stdout, where that write fails instead of
+// ending the program (SIGPIPE). The program then removes what it made;
+// RemoveLeftovers catches what it did not.
+func SignalContext() (ctx context.Context, stop context.CancelFunc, out io.Writer) {
 	if err := DieWithParent(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	stdout := dupFile(1, "stdout")
+	if stdout == nil {
+		return ctx, func() { cancel(); stopSignals() }, os.Stdout
+	}
+	return ctx, func() { cancel(); stopSignals() }, &guardedWriter{f: stdout, gone: cancel}
+}
+
+// guardedWriter writes to f and calls gone once a write fails.
+type guardedWriter struct {
+	f    *os.File
+	gone func()
+}
+
+func (w *guardedWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		w.gone()
+	}
+	return n, err
 }

@@ -53,7 +53,7 @@ var (
 // shared fixtures' teardown), and stops the environment. Whatever the
 // harness made that is still there then (a process, a network namespace,
 // a directory) fails the package and is removed. The tests end early and
-// clean up when `go test` or the tests get a signal or lose their output.
+// clean up when they get SIGINT, SIGTERM or SIGHUP, or `go test` ends.
 func Main(m *testing.M, after ...func()) {
 	if err := DieWithParent(); err != nil {
 		fmt.Fprintln(os.Stderr, "harness:", err)

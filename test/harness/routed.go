@@ -24,8 +24,9 @@ import (
 const (
 	// WithdrawHold is the routers' withdrawHoldSeconds. It still bridges
 	// a reflector's return, where the nodes' sessions come back up to a
-	// connect retry (2 s) apart.
-	WithdrawHold = 3 * time.Second
+	// connect retry (2 s) apart and, on two loaded cores, their routes
+	// seconds later still.
+	WithdrawHold = 6 * time.Second
 	// PastHold outlasts a hold that started when a test observed its
 	// cause: the hold and a pass to act on it.
 	PastHold = WithdrawHold + 500*time.Millisecond

@@ -29,9 +29,9 @@ func main() {
 		opts.Iterations = *iterations
 	}
 	opts.Out, opts.GCProfile, opts.Only, opts.AllowDirty = *out, *gcProfile, *only, *allowDirty
-	ctx, stop := harness.SignalContext()
+	ctx, stop, story := harness.SignalContext()
 	defer stop()
-	if _, err := bench.Run(ctx, os.Stdout, opts); err != nil {
+	if _, err := bench.Run(ctx, story, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
 	}

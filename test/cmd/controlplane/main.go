@@ -14,7 +14,7 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "galactic.kubeconfig", "where to write the admin kubeconfig")
 	flag.Parse()
-	ctx, stop := harness.SignalContext()
+	ctx, stop, out := harness.SignalContext()
 	defer stop()
 	cp, err := harness.StartControlPlane(ctx, os.Stderr)
 	if err != nil {
@@ -30,6 +30,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "controlplane: writing kubeconfig:", err)
 		return
 	}
-	fmt.Printf("kube-apiserver ready at %s\nkubeconfig: %s (try: kubectl --kubeconfig %s get bgpadvertisements -A)\nCtrl-C to stop.\n", cp.Server, *kubeconfig, *kubeconfig)
+	fmt.Fprintf(out, "kube-apiserver ready at %s\nkubeconfig: %s (try: kubectl --kubeconfig %s get bgpadvertisements -A)\nCtrl-C to stop.\n", cp.Server, *kubeconfig, *kubeconfig)
 	<-ctx.Done()
 }

@@ -26,8 +26,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
-	ctx, stop := harness.SignalContext()
-	_, err := demo.Run(ctx, os.Stdout, nil)
+	ctx, stop, out := harness.SignalContext()
+	_, err := demo.Run(ctx, out, nil)
 	// The demo removes what it made; anything still there is its bug, and
 	// goes now.
 	if left := harness.RemoveLeftovers(); len(left) > 0 {

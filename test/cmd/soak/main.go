@@ -68,9 +68,10 @@ func main() {
 	if reportPath == "" {
 		reportPath = "soak-report.md"
 	}
-	ctx, stop := harness.SignalContext()
+	ctx, stop, out := harness.SignalContext()
 	defer stop()
-	fmt.Printf("soak: seed %d, duration %s (replay with SOAK_SEED=%d SOAK_DURATION=%s)\n", o.Seed, o.Duration, o.Seed, o.Duration)
+	o.Out = out
+	fmt.Fprintf(out, "soak: seed %d, duration %s (replay with SOAK_SEED=%d SOAK_DURATION=%s)\n", o.Seed, o.Duration, o.Seed, o.Duration)
 	rep, err := soak.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
@@ -84,8 +85,8 @@ func main() {
 	fmt.Fprintf(f, "## Soak run: seed %d, %s\n\n", rep.Seed, rep.Planned)
 	rep.Markdown(f)
 	f.Close()
-	rep.Summary(os.Stdout)
-	fmt.Println("soak: report written to", reportPath)
+	rep.Summary(out)
+	fmt.Fprintln(out, "soak: report written to", reportPath)
 	if len(rep.Violations) > 0 {
 		os.Exit(1)
 	}
