@@ -73,7 +73,16 @@ func CreateNetns(kind string) (*Netns, error) {
 func (n *Netns) Delete() {
 	untrack("netns " + n.Name)
 	_ = exec.Command("ip", "netns", "del", n.Name).Run()
+	// cnitool keeps each ADD's result in libcni's cache until the DEL: a
+	// container that goes without one would leave it there.
+	cached, _ := filepath.Glob(filepath.Join(cniCacheDir, "results", "*-"+ContainerID(n.Path)+"-*"))
+	for _, f := range cached {
+		_ = os.Remove(f)
+	}
 }
+
+// cniCacheDir is where cnitool's libcni keeps results (its default).
+const cniCacheDir = "/var/lib/cni"
 
 // Run runs a command inside the namespace and returns its combined output.
 func (n *Netns) Run(name string, args ...string) (string, error) {
