@@ -86,7 +86,7 @@ func TestATapAttachmentIsCreatedCheckedAndDeletedIdempotently(t *testing.T) {
 			t.Fatalf("missing rule %q in %v", want, rules)
 		}
 	}
-	if recs := records(t, node); len(recs) != 1 || recs[0].HostInterface != tapName || recs[0].Table != d.Table || recs[0].Network != "blue" {
+	if recs := node.Records(t); len(recs) != 1 || recs[0].HostInterface != tapName || recs[0].Table != d.Table || recs[0].Network != "blue" {
 		t.Fatalf("ADD should write one record for the tap: %+v", recs)
 	}
 
@@ -119,11 +119,11 @@ func TestATapHeldByAnotherRuntimeFailsWithTryAgainLaterAndIsAdoptedOnceReleased(
 	stop := node.HoldTap(t, tapName)
 
 	_, err := cni.Add(ctx, rt(replacement))
-	e := cniError(t, err)
+	e := harness.CNIError(t, err)
 	if e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, "another runtime holds interface "+tapName) {
 		t.Fatalf("want code %d saying another runtime holds %s, got %d %q", types.ErrTryAgainLater, tapName, e.Code, e.Msg)
 	}
-	if recs := records(t, node); len(recs) != 1 {
+	if recs := node.Records(t); len(recs) != 1 {
 		t.Fatalf("the refused ADD must not write a record: %+v", recs)
 	}
 
@@ -223,7 +223,7 @@ func TestCheckSaysWhatDiffersFromTheConfig(t *testing.T) {
 	if out, err := node.Run("ip", "addr", "del", "10.20.0.1/32", "dev", hostName); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	e := cniError(t, cni.Check(ctx, rt(container)))
+	e := harness.CNIError(t, cni.Check(ctx, rt(container)))
 	if !strings.Contains(e.Msg, hostName+" lacks gateway address 10.20.0.1") {
 		t.Fatalf("CHECK should say the gateway is missing, got %q", e.Msg)
 	}
@@ -356,7 +356,7 @@ func TestEightParallelAddsOfOneVPCShareOneDomain(t *testing.T) {
 	if d == nil {
 		t.Fatal("VPC blue has no domain")
 	}
-	recs := records(t, node)
+	recs := node.Records(t)
 	if len(recs) != n {
 		t.Fatalf("want %d records, have %d", n, len(recs))
 	}
@@ -415,7 +415,7 @@ func TestBadInputGetsTheRightErrorAndLeavesNothingBehind(t *testing.T) {
 			if err == nil {
 				t.Fatal("ADD should fail")
 			}
-			e := cniError(t, err)
+			e := harness.CNIError(t, err)
 			if e.Code != tc.code || !strings.Contains(e.Error(), tc.msg) {
 				t.Fatalf("want code %d with %q, got %d %q", tc.code, tc.msg, e.Code, e.Error())
 			}
@@ -432,7 +432,7 @@ func TestBadInputGetsTheRightErrorAndLeavesNothingBehind(t *testing.T) {
 		st := stanza("blue", "web-0", "veth", "10.20.0.5/24")
 		st["routing"] = "vrf"
 		network(t, node, "bad", st)
-		e := cniError(t, func() error { _, err := lib(node, "bad").Add(ctx, rt(container)); return err }())
+		e := harness.CNIError(t, func() error { _, err := lib(node, "bad").Add(ctx, rt(container)); return err }())
 		if e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, "CONFIG_NET_VRF") || !strings.Contains(e.Msg, `"routing": "table"`) {
 			t.Fatalf("want code 7 naming CONFIG_NET_VRF and the table alternative, got %d %q", e.Code, e.Msg)
 		}
@@ -512,7 +512,7 @@ func TestGCRemovesExactlyTheAttachmentsMissingFromTheValidList(t *testing.T) {
 		t.Fatal("GC of network blue removed network red's tap")
 	}
 	var left []string
-	for _, r := range records(t, node) {
+	for _, r := range node.Records(t) {
 		left = append(left, r.Network+"/"+r.Attachment)
 	}
 	slices.Sort(left)
@@ -544,7 +544,7 @@ func TestStatusReportsWhatTheNodeCannotServe(t *testing.T) {
 		st := stanza("blue", "web-0", "veth")
 		st["routing"] = "vrf"
 		network(t, node, "vrf", st)
-		e := cniError(t, lib(node, "vrf").Status(ctx))
+		e := harness.CNIError(t, lib(node, "vrf").Status(ctx))
 		if e.Code != types.ErrPluginNotAvailable || !strings.Contains(e.Msg, "CONFIG_NET_VRF") {
 			t.Fatalf("STATUS of vrf routing without VRF: want code 50 naming CONFIG_NET_VRF, got %d %q", e.Code, e.Msg)
 		}
@@ -555,7 +555,7 @@ func TestStatusReportsWhatTheNodeCannotServe(t *testing.T) {
 	if err := writeFile(broken.ConfigPath, "{not json"); err != nil {
 		t.Fatal(err)
 	}
-	e := cniError(t, lib(broken, "blue").Status(ctx))
+	e := harness.CNIError(t, lib(broken, "blue").Status(ctx))
 	if e.Code != types.ErrPluginNotAvailable || !strings.Contains(e.Msg, "node settings are unreadable") {
 		t.Fatalf("STATUS with unreadable node settings: want code 50, got %d %q", e.Code, e.Msg)
 	}

@@ -11,13 +11,11 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/routing"
-	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -48,16 +46,6 @@ func cnitool(t *testing.T, node *harness.Node, verb, net string, c *harness.Netn
 		t.Fatal(err)
 	}
 	return out
-}
-
-// cniError returns the CNI error of err, failing t when it is not one.
-func cniError(t *testing.T, err error) *types.Error {
-	t.Helper()
-	var e *types.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("want a CNI error, got %v", err)
-	}
-	return e
 }
 
 // in runs f inside the node.
@@ -135,15 +123,6 @@ func tableRoutes(t *testing.T, node *harness.Node, table int) []netlink.Route {
 	return routes
 }
 
-func records(t *testing.T, node *harness.Node) []state.Record {
-	t.Helper()
-	recs, err := state.NewStore(node.Settings.StateDir).List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return recs
-}
-
 // assertClean fails t when the node has any galactic host interface, VRF,
 // rule, route or record left.
 func assertClean(t *testing.T, node *harness.Node) {
@@ -174,7 +153,7 @@ func assertClean(t *testing.T, node *harness.Node) {
 		return nil
 	})
 	left = append(left, galacticRules(t, node)...)
-	for _, r := range records(t, node) {
+	for _, r := range node.Records(t) {
 		left = append(left, "record "+r.ContainerID+"/"+r.IfName)
 	}
 	if len(left) > 0 {

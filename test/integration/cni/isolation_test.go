@@ -152,7 +152,7 @@ func TestCheckSaysWhenTheLocalRuleWasPutBackInFront(t *testing.T) {
 	if out, err := node.Run("ip", "rule", "add", "pref", "0", "lookup", "local"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	e := cniError(t, cni.Check(ctx, rt(container)))
+	e := harness.CNIError(t, cni.Check(ctx, rt(container)))
 	if !strings.Contains(e.Msg, "lookup local") || !strings.Contains(e.Msg, "workloads can reach the node's own addresses") {
 		t.Fatalf("CHECK should say the local rule precedes galactic's rules, got %q", e.Msg)
 	}

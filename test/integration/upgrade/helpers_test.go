@@ -20,7 +20,6 @@ import (
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
-	"github.com/galactic-cni/galactic/pkg/state"
 	"github.com/galactic-cni/galactic/pkg/tap"
 	"github.com/galactic-cni/galactic/test/harness"
 )
@@ -88,30 +87,6 @@ func checkCurrentHolder(t *testing.T, env *harness.Env, a harness.Attachment, no
 	return harness.LeaseToken(l)
 }
 
-// records lists the node's galactic-cni records.
-func records(t *testing.T, node *harness.Node) []state.Record {
-	t.Helper()
-	recs, err := state.NewStore(node.Settings.StateDir).List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return recs
-}
-
-// inspectTap reports the attachment's tap on node; ok is false without one.
-func inspectTap(t testing.TB, a harness.Attachment, node *harness.Node) (st tap.Status, ok bool) {
-	t.Helper()
-	err := node.Do(func() error {
-		var err error
-		st, ok, err = tap.Inspect(a.HostIf())
-		return err
-	})
-	if err != nil {
-		t.Fatalf("inspecting %s on %s: %v", a.HostIf(), node.Name, err)
-	}
-	return st, ok
-}
-
 // tapAddresses returns the global addresses on node's tap, sorted.
 func tapAddresses(t *testing.T, a harness.Attachment, node *harness.Node) []string {
 	t.Helper()
@@ -146,10 +121,10 @@ func tapAddresses(t *testing.T, a harness.Attachment, node *harness.Node) []stri
 // a record.
 func checkNothingOn(t *testing.T, a harness.Attachment, node *harness.Node) {
 	t.Helper()
-	if _, ok := inspectTap(t, a, node); ok {
+	if _, ok := node.InspectTap(t, a.HostIf()); ok {
 		t.Errorf("%s: tap %s is still there", node.Name, a.HostIf())
 	}
-	if recs := records(t, node); len(recs) != 0 {
+	if recs := node.Records(t); len(recs) != 0 {
 		t.Errorf("%s: records left: %+v", node.Name, recs)
 	}
 }

@@ -43,7 +43,7 @@ func TestAMoveWaitsForTheOldNodesReleaseAndTheLeaseIsFreeBetweenTheTwoHolders(t 
 		t.Fatalf("node-b's ADD returned while node-a held the lease: %v", err)
 	default:
 	}
-	if _, ok := inspectTap(t, a, nodeB); ok {
+	if _, ok := nodeB.InspectTap(t, a.HostIf()); ok {
 		t.Fatal("node-b created its tap while node-a held the lease")
 	}
 	if h := harness.LeaseHolder(env.Lease(t, a.LeaseName())); h != nodeA.HolderOf(c1) {
@@ -72,23 +72,9 @@ func TestAMoveWaitsForTheOldNodesReleaseAndTheLeaseIsFreeBetweenTheTwoHolders(t 
 		t.Errorf("lease holders %q, want %q", holders(vs), want)
 	}
 	checkNothingOn(t, a, nodeA)
-	if st, ok := inspectTap(t, a, nodeB); !ok || !st.Held() {
+	if st, ok := nodeB.InspectTap(t, a.HostIf()); !ok || !st.Held() {
 		t.Errorf("node-b's tap: present %v, held %v", ok, st.Held())
 	}
-}
-
-// snapshot is a node's links, rules and routes as `ip` prints them.
-func snapshot(t *testing.T, node *harness.Node) string {
-	t.Helper()
-	var out strings.Builder
-	for _, args := range [][]string{{"-o", "link"}, {"rule"}, {"-6", "rule"}, {"route", "show", "table", "all"}, {"-6", "route", "show", "table", "all"}} {
-		s, err := node.Run("ip", args...)
-		if err != nil {
-			t.Fatalf("ip %v on %s: %v: %s", args, node.Name, err, s)
-		}
-		out.WriteString(s)
-	}
-	return out.String()
 }
 
 func TestAnAddThatCannotGetTheLeaseWithinWaitSecondsFailsWithTryAgainLaterNamingTheHolderAndCreatesNothing(t *testing.T) {
@@ -102,7 +88,7 @@ func TestAnAddThatCannotGetTheLeaseWithinWaitSecondsFailsWithTryAgainLaterNaming
 	nodeA.AddIn(t, a, c1)
 	nodeA.HoldTap(t, a.HostIf())
 	before := env.Lease(t, a.LeaseName())
-	kernelBefore := snapshot(t, nodeB)
+	kernelBefore := nodeB.Snapshot(t)
 
 	c2 := harness.NewContainer(t)
 	_, err := harness.LibCNI{Node: nodeB, Network: a.Network()}.Add(context.Background(), harness.RuntimeConf(c2, ifName))
@@ -115,7 +101,7 @@ func TestAnAddThatCannotGetTheLeaseWithinWaitSecondsFailsWithTryAgainLaterNaming
 	}
 
 	checkNothingOn(t, a, nodeB)
-	if got := snapshot(t, nodeB); got != kernelBefore {
+	if got := nodeB.Snapshot(t); got != kernelBefore {
 		t.Errorf("node-b's links, rules or routes changed:\nbefore:\n%s\nafter:\n%s", kernelBefore, got)
 	}
 	if l := env.Lease(t, a.LeaseName()); l.ResourceVersion != before.ResourceVersion {

@@ -15,12 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/galactic-cni/galactic/pkg/names"
-	"github.com/galactic-cni/galactic/pkg/state"
-	"github.com/galactic-cni/galactic/pkg/tap"
 	"github.com/galactic-cni/galactic/test/harness"
 	"github.com/galactic-cni/galactic/test/vm"
 )
@@ -166,20 +163,6 @@ func echo(from *harness.Netns, addr netip.Addr) error {
 	return last
 }
 
-// inspectTap reports the attachment's tap on node; ok is false without one.
-func inspectTap(t *testing.T, a harness.Attachment, node *harness.Node) (st tap.Status, ok bool) {
-	t.Helper()
-	err := node.Do(func() error {
-		var err error
-		st, ok, err = tap.Inspect(a.HostIf())
-		return err
-	})
-	if err != nil {
-		t.Fatalf("inspecting %s on %s: %v", a.HostIf(), node.Name, err)
-	}
-	return st, ok
-}
-
 // keptLine returns the GC's "kept detached tap" line about tap, "" when none.
 func keptLine(out, tap string) string {
 	for _, l := range strings.Split(out, "\n") {
@@ -188,36 +171,4 @@ func keptLine(out, tap string) string {
 		}
 	}
 	return ""
-}
-
-func records(t *testing.T, node *harness.Node) []state.Record {
-	t.Helper()
-	recs, err := state.NewStore(node.Settings.StateDir).List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return recs
-}
-
-// snapshot is a node's links, rules and routes as `ip` prints them.
-func snapshot(t *testing.T, node *harness.Node) string {
-	t.Helper()
-	var out strings.Builder
-	for _, args := range [][]string{{"-o", "link"}, {"-o", "addr"}, {"rule"}, {"-6", "rule"}, {"route", "show", "table", "all"}, {"-6", "route", "show", "table", "all"}} {
-		s, err := node.Run("ip", args...)
-		if err != nil {
-			t.Fatalf("ip %v on %s: %v: %s", args, node.Name, err, s)
-		}
-		out.WriteString(s)
-	}
-	return out.String()
-}
-
-func cniError(t *testing.T, err error) *types.Error {
-	t.Helper()
-	var e *types.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("want a CNI error, got %v", err)
-	}
-	return e
 }

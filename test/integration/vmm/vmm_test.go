@@ -32,7 +32,7 @@ func TestAQEMUGuestOnAGalacticTapServesAVethWorkloadOfItsVPCOverIPv4AndIPv6(t *t
 	if got := g.MTU(); got != mtu {
 		t.Errorf("the guest's NIC has MTU %d, the attachment's is %d", got, mtu)
 	}
-	if st, ok := inspectTap(t, guestAtt, node); !ok || !st.Carrier || !slices.Contains(st.Holders, g.Pid) {
+	if st, ok := node.InspectTap(t, guestAtt.HostIf()); !ok || !st.Carrier || !slices.Contains(st.Holders, g.Pid) {
 		t.Fatalf("tap %s: present %v, carrier %v, holders %v; want qemu (pid %d) holding it", guestAtt.HostIf(), ok, st.Carrier, st.Holders, g.Pid)
 	}
 	checkServes(t, peer, g, guestAtt.Addrs())
@@ -40,7 +40,7 @@ func TestAQEMUGuestOnAGalacticTapServesAVethWorkloadOfItsVPCOverIPv4AndIPv6(t *t
 	poweroff(t, g)
 	node.RuntimeDel(t, guestAtt, sandbox)
 	node.RuntimeDel(t, peerAtt, peer)
-	if _, ok := inspectTap(t, guestAtt, node); ok {
+	if _, ok := node.InspectTap(t, guestAtt.HostIf()); ok {
 		t.Errorf("DEL left tap %s behind", guestAtt.HostIf())
 	}
 }
@@ -51,12 +51,12 @@ func TestTheGCKeepsATapWhileQEMURunsAndAfterACrashAndAMoveReclaimsItOnTheSecondP
 	a := newAttachment(t, env, "crash", names.ModeTap, 0, "10.71.0.5/24", "fd71::5/64")
 	c1 := harness.NewContainer(t)
 	g := boot(t, as, nodeA, nodeA.RuntimeAdd(t, a, c1))
-	st, _ := inspectTap(t, a, nodeA)
+	st, _ := nodeA.InspectTap(t, a.HostIf())
 	index := st.Index
 
 	for pass := 1; pass <= 5; pass++ {
 		out := nodeA.MustGC(t)
-		st, ok := inspectTap(t, a, nodeA)
+		st, ok := nodeA.InspectTap(t, a.HostIf())
 		if !ok || st.Index != index || !slices.Contains(st.Holders, g.Pid) {
 			t.Fatalf("pass %d while qemu runs: tap present %v, ifindex %d (was %d), holders %v (qemu is %d)\n%s", pass, ok, st.Index, index, st.Holders, g.Pid, out)
 		}
@@ -68,7 +68,7 @@ func TestTheGCKeepsATapWhileQEMURunsAndAfterACrashAndAMoveReclaimsItOnTheSecondP
 	// The VM crashes with its sandbox, no DEL runs, and the attachment is
 	// started on node-b, whose ADD deletes node-a's advertisement.
 	g.Kill()
-	if st, ok := inspectTap(t, a, nodeA); !ok || st.Held() {
+	if st, ok := nodeA.InspectTap(t, a.HostIf()); !ok || st.Held() {
 		t.Fatalf("after SIGKILL of qemu: tap present %v, carrier %v, holders %v; want it there and detached", ok, st.Carrier, st.Holders)
 	}
 	c1.Delete()
@@ -78,11 +78,11 @@ func TestTheGCKeepsATapWhileQEMURunsAndAfterACrashAndAMoveReclaimsItOnTheSecondP
 	}
 
 	out := nodeA.MustGC(t)
-	if _, ok := inspectTap(t, a, nodeA); !ok || !strings.Contains(keptLine(out, a.HostIf()), `"reason":"first-sighting"`) {
+	if _, ok := nodeA.InspectTap(t, a.HostIf()); !ok || !strings.Contains(keptLine(out, a.HostIf()), `"reason":"first-sighting"`) {
 		t.Fatalf("the first pass after the crash must keep the tap as a first sighting (present %v):\n%s", ok, out)
 	}
 	out = nodeA.MustGC(t)
-	if _, ok := inspectTap(t, a, nodeA); ok || !strings.Contains(out, "reclaimed detached tap") {
+	if _, ok := nodeA.InspectTap(t, a.HostIf()); ok || !strings.Contains(out, "reclaimed detached tap") {
 		t.Fatalf("the second pass must reclaim the tap (present %v):\n%s", ok, out)
 	}
 }
@@ -94,13 +94,13 @@ func TestAfterAGracefulPoweroffTheGCKeepsATapItsNodeStillAdvertises(t *testing.T
 	c := harness.NewContainer(t)
 	g := boot(t, as, node, node.RuntimeAdd(t, a, c))
 	poweroff(t, g)
-	st, ok := inspectTap(t, a, node)
+	st, ok := node.InspectTap(t, a.HostIf())
 	if !ok || st.Held() {
 		t.Fatalf("after the poweroff: tap present %v, carrier %v, holders %v; want it there and detached", ok, st.Carrier, st.Holders)
 	}
 	for pass := 1; pass <= 3; pass++ {
 		out := node.MustGC(t)
-		now, ok := inspectTap(t, a, node)
+		now, ok := node.InspectTap(t, a.HostIf())
 		if !ok || now.Index != st.Index {
 			t.Fatalf("pass %d reclaimed (or replaced) a tap its node still advertises:\n%s", pass, out)
 		}
@@ -132,7 +132,7 @@ func TestAnUpgradeInPlaceWithRealVMsServesTheSameAddressesAndRaisesTheTokenByOne
 	if harness.LeaseHolder(before) != names.Holder(node.Name, harness.ContainerID(c1.Path)) {
 		t.Fatalf("the old runtime should hold the lease, holder %q", harness.LeaseHolder(before))
 	}
-	oldTap, _ := inspectTap(t, a, node)
+	oldTap, _ := node.InspectTap(t, a.HostIf())
 
 	poweroff(t, g1)
 	node.RuntimeDel(t, a, c1)
@@ -168,21 +168,21 @@ func TestAReplacementsAddWhileQEMUHoldsTheTapFailsWithTryAgainLaterNamingQEMUsPi
 	a := newAttachment(t, env, "busy", names.ModeTap, 0, "10.74.0.5/24", "fd74::5/64")
 	c1, c2 := harness.NewContainer(t), harness.NewContainer(t)
 	g := boot(t, as, node, node.RuntimeAdd(t, a, c1))
-	kernelBefore, recsBefore := snapshot(t, node), records(t, node)
+	kernelBefore, recsBefore := node.Snapshot(t), node.Records(t)
 	advBefore := env.Advertisements(t, vpc, a.Name)[node.Name]
 
 	_, err := node.TryRuntimeAdd(t, a, c2)
-	e := cniError(t, err)
+	e := harness.CNIError(t, err)
 	if e.Code != types.ErrTryAgainLater {
 		t.Fatalf("ADD while qemu holds the tap: code %d (%s), want %d", e.Code, e.Msg, types.ErrTryAgainLater)
 	}
 	if !strings.Contains(e.Msg, "another runtime holds interface "+a.HostIf()) || !strings.Contains(e.Msg, "["+strconv.Itoa(g.Pid)+"]") {
 		t.Errorf("the error should name the tap and qemu's pid %d: %s", g.Pid, e.Msg)
 	}
-	if after := snapshot(t, node); after != kernelBefore {
+	if after := node.Snapshot(t); after != kernelBefore {
 		t.Errorf("the refused ADD changed the node's links, rules or routes:\nbefore:\n%s\nafter:\n%s", kernelBefore, after)
 	}
-	if recs := records(t, node); !reflect.DeepEqual(recs, recsBefore) {
+	if recs := node.Records(t); !reflect.DeepEqual(recs, recsBefore) {
 		t.Errorf("the refused ADD changed the node records: %+v -> %+v", recsBefore, recs)
 	}
 	if adv := env.Advertisements(t, vpc, a.Name)[node.Name]; adv.ResourceVersion != advBefore.ResourceVersion {
@@ -195,13 +195,13 @@ func TestAReplacementsAddWhileQEMUHoldsTheTapFailsWithTryAgainLaterNamingQEMUsPi
 		}
 	}
 
-	before, _ := inspectTap(t, a, node)
+	before, _ := node.InspectTap(t, a.HostIf())
 	poweroff(t, g)
 	res, err := node.TryRuntimeAdd(t, a, c2)
 	if err != nil {
 		t.Fatalf("the same ADD once the guest has powered off: %v", err)
 	}
-	if now, _ := inspectTap(t, a, node); now.Index != before.Index {
+	if now, _ := node.InspectTap(t, a.HostIf()); now.Index != before.Index {
 		t.Errorf("the replacement should adopt the tap (ifindex %d), not recreate it (ifindex %d)", before.Index, now.Index)
 	}
 	g2 := boot(t, as, node, res)
