@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,9 @@ var tracked struct {
 	mu    sync.Mutex
 	seq   int
 	items map[string]trackedItem
+	// closing is set while a signal's cleanup runs: what tests make
+	// meanwhile is undone at once.
+	closing bool
 }
 
 type trackedItem struct {
@@ -32,17 +36,29 @@ type trackedItem struct {
 	shared bool
 }
 
-func track(key, what string, undo func()) { trackItem(key, trackedItem{what: what, undo: undo}) }
+// track records what key made and how to undo it; during a signal's
+// cleanup it undoes it at once instead.
+func track(key, what string, undo func()) {
+	if !trackItem(key, trackedItem{what: what, undo: undo}) {
+		undo()
+	}
+}
 
-func trackItem(key string, it trackedItem) {
+// trackItem records it, unless a signal's cleanup runs: then it returns
+// false and the caller undoes it.
+func trackItem(key string, it trackedItem) bool {
 	tracked.mu.Lock()
 	defer tracked.mu.Unlock()
+	if tracked.closing {
+		return false
+	}
 	if tracked.items == nil {
 		tracked.items = map[string]trackedItem{}
 	}
 	tracked.seq++
 	it.seq = tracked.seq
 	tracked.items[key] = it
+	return true
 }
 
 func untrack(key string) {
@@ -90,6 +106,9 @@ func CleanUpOnSignal() (stop func()) {
 		select {
 		case sig := <-sigs:
 			silenceStdio()
+			tracked.mu.Lock()
+			tracked.closing = true
+			tracked.mu.Unlock()
 			left := RemoveLeftovers()
 			if report != nil {
 				fmt.Fprintf(report, "harness: %v: removed %d things it had made\n", sig, len(left))
@@ -141,7 +160,10 @@ func SharedTempDir(prefix string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	trackItem("dir "+dir, trackedItem{what: "directory " + dir, undo: func() { removeDir(dir) }, shared: true})
+	if !trackItem("dir "+dir, trackedItem{what: "directory " + dir, undo: func() { removeDir(dir) }, shared: true}) {
+		removeDir(dir)
+		return "", errors.New("the harness is cleaning up")
+	}
 	return dir, nil
 }
 

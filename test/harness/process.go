@@ -58,7 +58,8 @@ func StartProcess(name string, cmd *exec.Cmd, logPath string) (*Process, error) 
 	}
 	p := &Process{Name: name, cmd: cmd, done: make(chan struct{})}
 	key := "process " + strconv.Itoa(cmd.Process.Pid)
-	track(key, fmt.Sprintf("%s (pid %d)", name, cmd.Process.Pid), p.Kill)
+	// Tracked before it can be untracked; killed once waited for.
+	kept := trackItem(key, trackedItem{what: fmt.Sprintf("%s (pid %d)", name, cmd.Process.Pid), undo: p.Kill})
 	go func() {
 		p.err = cmd.Wait()
 		if log != nil {
@@ -67,6 +68,9 @@ func StartProcess(name string, cmd *exec.Cmd, logPath string) (*Process, error) 
 		untrack(key)
 		close(p.done)
 	}()
+	if !kept {
+		p.Kill()
+	}
 	return p, nil
 }
 
