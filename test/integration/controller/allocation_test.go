@@ -147,7 +147,7 @@ func TestEveryAttachmentOfABurstGetsItsOwnAddressWhileTheLeaderIsKilled(t *testi
 	at := <-killed
 	t.Logf("killed leader %s after %d creates", leader.Identity, killAt)
 
-	waitFor(t, 3*time.Minute, "every attachment Ready", func() (*v1alpha1.VPCAttachmentList, error) {
+	waitObject(t, 3*time.Minute, "every attachment Ready", func() (*v1alpha1.VPCAttachmentList, error) {
 		return f.api.VPCAttachments(ns).List(ctx, metav1.ListOptions{})
 	}, func(l *v1alpha1.VPCAttachmentList) error {
 		var notReady []string
@@ -224,7 +224,7 @@ func TestAFullPoolSaysSoAndADeletionFreesAnAddressForAWaitingAttachment(t *testi
 		f.createAttachment(t, attachmentObject(ns, fmt.Sprintf("a%02d", i), "tiny"))
 	}
 	var ready, waiting []v1alpha1.VPCAttachment
-	waitFor(t, waitLimit, "13 Ready and 2 PoolExhausted", func() (*v1alpha1.VPCAttachmentList, error) {
+	waitObject(t, waitLimit, "13 Ready and 2 PoolExhausted", func() (*v1alpha1.VPCAttachmentList, error) {
 		return f.api.VPCAttachments(ns).List(ctx, metav1.ListOptions{})
 	}, func(l *v1alpha1.VPCAttachmentList) error {
 		ready, waiting = nil, nil
@@ -261,7 +261,7 @@ func TestAFullPoolSaysSoAndADeletionFreesAnAddressForAWaitingAttachment(t *testi
 	}
 	f.waitAttachment(t, ns, freed.Name, gone)
 	var taker string
-	waitFor(t, waitLimit, "a waiting attachment takes the freed address", func() (*v1alpha1.VPCAttachmentList, error) {
+	waitObject(t, waitLimit, "a waiting attachment takes the freed address", func() (*v1alpha1.VPCAttachmentList, error) {
 		return f.api.VPCAttachments(ns).List(ctx, metav1.ListOptions{})
 	}, func(l *v1alpha1.VPCAttachmentList) error {
 		for _, w := range waiting {

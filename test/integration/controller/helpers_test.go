@@ -52,11 +52,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if fx != nil {
-		fx.close()
-	}
-	os.Exit(code)
+	harness.Main(m, func() {
+		if fx != nil {
+			fx.close()
+		}
+	})
 }
 
 func (f *fixture) close() {
@@ -69,7 +69,9 @@ func (f *fixture) close() {
 	if f.c != nil {
 		f.c.Close()
 	}
-	os.RemoveAll(f.dir)
+	if f.dir != "" {
+		_ = harness.RemoveDir(f.dir)
+	}
 }
 
 // setup starts, on first use, the cluster's control plane (no nodes) and
@@ -119,7 +121,7 @@ func start() (f *fixture, err error) {
 			f.close()
 		}
 	}()
-	if f.dir, err = os.MkdirTemp("", "galactic-controller-test-"); err != nil {
+	if f.dir, err = harness.MkdirTemp("galactic-controller-test-"); err != nil {
 		return f, err
 	}
 	if f.c, err = harness.StartCluster(ctx, os.Stderr); err != nil {
@@ -159,27 +161,33 @@ func start() (f *fixture, err error) {
 
 // leader waits until one of the replicas leads and returns it.
 func (f *fixture) leader(ctx context.Context) (*harness.Controller, error) {
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var leader *harness.Controller
+	err := harness.Poll(ctx, time.Minute, "a controller leads", func() error {
 		l, err := f.kube.CoordinationV1().Leases(harness.Namespace).Get(ctx, "galactic-controller", metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil {
-			for _, c := range f.ctrls {
-				if c.Identity == *l.Spec.HolderIdentity && c.Pid() != 0 {
-					if v, ok, _ := c.Metric("galactic_controller_leader"); ok && v == 1 {
-						return c, nil
-					}
+		if err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil {
+			return errors.New("the lease has no holder")
+		}
+		for _, c := range f.ctrls {
+			if c.Identity == *l.Spec.HolderIdentity && c.Pid() != 0 {
+				if v, ok, _ := c.Metric("galactic_controller_leader"); ok && v == 1 {
+					leader = c
+					return nil
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			var logs strings.Builder
-			for _, c := range f.ctrls {
-				fmt.Fprintf(&logs, "--- %s\n%s\n", c.Identity, c.LogTail(20))
-			}
-			return nil, fmt.Errorf("no controller leads within a minute (lease: %v, %v)\n%s", l, err, logs.String())
+		return fmt.Errorf("lease held by %s, which does not report leading", *l.Spec.HolderIdentity)
+	})
+	if err != nil {
+		var logs strings.Builder
+		for _, c := range f.ctrls {
+			fmt.Fprintf(&logs, "--- %s\n%s\n", c.Identity, c.LogTail(20))
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil, fmt.Errorf("%w\n%s", err, logs.String())
 	}
+	return leader, nil
 }
 
 // ensureBoth restarts a replica a test stopped, as the Deployment would.
@@ -242,41 +250,41 @@ func (f *fixture) createAttachment(t *testing.T, a *v1alpha1.VPCAttachment) *v1a
 	return out
 }
 
-// waitFor polls until check accepts the object read from the API (not
+// waitObject waits until check accepts the object read from the API (not
 // found reads as nil), and returns it. limit bounds the wait; it is not
 // a speed requirement.
-func waitFor[T any](t *testing.T, limit time.Duration, what string, get func() (*T, error), check func(*T) error) *T {
+func waitObject[T any](t *testing.T, limit time.Duration, what string, get func() (*T, error), check func(*T) error) *T {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		obj, err := get()
+	var obj *T
+	harness.Eventually(t, limit, what, func() error {
+		o, err := get()
 		if apierrors.IsNotFound(err) {
-			obj, err = nil, nil
+			o, err = nil, nil
 		}
-		if err == nil {
-			if err = check(obj); err == nil {
-				return obj
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, limit, err)
+		if err := check(o); err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		obj = o
+		return nil
+	})
+	return obj
 }
 
 const waitLimit = time.Minute
 
 func (f *fixture) waitVPC(t *testing.T, ns, name string, check func(*v1alpha1.VPC) error) *v1alpha1.VPC {
 	t.Helper()
-	return waitFor(t, waitLimit, "VPC "+ns+"/"+name, func() (*v1alpha1.VPC, error) {
+	return waitObject(t, waitLimit, "VPC "+ns+"/"+name, func() (*v1alpha1.VPC, error) {
 		return f.api.VPCs(ns).Get(context.Background(), name, metav1.GetOptions{})
 	}, check)
 }
 
 func (f *fixture) waitAttachment(t *testing.T, ns, name string, check func(*v1alpha1.VPCAttachment) error) *v1alpha1.VPCAttachment {
 	t.Helper()
-	return waitFor(t, waitLimit, "VPCAttachment "+ns+"/"+name, func() (*v1alpha1.VPCAttachment, error) {
+	return waitObject(t, waitLimit, "VPCAttachment "+ns+"/"+name, func() (*v1alpha1.VPCAttachment, error) {
 		return f.api.VPCAttachments(ns).Get(context.Background(), name, metav1.GetOptions{})
 	}, check)
 }

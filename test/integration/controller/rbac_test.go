@@ -64,7 +64,7 @@ func TestATenantBoundToEditManagesItsOwnAttachmentsAndANodeOnlyReadsThem(t *test
 	tenant := f.clientAs(t, ns, "app")
 
 	// kube-controller-manager aggregates the galactic roles into edit.
-	waitFor(t, waitLimit, "edit aggregates the galactic roles", func() (*v1alpha1.VPCList, error) {
+	waitObject(t, waitLimit, "edit aggregates the galactic roles", func() (*v1alpha1.VPCList, error) {
 		return tenant.VPCs(ns).List(ctx, metav1.ListOptions{})
 	}, func(l *v1alpha1.VPCList) error {
 		if l == nil {
@@ -170,7 +170,7 @@ func TestATenantBoundToEditManagesItsOwnAttachmentsAndANodeOnlyReadsThem(t *test
 	f.waitAttachment(t, ns, "web", gone)
 	f.waitVPC(t, ns, "blue", gone)
 	// The VPC's deletion released its reservations too.
-	waitFor(t, waitLimit, "no address left", func() (*v1alpha1.VPCAddressList, error) {
+	waitObject(t, waitLimit, "no address left", func() (*v1alpha1.VPCAddressList, error) {
 		return f.api.VPCAddresses(ns).List(ctx, metav1.ListOptions{})
 	}, func(l *v1alpha1.VPCAddressList) error {
 		if len(l.Items) != 0 {

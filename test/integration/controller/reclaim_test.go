@@ -82,14 +82,14 @@ func TestAnAttachmentInUseIsKeptUntilItsHolderLetsGoThenItsAddressIsFreed(t *tes
 	}
 
 	f.waitAttachment(t, ns, "web", gone)
-	waitFor(t, waitLimit, "the address freed", func() (*v1alpha1.VPCAddress, error) {
+	waitObject(t, waitLimit, "the address freed", func() (*v1alpha1.VPCAddress, error) {
 		return f.api.VPCAddresses(ns).Get(ctx, names.VPCAddressName("blue", netip.MustParseAddr(addr)), metav1.GetOptions{})
 	}, gone)
 	leaseName := names.Lease(att.Status.Dataplane.VPC, att.Status.Dataplane.Attachment)
-	waitFor(t, waitLimit, "the lease deleted", func() (*coordinationv1.Lease, error) {
+	waitObject(t, waitLimit, "the lease deleted", func() (*coordinationv1.Lease, error) {
 		return f.kube.CoordinationV1().Leases(harness.Namespace).Get(ctx, leaseName, metav1.GetOptions{})
 	}, gone)
-	waitFor(t, waitLimit, "the advertisement deleted", func() (*v1alpha1.BGPAdvertisement, error) {
+	waitObject(t, waitLimit, "the advertisement deleted", func() (*v1alpha1.BGPAdvertisement, error) {
 		return f.api.BGPAdvertisements(harness.Namespace).Get(ctx, adv.Name, metav1.GetOptions{})
 	}, gone)
 
@@ -124,7 +124,7 @@ func TestRetainKeepsTheAddressesForTheNextAttachmentOfTheNameUntilTheReservation
 	f.waitAttachment(t, ns, "db", gone)
 	var reservations []string
 	for _, p := range first.Status.Addresses {
-		a := waitFor(t, waitLimit, "a reservation of "+string(p), func() (*v1alpha1.VPCAddress, error) {
+		a := waitObject(t, waitLimit, "a reservation of "+string(p), func() (*v1alpha1.VPCAddress, error) {
 			return f.api.VPCAddresses(ns).Get(ctx, names.VPCAddressName("blue", netip.MustParsePrefix(string(p)).Addr()), metav1.GetOptions{})
 		}, func(a *v1alpha1.VPCAddress) error {
 			if a == nil || a.Spec.State != v1alpha1.AddressRetained || a.Spec.AttachmentUID != "" || a.Spec.Attachment != "db" || len(a.Finalizers) != 0 {
@@ -175,7 +175,7 @@ func TestRetainKeepsTheAddressesForTheNextAttachmentOfTheNameUntilTheReservation
 	}
 	f.waitAttachment(t, ns, "db", gone)
 	for _, name := range reservations {
-		waitFor(t, waitLimit, name+" retained", func() (*v1alpha1.VPCAddress, error) {
+		waitObject(t, waitLimit, name+" retained", func() (*v1alpha1.VPCAddress, error) {
 			return f.api.VPCAddresses(ns).Get(ctx, name, metav1.GetOptions{})
 		}, func(a *v1alpha1.VPCAddress) error {
 			if a == nil || a.Spec.State != v1alpha1.AddressRetained {
@@ -224,7 +224,7 @@ func TestADeletedVPCWaitsForItsAttachmentsThenReleasesItsVNI(t *testing.T) {
 		}
 	}
 	f.waitVPC(t, ns, "blue", gone)
-	vni := waitFor(t, waitLimit, "the VNI released", func() (*v1alpha1.VNI, error) {
+	vni := waitObject(t, waitLimit, "the VNI released", func() (*v1alpha1.VNI, error) {
 		return f.api.VNIs().Get(ctx, names.VNIName(vpc.Status.VNI), metav1.GetOptions{})
 	}, func(v *v1alpha1.VNI) error {
 		if v == nil {
@@ -238,7 +238,7 @@ func TestADeletedVPCWaitsForItsAttachmentsThenReleasesItsVNI(t *testing.T) {
 	if vni != nil {
 		t.Logf("VNI %s released at %s, held for the controller's --vni-hold", vni.Name, vni.Spec.ReleasedAt)
 	}
-	waitFor(t, waitLimit, "the VNI freed after its hold", func() (*v1alpha1.VNI, error) {
+	waitObject(t, waitLimit, "the VNI freed after its hold", func() (*v1alpha1.VNI, error) {
 		return f.api.VNIs().Get(ctx, names.VNIName(vpc.Status.VNI), metav1.GetOptions{})
 	}, gone)
 	addrs, err := f.api.VPCAddresses(ns).List(ctx, metav1.ListOptions{})
