@@ -54,7 +54,7 @@ func newTenant(t *testing.T, env *harness.Env, namespace, vpc string, vni int32,
 // attachment creates a VPCAttachment of the VPC requesting addresses,
 // without status yet: its data-plane names as an inline attachment of the
 // conflist, and the object.
-func (tn *tenant) attachment(name string, addresses ...string) (attachment, *v1alpha1.VPCAttachment) {
+func (tn *tenant) attachment(name string, addresses ...string) (harness.Attachment, *v1alpha1.VPCAttachment) {
 	t := tn.t
 	t.Helper()
 	spec := v1alpha1.VPCAttachmentSpec{VPC: tn.vpc.Name}
@@ -69,14 +69,14 @@ func (tn *tenant) attachment(name string, addresses ...string) (attachment, *v1a
 	t.Cleanup(func() {
 		_ = tn.env.API.VPCAttachments(tn.namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	att := attachment{VPC: tn.vpc.Status.DataplaneName, Name: names.DataplaneName(name, string(obj.UID)), VNI: int64(tn.vni), Addresses: addresses}
+	att := harness.Attachment{VPC: tn.vpc.Status.DataplaneName, Name: names.DataplaneName(name, string(obj.UID)), VNI: int64(tn.vni), Addresses: addresses}
 	tn.env.ForgetAttachment(t, att.VPC, att.Name)
 	return att, obj
 }
 
 // allocate writes the attachment's status as galactic-controller does
 // once it allocated the addresses.
-func (tn *tenant) allocate(obj *v1alpha1.VPCAttachment, att attachment) *v1alpha1.VPCAttachment {
+func (tn *tenant) allocate(obj *v1alpha1.VPCAttachment, att harness.Attachment) *v1alpha1.VPCAttachment {
 	t := tn.t
 	t.Helper()
 	obj = obj.DeepCopy()
@@ -95,10 +95,10 @@ func (tn *tenant) allocate(obj *v1alpha1.VPCAttachment, att attachment) *v1alpha
 
 // editAdvertisement changes node's advertisement of att with the admin
 // client, retrying on conflicts with the node's own writes.
-func editAdvertisement(t *testing.T, env *harness.Env, att attachment, node string, edit func(*v1alpha1.BGPAdvertisement)) {
+func editAdvertisement(t *testing.T, env *harness.Env, att harness.Attachment, node string, edit func(*v1alpha1.BGPAdvertisement)) {
 	t.Helper()
-	eventually(t, 10*time.Second, "updating "+att.Name+"'s advertisement", func() error {
-		adv := advertisement(t, env, att, node)
+	harness.Eventually(t, 10*time.Second, "updating "+att.Name+"'s advertisement", func() error {
+		adv := env.Advertisement(t, att, node)
 		if adv == nil {
 			return fmt.Errorf("no advertisement")
 		}
@@ -110,7 +110,7 @@ func editAdvertisement(t *testing.T, env *harness.Env, att attachment, node stri
 
 // backBy makes node's advertisement of att object-backed, as galactic-bgp
 // writes one for a VPCAttachment: the two labels and the UID in every entry.
-func backBy(t *testing.T, env *harness.Env, att attachment, node string, obj *v1alpha1.VPCAttachment) {
+func backBy(t *testing.T, env *harness.Env, att harness.Attachment, node string, obj *v1alpha1.VPCAttachment) {
 	t.Helper()
 	editAdvertisement(t, env, att, node, func(adv *v1alpha1.BGPAdvertisement) {
 		adv.Labels[v1alpha1.LabelNamespace] = obj.Namespace
@@ -123,10 +123,10 @@ func backBy(t *testing.T, env *harness.Env, att attachment, node string, obj *v1
 
 // waitNotOwned waits until node's advertisement of att reads
 // PrefixNotOwned with a message naming mention.
-func waitNotOwned(t *testing.T, env *harness.Env, att attachment, node, mention string) {
+func waitNotOwned(t *testing.T, env *harness.Env, att harness.Attachment, node, mention string) {
 	t.Helper()
-	waitCondition(t, env, att, node, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPrefixNotOwned)
-	c := meta.FindStatusCondition(advertisement(t, env, att, node).Status.Conditions, v1alpha1.ConditionProgrammed)
+	env.WaitCondition(t, att, node, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPrefixNotOwned)
+	c := meta.FindStatusCondition(env.Advertisement(t, att, node).Status.Conditions, v1alpha1.ConditionProgrammed)
 	if !strings.Contains(c.Message, mention) {
 		t.Errorf("Programmed message %q does not name %q", c.Message, mention)
 	}
@@ -135,8 +135,8 @@ func waitNotOwned(t *testing.T, env *harness.Env, att attachment, node, mention 
 func TestAnObjectBackedAdvertisementIsAnnouncedOnlyWithTheAddressesItsAttachmentWasGiven(t *testing.T) {
 	env := harness.Setup(t)
 	f := harness.NewFabric(t)
-	a := newRouted(t, env, f, "node-a")
-	b := newRouted(t, env, f, "node-b")
+	a := f.NewRouted(t, env, "node-a")
+	b := f.NewRouted(t, env, "node-b")
 	tn := newTenant(t, env, "tenant-owned", "blue", 10300, "10.20.0.0/24")
 	web, webObj := tn.attachment("web-0", "10.20.0.5/24")
 	peer, peerObj := tn.attachment("peer-0", "10.20.0.7/24")
@@ -144,22 +144,22 @@ func TestAnObjectBackedAdvertisementIsAnnouncedOnlyWithTheAddressesItsAttachment
 
 	// The plugins made the data path and advertisements under the
 	// data-plane names; the advertisements name their attachments.
-	wa := add(t, a.Node, web)
-	wb := add(t, b.Node, peer)
+	wa := a.Add(t, web)
+	wb := b.Add(t, peer)
 	backBy(t, env, web, "node-a", webObj)
 	backBy(t, env, peer, "node-b", peerObj)
 
 	// web-0 has no allocation yet: nothing of it is announced.
 	waitNotOwned(t, env, web, "node-a", "no status.dataplane")
-	waitCondition(t, env, peer, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
-	waitFRR(t, f, 0, web.Prefixes()...)
+	env.WaitCondition(t, peer, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	f.WaitPaths(t, 0, web.Prefixes()...)
 
 	// Allocated: announced, and the workloads reach each other.
 	tn.allocate(webObj, web)
-	waitCondition(t, env, web, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
-	waitFRR(t, f, 1, web.Prefixes()[0], peer.Prefixes()[0])
-	waitPing(t, wb, web.Addr(false))
-	waitPing(t, wa, peer.Addr(false))
+	env.WaitCondition(t, web, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	f.WaitPaths(t, 1, web.Prefixes()[0], peer.Prefixes()[0])
+	wb.WaitPing(t, web.Addr(false))
+	wa.WaitPing(t, peer.Addr(false))
 
 	// A misbehaving plugin claims an address web-0 was not given: every
 	// path of it is withdrawn, and node-b's route to it goes.
@@ -169,16 +169,16 @@ func TestAnObjectBackedAdvertisementIsAnnouncedOnlyWithTheAddressesItsAttachment
 		adv.Spec.Containers[0].Prefixes = append(adv.Spec.Containers[0].Prefixes, stolen)
 	})
 	waitNotOwned(t, env, web, "node-a", string(stolen))
-	waitFRR(t, f, 0, web.Prefixes()[0], netip.MustParsePrefix(string(stolen)))
-	eventually(t, 20*time.Second, "node-b's route to web-0 removed", func() error {
+	f.WaitPaths(t, 0, web.Prefixes()[0], netip.MustParsePrefix(string(stolen)))
+	harness.Eventually(t, 20*time.Second, "node-b's route to web-0 removed", func() error {
 		if r := kernelRoute(t, b.Node, peer.VPC, web.Prefixes()[0]); r != nil {
 			return fmt.Errorf("route %+v", r)
 		}
 		return nil
 	})
 	// The other attachment of the VPC is untouched.
-	waitCondition(t, env, peer, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
-	waitFRR(t, f, 1, peer.Prefixes()[0])
+	env.WaitCondition(t, peer, "node-b", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	f.WaitPaths(t, 1, peer.Prefixes()[0])
 
 	// Fixed: announced again.
 	editAdvertisement(t, env, web, "node-a", func(adv *v1alpha1.BGPAdvertisement) {
@@ -188,12 +188,12 @@ func TestAnObjectBackedAdvertisementIsAnnouncedOnlyWithTheAddressesItsAttachment
 		adv.Spec.Prefixes = drop(adv.Spec.Prefixes)
 		adv.Spec.Containers[0].Prefixes = drop(adv.Spec.Containers[0].Prefixes)
 	})
-	waitCondition(t, env, web, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
-	waitFRR(t, f, 1, web.Prefixes()[0])
-	waitPing(t, wb, web.Addr(false))
+	env.WaitCondition(t, web, "node-a", v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonAnnounced)
+	f.WaitPaths(t, 1, web.Prefixes()[0])
+	wb.WaitPing(t, web.Addr(false))
 
 	// A VNI the attachment was not given is refused as well.
 	editAdvertisement(t, env, web, "node-a", func(adv *v1alpha1.BGPAdvertisement) { adv.Spec.VNI = 10399 })
 	waitNotOwned(t, env, web, "node-a", "spec.vni 10399")
-	waitFRR(t, f, 0, web.Prefixes()[0])
+	f.WaitPaths(t, 0, web.Prefixes()[0])
 }
