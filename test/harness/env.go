@@ -125,19 +125,19 @@ func NewEnv(ctx context.Context, progress io.Writer) (_ *Env, err error) {
 // identity applied, so that nodes can be created on it. Its owner stops
 // cp; Release removes what NewEnvOn added.
 func NewEnvOn(ctx context.Context, cp *ControlPlane) (*Env, error) {
-	bin, err := BuildBinaries()
+	bin, err := BuildBinaries(ctx)
 	if err != nil {
 		return nil, err
 	}
 	e, err := envOn(ctx, cp, bin)
 	if err != nil {
-		os.RemoveAll(bin)
+		_ = RemoveDir(bin)
 	}
 	return e, err
 }
 
 // Release removes the binaries of an environment NewEnvOn made.
-func (e *Env) Release() { _ = os.RemoveAll(e.BinDir) }
+func (e *Env) Release() { _ = RemoveDir(e.BinDir) }
 
 func envOn(ctx context.Context, cp *ControlPlane, bin string) (*Env, error) {
 	var err error

@@ -153,7 +153,7 @@ func TestAdoptTurnsInlineAttachmentsIntoObjectsAndKeepsTheirLeasesInterfacesAndR
 	web := inline{vpc: "green", name: "web", vni: 10300, address: "10.40.0.5/16"}
 	db := inline{vpc: "green", name: "db", vni: 10300, address: "10.40.0.9/16"}
 	webC, dbC := addInline(t, env, a, web), addInline(t, env, b, db)
-	waitFor(t, waitLimit, "node B's route to web", func() (*string, error) {
+	waitObject(t, waitLimit, "node B's route to web", func() (*string, error) {
 		r := routeOf(t, b, "green", web.prefix())
 		return &r, nil
 	}, func(r *string) error {
