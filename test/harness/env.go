@@ -117,7 +117,13 @@ func NewEnv(ctx context.Context, progress io.Writer) (_ *Env, err error) {
 		RemoveDir(bin)
 		return nil, err
 	}
-	return envOn(ctx, cp, bin)
+	e, err := envOn(ctx, cp, bin)
+	if err != nil {
+		cp.Stop()
+		RemoveDir(bin)
+		return nil, err
+	}
+	return e, nil
 }
 
 // NewEnvOn is an environment on a control plane that already runs (a
@@ -142,11 +148,6 @@ func (e *Env) Release() { _ = RemoveDir(e.BinDir) }
 func envOn(ctx context.Context, cp *ControlPlane, bin string) (*Env, error) {
 	var err error
 	e := &Env{CP: cp, BinDir: bin}
-	defer func() {
-		if err != nil {
-			e.Close()
-		}
-	}()
 	if e.Kube, err = kubernetes.NewForConfig(cp.Admin); err != nil {
 		return nil, err
 	}
