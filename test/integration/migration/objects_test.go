@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
-	"github.com/galactic-cni/galactic/pkg/handoff"
+	handoffpkg "github.com/galactic-cni/galactic/pkg/handoff"
 	"github.com/galactic-cni/galactic/test/harness"
 )
 
@@ -31,11 +31,14 @@ func TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRout
 	cl := newCluster(t)
 	as := guestAssets(t)
 	objs := objectAttachments(t, cl.env, "tenant-mig", map[string]string{"vm": "10.20.0.5", "client": "10.20.0.7"})
-	vmAtt := attachment{name: "vm", address: "10.20.0.5/24", mode: "tap", object: objs["vm"]}
+	handoff := &harness.Handoff{WaitSeconds: waitSeconds, LeaseSeconds: 60}
+	vmAtt := harness.Attachment{VPC: vpc, Name: "vm", Addresses: []string{"10.20.0.5/24"}, Mode: "tap",
+		Handoff: handoff, PodAnnotations: true, Object: objs["vm"]}
 	l := cl.bootVMOf(t, as, vmAtt)
-	clientAtt := attachment{name: "client", address: "10.20.0.7/24", mode: "veth", object: objs["client"]}
-	wc := clientAtt.add(t, cl.c.Node)
-	eventually(t, "the client reaches the guest", func() error { return wc.Ping(vmAtt.addr()) })
+	clientAtt := harness.Attachment{VPC: vpc, Name: "client", Addresses: []string{"10.20.0.7/24"},
+		Handoff: handoff, PodAnnotations: true, Object: objs["client"]}
+	wc := cl.c.Add(t, clientAtt)
+	harness.Eventually(t, hangGuard, "the client reaches the guest", func() error { return wc.Ping(vmAtt.Addr(false)) })
 	conn := dialEcho(t, wc, vmAtt)
 	if err := conn.roundTrip(10 * time.Second); err != nil {
 		t.Fatal(err)
@@ -44,16 +47,16 @@ func TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRout
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := cl.env.Lease(t, vmAtt.lease())
-	if rec := handoff.RecordFromLease(lease); rec.Identity.UID != vmAtt.uid() || rec.Identity.Namespace != "tenant-mig" {
+	lease := cl.env.Lease(t, vmAtt.LeaseName())
+	if rec := handoffpkg.RecordFromLease(lease); rec.Identity.UID != vmAtt.UID() || rec.Identity.Namespace != "tenant-mig" {
 		t.Fatalf("the guest's lease %s carries identity %+v", lease.Name, rec.Identity)
 	}
 	token := harness.LeaseToken(lease)
 
 	leases := cl.watchLease(t, vmAtt)
-	routes := watchRoute(t, cl.c, vmAtt.prefix())
-	pinger := startPinger(t, wc, vmAtt)
-	time.Sleep(500 * time.Millisecond)
+	routes := watchRoute(t, cl.c, vmAtt.Prefix())
+	pinger := harness.Ping(t, wc, vmAtt.Addr(false))
+	pinger.WaitReplies(t, 20)
 	m := cl.migration(t, vmAtt, cl.a, cl.b, l.src)
 	m.Namespace, m.VPC = "tenant-mig", ""
 	m.VMM = l.qemu
@@ -63,7 +66,7 @@ func TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRout
 		if ifs := hostInterfaces(t, cl.b, vmAtt); len(ifs) != 1 {
 			t.Errorf("node-b's standby interfaces of the guest: %v", ifs)
 		}
-		if h := harness.LeaseHolder(cl.env.Lease(t, vmAtt.lease())); h != holder(cl.a, l.src) {
+		if h := harness.LeaseHolder(cl.env.Lease(t, vmAtt.LeaseName())); h != cl.a.HolderOf(l.src) {
 			t.Errorf("the lease moved at the standby ADD: holder %q", h)
 		}
 		return nil
@@ -71,11 +74,11 @@ func TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRout
 	if _, err := m.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the guest answers on node-b", func() error { return wc.Ping(vmAtt.addr()) })
+	harness.Eventually(t, hangGuard, "the guest answers on node-b", func() error { return wc.Ping(vmAtt.Addr(false)) })
 	if err := conn.roundTrip(20 * time.Second); err != nil {
 		t.Fatalf("the TCP connection did not survive the migration: %v", err)
 	}
-	time.Sleep(time.Second)
+	cl.settled(t, vmAtt, cl.b)
 	st := pinger.Stop()
 	after, err := l.qemu.Target.UptimeNow(10 * time.Second)
 	if err != nil || after <= before {
@@ -92,12 +95,12 @@ func TestALiveMigrationOfAnObjectBackedAttachmentKeepsOneHolderAndChangesTheRout
 	if err := harness.OneHolder(versions); err != nil {
 		t.Fatalf("%v in %+v", err, versions)
 	}
-	if last := versions[len(versions)-1]; last.Holder != holder(cl.b, m.Target.Container) || last.Token != token+1 {
+	if last := versions[len(versions)-1]; last.Holder != cl.b.HolderOf(m.Target.Container) || last.Token != token+1 {
 		t.Fatalf("lease after the migration: %+v", last)
 	}
 	adv := cl.advertisement(t, vmAtt, cl.b)
-	if adv == nil || adv.Labels[v1alpha1.LabelAttachmentUID] != vmAtt.uid() || len(adv.Spec.Containers) != 1 ||
-		adv.Spec.Containers[0].AttachmentUID != vmAtt.uid() || adv.Spec.Containers[0].HolderGeneration != token+1 {
+	if adv == nil || adv.Labels[v1alpha1.LabelAttachmentUID] != vmAtt.UID() || len(adv.Spec.Containers) != 1 ||
+		adv.Spec.Containers[0].AttachmentUID != vmAtt.UID() || adv.Spec.Containers[0].HolderGeneration != token+1 {
 		t.Fatalf("node-b's advertisement after the promote: %+v", adv)
 	}
 	if cl.advertisement(t, vmAtt, cl.a) != nil || len(hostInterfaces(t, cl.a, vmAtt)) != 0 {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -40,22 +39,6 @@ func setup(t *testing.T) *harness.Env {
 	env := harness.Setup(t)
 	env.StartController(t)
 	return env
-}
-
-// eventually polls cond every 50 ms until it returns nil or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, limit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // handoffConf is a handoff stanza that waits briefly.

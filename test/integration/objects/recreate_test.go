@@ -71,7 +71,7 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			if err := env.API.VPCAttachments(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "the deleted attachment held while in use", func() error {
+			harness.Eventually(t, 30*time.Second, "the deleted attachment held while in use", func() error {
 				a, err := env.API.VPCAttachments(ns).Get(ctx, "web", metav1.GetOptions{})
 				if err != nil {
 					return err
@@ -107,7 +107,7 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			if st, reason, _ := handoff.AvailabilityOf(l, string(recreated.UID), rec.HolderIdentity, 1); st != metav1.ConditionFalse || reason != handoff.ReasonAcquired {
 				t.Fatalf("the new holder starts %s (%s), want not available", st, reason)
 			}
-			eventually(t, 30*time.Second, "the recreated attachment's status shows its holder not available", func() error {
+			harness.Eventually(t, 30*time.Second, "the recreated attachment's status shows its holder not available", func() error {
 				a, err := env.API.VPCAttachments(ns).Get(ctx, "web", metav1.GetOptions{})
 				if err != nil {
 					return err

@@ -84,8 +84,8 @@ func TestTwoTenantsVPCBlueWithTheSameNamesAndAddressesOnTwoNodesEachReachOnlyThe
 		return n
 	}
 	five, six := netip.MustParseAddr("10.20.0.5"), netip.MustParseAddr("10.20.0.6")
-	eventually(t, 30*time.Second, "tenant-a's peer reaches tenant-a's web on the other node", func() error { return podPeerA.Ping(five) })
-	eventually(t, 30*time.Second, "tenant-b's peer reaches tenant-b's web on the other node", func() error { return podPeerB.Ping(five) })
+	harness.Eventually(t, 30*time.Second, "tenant-a's peer reaches tenant-a's web on the other node", func() error { return podPeerA.Ping(five) })
+	harness.Eventually(t, 30*time.Second, "tenant-b's peer reaches tenant-b's web on the other node", func() error { return podPeerB.Ping(five) })
 
 	// Each ping reaches its own tenant's workload across the fabric and
 	// never the other tenant's of the same address, which is on the
