@@ -521,10 +521,10 @@ func TestAPodOfAnotherNamespaceNeverStartsWithTenantAsNetworkAndTenantAIsUntouch
 	// Each sandbox fails, with the reason in the pod's events, more than
 	// once (the kubelet retries); none becomes ready.
 	for _, in := range intruders {
-		eventually(t, 2*time.Minute, "pod mallory/"+in.pod.Name+"'s sandbox refused twice", func() (bool, string) {
+		harness.Eventually(t, 2*time.Minute, "pod mallory/"+in.pod.Name+"'s sandbox refused twice", func() error {
 			evs, err := f.c.Kube.CoreV1().Events(mallory).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + in.pod.Name + ",reason=FailedCreatePodSandBox"})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			var count int32
 			var msg string
@@ -534,13 +534,14 @@ func TestAPodOfAnotherNamespaceNeverStartsWithTenantAsNetworkAndTenantAIsUntouch
 			}
 			for _, s := range in.say {
 				if !strings.Contains(msg, s) {
-					return false, fmt.Sprintf("%d events, the last says %q, want %q", count, msg, s)
+					return fmt.Errorf("%d events, the last says %q, want %q", count, msg, s)
 				}
 			}
-			if count >= 2 {
-				t.Logf("pod mallory/%s: %d FailedCreatePodSandBox events, the last: %s", in.pod.Name, count, msg)
+			if count < 2 {
+				return fmt.Errorf("%d events: %s", count, msg)
 			}
-			return count >= 2, fmt.Sprintf("%d events: %s", count, msg)
+			t.Logf("pod mallory/%s: %d FailedCreatePodSandBox events, the last: %s", in.pod.Name, count, msg)
+			return nil
 		})
 		p, err := f.c.Kube.CoreV1().Pods(mallory).Get(ctx, in.pod.Name, metav1.GetOptions{})
 		if err != nil {
