@@ -289,7 +289,7 @@ func TestAdoptTurnsInlineAttachmentsIntoObjectsAndKeepsTheirLeasesInterfacesAndR
 		}
 		return condition(att.Status.Conditions, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, "")
 	})
-	waitFor(t, waitLimit, "db reaches web's new container", func() (*string, error) { s := ""; return &s, nil }, func(*string) error {
+	harness.Eventually(t, waitLimit, "db reaches web's new container", func() error {
 		return dbC.Ping(web.prefix().Addr())
 	})
 
