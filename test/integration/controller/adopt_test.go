@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,15 +93,15 @@ func linkOf(t *testing.T, n *harness.Node, name string) (int, string) {
 }
 
 // routedNode is a harness node on the fabric running galactic-router.
-func routedNode(t *testing.T, env *harness.Env, fab *harness.Fabric, name string) *harness.Node {
+func routedNode(t *testing.T, env *harness.Env, fab *harness.Fabric, name string) (*harness.Node, *harness.Router) {
 	t.Helper()
 	n := env.NewNode(t, name)
 	ul := fab.Attach(t, n)
 	if out, err := n.Run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
 		t.Fatalf("enabling forwarding: %v %s", err, out)
 	}
-	n.StartRouter(t, fab.FabricRouterConfig(ul), "--resync", "2s")
-	return n
+	r := n.StartRouter(t, fab.FabricRouterConfig(ul), "--resync", "2s")
+	return n, r
 }
 
 func addInline(t *testing.T, env *harness.Env, n *harness.Node, a inline) *harness.Netns {
@@ -149,7 +148,8 @@ func TestAdoptTurnsInlineAttachmentsIntoObjectsAndKeepsTheirLeasesInterfacesAndR
 	ctx := context.Background()
 	ns := f.tenant(t, "adopted")
 	fab := harness.NewFabric(t)
-	a, b := routedNode(t, env, fab, "adopt-a"), routedNode(t, env, fab, "adopt-b")
+	a, ra := routedNode(t, env, fab, "adopt-a")
+	b, rb := routedNode(t, env, fab, "adopt-b")
 	web := inline{vpc: "green", name: "web", vni: 10300, address: "10.40.0.5/16"}
 	db := inline{vpc: "green", name: "db", vni: 10300, address: "10.40.0.9/16"}
 	webC, dbC := addInline(t, env, a, web), addInline(t, env, b, db)
@@ -246,7 +246,9 @@ func TestAdoptTurnsInlineAttachmentsIntoObjectsAndKeepsTheirLeasesInterfacesAndR
 
 	// Routing did not move: node B's route is the same, the kernel saw no
 	// change of it, FRR no update of the prefix, and traffic flows.
-	time.Sleep(3 * time.Second) // a router resync pass (2 s) after the labels
+	// Both routers have passed over the labelled advertisements (a pass
+	// that was under way when adopt wrote them may predate them: two).
+	harness.WaitPasses(t, 2, ra, rb)
 	if got := routeOf(t, b, "green", web.prefix()); got != routeBefore {
 		t.Errorf("node B's route to web is %s, was %s", got, routeBefore)
 	}
