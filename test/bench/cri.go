@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/names"
 	"github.com/galactic-cni/galactic/pkg/netconf"
 	"github.com/galactic-cni/galactic/test/harness"
@@ -32,11 +33,12 @@ type criNode struct {
 	node        *node
 	ctd         *harness.Containerd
 	annotations map[string]string
-	att         string
+	// att is the pod's VPCAttachment; dpVPC and dpAtt its data-plane names.
+	att, dpVPC, dpAtt string
 }
 
 // criConf is the conflist a node under containerd has for every pod: the
-// attachment comes from the pod's annotations.
+// pod's annotation names its VPCAttachment.
 func criConf(handoff bool) map[string]any {
 	caps := map[string]bool{netconf.CapabilityPodAnnotations: true}
 	h := map[string]any{"enabled": false}
@@ -49,12 +51,14 @@ func criConf(handoff bool) map[string]any {
 	}}
 }
 
-func podAnnotations(att string, addrs []string) map[string]string {
-	return map[string]string{
-		netconf.AnnotationVPC: "cri", netconf.AnnotationAttachment: att, netconf.AnnotationMode: names.ModeVeth,
-		netconf.AnnotationAddresses: strings.Join(addrs, ","),
-	}
+func podAnnotations(att string) map[string]string {
+	return map[string]string{netconf.AnnotationAttachment: att, netconf.AnnotationMode: names.ModeVeth}
 }
+
+// criTenant is the namespace of the galactic rows' pods, with VPC cri.
+const criTenant = "bench-cri"
+
+var criNetworks = []v1alpha1.CIDR{"10.20.0.0/24", "fd20::/64"}
 
 // criSandbox measures pod sandbox start through CRI: three nodes, each
 // with its own containerd, take turns running one pod at a time.
@@ -70,6 +74,15 @@ func (b *bench) criSandbox() error {
 		{CRIHandoff, "galactic-cni, galactic-bgp", criConf(true), true, true},
 	}
 	var nodes []*criNode
+	// The pods name VPCAttachments that galactic-controller allocates, one
+	// per pod name (each its own addresses), made before the loop.
+	if err := b.startController(); err != nil {
+		return err
+	}
+	tn, err := b.tenant(b.env.API, b.env.Kube, criTenant, "cri", criNetworks...)
+	if err != nil {
+		return err
+	}
 	for i, r := range rows {
 		res := &CRIResult{Name: r.name, Plugins: r.plugins}
 		b.res.CRI = append(b.res.CRI, res)
@@ -90,10 +103,19 @@ func (b *bench) criSandbox() error {
 		cn := &criNode{result: res, node: n, ctd: ctd}
 		if r.galactic {
 			cn.att = fmt.Sprintf("pod-%d", i)
-			cn.annotations = podAnnotations(cn.att, benchAddresses)
+			cn.annotations = podAnnotations(cn.att)
+			a, err := tn.attach(b.ctx, cn.att)
+			if err != nil {
+				return err
+			}
+			cn.dpVPC, cn.dpAtt = a.Status.Dataplane.VPC, a.Status.Dataplane.Attachment
 			// A resident pod keeps the VPC's routing table, as on a node
 			// that runs workloads.
-			if _, err := ctd.RunPod(harness.PodSpec{Name: "resident", Annotations: podAnnotations(fmt.Sprintf("resident-%d", i), []string{"10.20.1.5/24"})}); err != nil {
+			resident := fmt.Sprintf("resident-%d", i)
+			if _, err := tn.attach(b.ctx, resident); err != nil {
+				return err
+			}
+			if _, err := ctd.RunPod(harness.PodSpec{Name: "resident", Namespace: criTenant, Annotations: podAnnotations(resident)}); err != nil {
 				return err
 			}
 		}
@@ -104,7 +126,7 @@ func (b *bench) criSandbox() error {
 		for j := range nodes {
 			cn := nodes[(i+j)%len(nodes)]
 			start := time.Now()
-			id, err := cn.ctd.RunPod(harness.PodSpec{Name: fmt.Sprintf("bench-%d", i), Annotations: cn.annotations})
+			id, err := cn.ctd.RunPod(harness.PodSpec{Name: fmt.Sprintf("bench-%d", i), Namespace: criTenant, Annotations: cn.annotations})
 			runp := time.Since(start)
 			if err != nil {
 				return fmt.Errorf("%s: %w", cn.result.Name, err)
@@ -122,10 +144,10 @@ func (b *bench) criSandbox() error {
 				cn.result.Teardown = append(cn.result.Teardown, teardown)
 			}
 			if cn.att != "" {
-				if err := b.checkReleased(cn.node, "cri", cn.att); err != nil {
+				if err := b.checkReleased(cn.node, cn.dpVPC, cn.dpAtt); err != nil {
 					return fmt.Errorf("%s: %w", cn.result.Name, err)
 				}
-				if out, _ := cn.node.Run("ip", "link", "show", names.HostInterface(names.ModeVeth, "cri", cn.att)); !strings.Contains(out, "does not exist") {
+				if out, _ := cn.node.Run("ip", "link", "show", names.HostInterface(names.ModeVeth, cn.dpVPC, cn.dpAtt)); !strings.Contains(out, "does not exist") {
 					return fmt.Errorf("%s: host veth left after stopp and rmp: %s", cn.result.Name, out)
 				}
 			}
@@ -156,7 +178,7 @@ func renderCRI(w *strings.Builder, r *Results) {
 	p("A real containerd (%s) per node, started by the harness in the node's network namespace, runs pod sandboxes of the local pause image through CRI; each figure is one real `crictl` process: `crictl runp` until the sandbox is ready (containerd creates the netns, runs the CNI ADD of the node's one conflist, starts the pause container), and `crictl stopp` plus `crictl rmp` (DEL, stop, remove). The nodes take turns, one pod at a time, %d times each after %d warm-up rounds.", r.Versions.CRI, r.Options.CRIIterations, r.Options.CRIWarmup)
 	p("")
 	p("- **reference**: the upstream `tap` plugin with `static` IPAM, the same two addresses, as in %s; its tap is the sandbox's `eth0`.", r.sec("chain-latency"))
-	p("- **galactic conflist**: the conflist of [under containerd](install/containerd.md), `galactic-cni` (`routing: table`) and `galactic-bgp`, with the attachment, the same two addresses and `mode: veth` from the pod's annotations (a pod sandbox needs its `eth0`, which tap mode does not give it); handoff off and on. Each galactic node keeps a resident pod in the VPC.")
+	p("- **galactic conflist**: the conflist of [under containerd](install/containerd.md), `galactic-cni` (`routing: table`) and `galactic-bgp`, each pod in namespace `bench-cri` naming its `VPCAttachment` (made Ready by galactic-controller before the loop, one address of each family) and `mode: veth` in its annotations (a pod sandbox needs its `eth0`, which tap mode does not give it); handoff off and on. Each galactic node keeps a resident pod in the VPC.")
 	p("")
 	ref := r.criRow(CRIReference)
 	p("| conflist | plugins | runp p50 | runp p90 | runp p50 / ref | stopp+rmp p50 | stopp+rmp p90 | stopp+rmp p50 / ref |")
