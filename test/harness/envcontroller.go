@@ -15,14 +15,24 @@ import (
 // environment closes; every test that calls it shares it.
 func (e *Env) StartController(t testing.TB) *Controller {
 	t.Helper()
+	c, err := e.EnsureController()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// EnsureController is StartController outside a test: it starts the
+// environment's controller unless it runs, and says why it does not.
+func (e *Env) EnsureController() (*Controller, error) {
 	e.ctrlOnce.Do(func() { e.ctrl, e.ctrlErr = e.startController() })
 	if e.ctrlErr != nil {
-		t.Fatalf("galactic-controller: %v", e.ctrlErr)
+		return nil, fmt.Errorf("galactic-controller: %v", e.ctrlErr)
 	}
 	if e.ctrl.Exited() {
-		t.Fatalf("galactic-controller exited:\n%s", e.ctrl.LogTail(30))
+		return nil, fmt.Errorf("galactic-controller exited:\n%s", e.ctrl.LogTail(30))
 	}
-	return e.ctrl
+	return e.ctrl, nil
 }
 
 func (e *Env) startController() (*Controller, error) {

@@ -45,23 +45,56 @@ func (e *Env) NewLastingTenant(t testing.TB, ns, vpc string, networks ...v1alpha
 func (e *Env) newTenant(t testing.TB, ns, vpc string, lasting bool, networks []v1alpha1.CIDR) *Tenant {
 	t.Helper()
 	ctx := context.Background()
-	_, err := e.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	created, err := e.createVPC(ctx, ns, vpc, networks)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var created *v1alpha1.VPC
-	createOrWait(t, "VPC "+ns+"/"+vpc, func() (err error) {
-		created, err = e.API.VPCs(ns).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: networks}}, metav1.CreateOptions{})
-		return err
-	})
 	if !lasting {
 		t.Cleanup(func() {
 			uid := created.UID
 			_ = e.API.VPCs(ns).Delete(ctx, vpc, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		})
 	}
+	tn, err := e.waitTenant(ctx, ns, vpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.lasting = lasting
+	return tn
+}
+
+// CreateTenant is NewLastingTenant outside a test: the caller deletes the
+// VPC and the attachments it makes through the tenant (Delete).
+func (e *Env) CreateTenant(ctx context.Context, ns, vpc string, networks ...v1alpha1.CIDR) (*Tenant, error) {
+	if _, err := e.createVPC(ctx, ns, vpc, networks); err != nil {
+		return nil, err
+	}
+	tn, err := e.waitTenant(ctx, ns, vpc)
+	if err != nil {
+		return nil, err
+	}
+	tn.lasting = true
+	return tn, nil
+}
+
+// createVPC makes namespace ns (unless it exists) and VPC vpc in it.
+func (e *Env) createVPC(ctx context.Context, ns, vpc string, networks []v1alpha1.CIDR) (*v1alpha1.VPC, error) {
+	_, err := e.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	var created *v1alpha1.VPC
+	err = createRetrying(ctx, "VPC "+ns+"/"+vpc, func() (err error) {
+		created, err = e.API.VPCs(ns).Create(ctx, &v1alpha1.VPC{ObjectMeta: metav1.ObjectMeta{Name: vpc}, Spec: v1alpha1.VPCSpec{Networks: networks}}, metav1.CreateOptions{})
+		return err
+	})
+	return created, err
+}
+
+// waitTenant waits until galactic-controller made VPC vpc Ready.
+func (e *Env) waitTenant(ctx context.Context, ns, vpc string) (*Tenant, error) {
 	var v *v1alpha1.VPC
-	waitObject(t, 30*time.Second, "VPC "+ns+"/"+vpc+" Ready", func() error {
+	err := Poll(ctx, 30*time.Second, "VPC "+ns+"/"+vpc+" Ready", func() (err error) {
 		if v, err = e.API.VPCs(ns).Get(ctx, vpc, metav1.GetOptions{}); err != nil {
 			return err
 		}
@@ -70,7 +103,44 @@ func (e *Env) newTenant(t testing.TB, ns, vpc string, lasting bool, networks []v
 		}
 		return nil
 	})
-	return &Tenant{Env: e, Namespace: ns, VPC: v, lasting: lasting}
+	if err != nil {
+		return nil, err
+	}
+	return &Tenant{Env: e, Namespace: ns, VPC: v}, nil
+}
+
+// Delete deletes attachments as (these objects, not successors of their
+// names), waits until the controller let them go (nothing may use them
+// any more: their workloads' DELs come first), then deletes the VPC and
+// waits until it is gone.
+func (tn *Tenant) Delete(ctx context.Context, as ...*v1alpha1.VPCAttachment) error {
+	for _, a := range as {
+		uid := a.UID
+		err := tn.Env.API.VPCAttachments(tn.Namespace).Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	for _, a := range as {
+		if err := tn.waitGone(ctx, a.Name, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	uid := tn.VPC.UID
+	err := tn.Env.API.VPCs(tn.Namespace).Delete(ctx, tn.VPC.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return Poll(ctx, 30*time.Second, "VPC "+tn.Namespace+"/"+tn.VPC.Name+" gone", func() error {
+		v, err := tn.Env.API.VPCs(tn.Namespace).Get(ctx, tn.VPC.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("still there: %+v", v.Status)
+	})
 }
 
 // Attach makes VPCAttachment name in the tenant's VPC under policy (""
@@ -82,6 +152,15 @@ func (tn *Tenant) Attach(t testing.TB, name string, policy v1alpha1.ReclaimPolic
 	t.Helper()
 	tn.create(t, name, tn.VPC.Name, policy, addrs)
 	return tn.WaitReady(t, name)
+}
+
+// CreateAttachment is Attach outside a test: the attachment is not
+// deleted by anything but the caller (Delete).
+func (tn *Tenant) CreateAttachment(ctx context.Context, name string, policy v1alpha1.ReclaimPolicy, addrs ...string) (*v1alpha1.VPCAttachment, error) {
+	if _, err := tn.createAttachment(ctx, name, tn.VPC.Name, policy, addrs); err != nil {
+		return nil, err
+	}
+	return tn.waitReady(ctx, name)
 }
 
 // AttachUnready makes VPCAttachment name of VPC vpc (a name the tenant
@@ -104,29 +183,44 @@ func (tn *Tenant) AttachUnready(t testing.TB, name, vpc, reason string) {
 
 func (tn *Tenant) create(t testing.TB, name, vpc string, policy v1alpha1.ReclaimPolicy, addrs []string) {
 	t.Helper()
+	created, err := tn.createAttachment(context.Background(), name, vpc, policy, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tn.lasting {
+		t.Cleanup(func() { tn.forget(t, created) })
+	}
+}
+
+func (tn *Tenant) createAttachment(ctx context.Context, name, vpc string, policy v1alpha1.ReclaimPolicy, addrs []string) (*v1alpha1.VPCAttachment, error) {
 	spec := v1alpha1.VPCAttachmentSpec{VPC: vpc, ReclaimPolicy: policy}
 	for _, a := range addrs {
 		spec.Addresses = append(spec.Addresses, v1alpha1.IPAddress(a))
 	}
 	var created *v1alpha1.VPCAttachment
-	createOrWait(t, "VPCAttachment "+tn.Namespace+"/"+name, func() (err error) {
-		created, err = tn.Env.API.VPCAttachments(tn.Namespace).Create(context.Background(),
+	err := createRetrying(ctx, "VPCAttachment "+tn.Namespace+"/"+name, func() (err error) {
+		created, err = tn.Env.API.VPCAttachments(tn.Namespace).Create(ctx,
 			&v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
 		return err
 	})
-	if !tn.lasting {
-		t.Cleanup(func() { tn.forget(t, created) })
-	}
+	return created, err
 }
 
 // WaitReady waits until attachment name is Ready, with addresses and
 // data-plane names, and returns it.
 func (tn *Tenant) WaitReady(t testing.TB, name string) *v1alpha1.VPCAttachment {
 	t.Helper()
+	a, err := tn.waitReady(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (tn *Tenant) waitReady(ctx context.Context, name string) (*v1alpha1.VPCAttachment, error) {
 	var a *v1alpha1.VPCAttachment
-	waitObject(t, 30*time.Second, "VPCAttachment "+tn.Namespace+"/"+name+" Ready", func() error {
-		var err error
-		if a, err = tn.Env.API.VPCAttachments(tn.Namespace).Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+	err := Poll(ctx, 30*time.Second, "VPCAttachment "+tn.Namespace+"/"+name+" Ready", func() (err error) {
+		if a, err = tn.Env.API.VPCAttachments(tn.Namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return err
 		}
 		if !meta.IsStatusConditionTrue(a.Status.Conditions, v1alpha1.ConditionReady) || a.Status.Dataplane == nil || len(a.Status.Addresses) == 0 {
@@ -134,15 +228,21 @@ func (tn *Tenant) WaitReady(t testing.TB, name string) *v1alpha1.VPCAttachment {
 		}
 		return nil
 	})
-	return a
+	return a, err
 }
 
 // WaitGone waits until deleted attachment name is gone: the controller
 // lets it go once nothing uses it.
 func (tn *Tenant) WaitGone(t testing.TB, name string, limit time.Duration) {
 	t.Helper()
-	waitObject(t, limit, "VPCAttachment "+tn.Namespace+"/"+name+" gone", func() error {
-		a, err := tn.Env.API.VPCAttachments(tn.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err := tn.waitGone(context.Background(), name, limit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (tn *Tenant) waitGone(ctx context.Context, name string, limit time.Duration) error {
+	return Poll(ctx, limit, "VPCAttachment "+tn.Namespace+"/"+name+" gone", func() error {
+		a, err := tn.Env.API.VPCAttachments(tn.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -168,34 +268,28 @@ func (tn *Tenant) forget(t testing.TB, a *v1alpha1.VPCAttachment) {
 	}
 }
 
-// createOrWait runs create until it does not answer AlreadyExists: an
-// earlier test's object of the same name may still be on its way out.
-func createOrWait(t testing.TB, what string, create func() error) {
-	t.Helper()
-	waitObject(t, 2*time.Minute, what+" created (an earlier one of the name gone)", func() error {
-		err := create()
-		if apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		if err != nil {
-			t.Fatal(err)
+// createRetrying runs create until it does not answer AlreadyExists (an
+// earlier object of the same name may still be on its way out) and
+// returns its answer.
+func createRetrying(ctx context.Context, what string, create func() error) error {
+	var final error
+	err := Poll(ctx, 2*time.Minute, what+" created (an earlier one of the name gone)", func() error {
+		final = create()
+		if apierrors.IsAlreadyExists(final) {
+			return final
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return final
 }
 
-// waitObject polls cond every 50 ms until it returns nil or limit passes.
+// waitObject polls cond until it returns nil or limit passes.
 func waitObject(t testing.TB, limit time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, limit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := Poll(context.Background(), limit, what, cond); err != nil {
+		t.Fatal(err)
 	}
 }
