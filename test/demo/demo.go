@@ -8,7 +8,10 @@
 // live-migrates from node-a to node-b under the client's pings and TCP
 // connection. Every step prints what FRR
 // holds, the client node's route, the lease and the lost replies, and Run
-// fails when an expected state is not observed.
+// fails when an expected state is not observed. Last, galactic-controller
+// allocates two tenants' VPC blue with the same attachment names and
+// addresses on node-a and node-b, and each tenant's pair pings across
+// nodes without reaching the other tenant's.
 package demo
 
 import (
@@ -137,7 +140,7 @@ func Run(ctx context.Context, out io.Writer, env *harness.Env) (rep *Report, err
 	}
 	d.say("the VM is %s", d.qemu.describe())
 
-	for _, step := range []func() error{d.setup, d.liveMigration, d.attach, d.upgrade, d.move, d.crash, d.restartRouter, d.drain} {
+	for _, step := range []func() error{d.setup, d.liveMigration, d.attach, d.upgrade, d.move, d.crash, d.restartRouter, d.drain, d.tenants} {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

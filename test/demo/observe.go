@@ -48,6 +48,8 @@ type Report struct {
 	LastReplyAfterReport   time.Duration
 	RepliesAfterWithdrawal int
 	IPv6AfterDrain         bool
+	// Tenants: two tenants' VPC blue with the same names and addresses.
+	Tenants Tenants
 }
 
 // Figures are one step's measurements.
@@ -92,8 +94,10 @@ what the demo measured (the client on node-c pinging the VM every %s):
      node-b returns:  %s
   5. router restart:  %s
   6. drain:           %d replies lost before the report; the last reply %d ms after it; %d replies after node-c's route went; IPv6 answered after it: %v
+  7. two tenants:     %s
 `, pingInterval, r.Live.summary(), r.RepliesBeforeAvailable, r.FirstReplyAfterReport.Milliseconds(), r.IPv6Routed, r.Upgrade.summary(), r.Move.summary(),
-		r.Crash.summary(), r.ViaAtLeaseExpiry, r.Return.summary(), r.Restart.summary(), r.LostBeforeDrain, r.LastReplyAfterReport.Milliseconds(), r.RepliesAfterWithdrawal, r.IPv6AfterDrain)
+		r.Crash.summary(), r.ViaAtLeaseExpiry, r.Return.summary(), r.Restart.summary(), r.LostBeforeDrain, r.LastReplyAfterReport.Milliseconds(), r.RepliesAfterWithdrawal, r.IPv6AfterDrain,
+		r.Tenants.summary())
 }
 
 // mark is where a step's measurement starts.

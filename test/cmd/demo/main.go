@@ -1,7 +1,8 @@
 // Command demo runs `make demo`: a VM in a VPC attached, upgraded, moved,
 // crashed, its router restarted and drained across three nodes on one
-// machine, with a client pinging it throughout. Ctrl-C stops it and removes
-// everything it created.
+// machine, with a client pinging it throughout; then two tenants' VPC blue
+// of the same names and addresses, each reaching only its own. Ctrl-C
+// stops it and removes everything it created.
 package main
 
 import (

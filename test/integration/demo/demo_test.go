@@ -60,4 +60,45 @@ func TestTheDemoObservesEveryExpectedState(t *testing.T) {
 	if rep.LostBeforeDrain != 0 || rep.RepliesAfterWithdrawal != 0 {
 		t.Errorf("drain: %d replies lost before the report, %d after node-c's route went; want none of either", rep.LostBeforeDrain, rep.RepliesAfterWithdrawal)
 	}
+	checkTenants(t, rep.Tenants)
+}
+
+// checkTenants: every sender's pings reached its own tenant's receiver
+// and none the other tenant's workload of the same address; the tenants'
+// VPCs have different VNIs and data-plane names; no two of the four
+// attachments share a data-plane name, host interface, lease or
+// advertisement.
+func checkTenants(t *testing.T, tn demo.Tenants) {
+	t.Helper()
+	if len(tn.Pings) != 4 || len(tn.Objects) != 4 {
+		t.Fatalf("tenants: %d senders and %d attachments, want 4 of each", len(tn.Pings), len(tn.Objects))
+	}
+	for _, p := range tn.Pings {
+		if p.Sent == 0 || p.Own < p.Sent || p.Other != 0 {
+			t.Errorf("tenants: %s sent %d pings to %s: %d at its tenant's receiver, %d at the other tenant's; want all, none", p.From, p.Sent, p.To, p.Own, p.Other)
+		}
+	}
+	byTenant := map[string][]demo.TenantObject{}
+	seen := map[string]string{}
+	for _, o := range tn.Objects {
+		tenant, _, _ := strings.Cut(o.Name, "/")
+		byTenant[tenant] = append(byTenant[tenant], o)
+		for _, name := range []string{o.DataplaneVPC + "/" + o.DataplaneAttachment, o.HostInterface, o.Lease, o.Advertisement} {
+			if name == "" || seen[name] != "" {
+				t.Errorf("tenants: %s's name %q is empty or also %s's", o.Name, name, seen[name])
+			}
+			seen[name] = o.Name
+		}
+	}
+	a, b := byTenant["tenant-a"], byTenant["tenant-b"]
+	if len(a) != 2 || len(b) != 2 {
+		t.Fatalf("tenants: attachments %v", tn.Objects)
+	}
+	for _, x := range a {
+		for _, y := range b {
+			if x.VNI == y.VNI || x.DataplaneVPC == y.DataplaneVPC {
+				t.Errorf("tenants: %s and %s share VNI (%d, %d) or VPC data-plane name (%s, %s)", x.Name, y.Name, x.VNI, y.VNI, x.DataplaneVPC, y.DataplaneVPC)
+			}
+		}
+	}
 }
