@@ -41,6 +41,18 @@ type Snapshot struct {
 	// prefix, as the node the next hop belongs to ("" without a route),
 	// for every node with a routing domain of the attachment's VPC.
 	Routes map[RouteKey]string
+	// Claims are the signs that object-backed attachments hold addresses.
+	Claims []AddressClaim
+}
+
+// AddressClaim is one sign that an attachment identity holds an address of
+// a VPC: a Bound VPCAddress, an attachment's status, an advertisement's
+// entry.
+type AddressClaim struct {
+	// VPC is the VPC's UID, UID the attachment's.
+	VPC, Address, UID string
+	// Source names what says so, for the violation's detail.
+	Source string
 }
 
 // Bounds are the documented windows the checkers allow.
@@ -121,23 +133,27 @@ type Checker struct {
 	// hosted is when each node last had a live entry of each attachment:
 	// a holder the 100 ms samples missed (available for a moment) is
 	// still one a receiver may route to.
-	hosted     map[string]map[string]time.Time
-	routes     map[RouteKey]*routeState
-	holders    map[string]map[int64]string
-	tokens     map[string]int64
-	moves      []*moveWindow
+	hosted  map[string]map[string]time.Time
+	routes  map[RouteKey]*routeState
+	holders map[string]map[int64]string
+	tokens  map[string]int64
+	moves   []*moveWindow
+	// conflicts are when each address conflict (two identities of one
+	// address) was first seen, while it lasts.
+	conflicts  map[string]time.Time
 	reported   map[string]bool
 	Violations []Violation
 	// Samples counts the snapshots checked; Routes the receivers' routes
-	// checked in them, Routed those that had a route.
-	Samples, Routes, Routed int
+	// checked in them, Routed those that had a route; Claims the address
+	// claims.
+	Samples, Routes, Routed, Claims int
 }
 
 // NewChecker starts checking at start.
 func NewChecker(topo Topology, b Bounds, start time.Time) *Checker {
 	return &Checker{Topo: topo, Bounds: b, start: start, open: map[int]bool{}, expected: map[string][]change{},
 		routes: map[RouteKey]*routeState{}, hosted: map[string]map[string]time.Time{}, holders: map[string]map[int64]string{}, tokens: map[string]int64{},
-		reported: map[string]bool{}}
+		reported: map[string]bool{}, conflicts: map[string]time.Time{}}
 }
 
 func (c *Checker) violate(at time.Time, dedup, check, format string, args ...any) {
@@ -277,6 +293,53 @@ func (c *Checker) Observe(s Snapshot) {
 	}
 	c.checkMigrations(now, s.Leases)
 	c.checkMoves(now)
+	c.checkAddresses(now, s.Claims)
+}
+
+// checkAddresses: within one VPC no address is held by two attachment
+// identities at once, whatever says so (two statuses, a status and a
+// VPCAddress, an advertisement entry of a predecessor). A conflict is
+// judged once it outlasts Lag: the API's kinds are sampled through
+// separate informers, which may trail each other for a moment.
+func (c *Checker) checkAddresses(now time.Time, claims []AddressClaim) {
+	c.Claims += len(claims)
+	type where struct{ vpc, addr string }
+	by := map[where]map[string][]string{}
+	for _, cl := range claims {
+		w := where{cl.VPC, cl.Address}
+		if by[w] == nil {
+			by[w] = map[string][]string{}
+		}
+		by[w][cl.UID] = append(by[w][cl.UID], cl.Source)
+	}
+	seen := map[string]bool{}
+	for w, uids := range by {
+		if len(uids) < 2 {
+			continue
+		}
+		ids := sortedKeys(uids)
+		k := w.vpc + " " + w.addr + " " + strings.Join(ids, " ")
+		seen[k] = true
+		first, ok := c.conflicts[k]
+		if !ok {
+			first = now
+			c.conflicts[k] = now
+		}
+		if now.Sub(first) < c.Bounds.Lag {
+			continue
+		}
+		var who []string
+		for _, id := range ids {
+			who = append(who, fmt.Sprintf("%s (%s)", id, strings.Join(uids[id], ", ")))
+		}
+		c.violate(now, "address "+k, "one identity per address", "address %s of VPC %s is held by %d attachment identities: %s",
+			w.addr, w.vpc, len(ids), strings.Join(who, "; "))
+	}
+	for k := range c.conflicts {
+		if !seen[k] {
+			delete(c.conflicts, k)
+		}
+	}
 }
 
 // checkMigrations: while a live migration runs, its lease is held by the

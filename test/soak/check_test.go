@@ -255,3 +255,28 @@ func TestAMigrationThatAStallingFaultOverlapsIsBoundedLikeAMove(t *testing.T) {
 		t.Errorf("a migration alone: bound %s %v", b, ok)
 	}
 }
+
+// Two attachment identities holding one address of one VPC fail once the
+// conflict outlasts Lag; the same address in two VPCs, or one identity
+// named by several sources, does not.
+func TestAnAddressHeldByTwoIdentitiesFails(t *testing.T) {
+	run := func(lasting time.Duration, claims ...AddressClaim) *Checker {
+		start := time.Unix(0, 0)
+		c := NewChecker(DefaultTopology(), DefaultBounds, start)
+		for at := time.Duration(0); at <= lasting; at += sampleEvery {
+			c.Observe(Snapshot{At: start.Add(at), Claims: claims})
+		}
+		return c
+	}
+	bound := AddressClaim{VPC: "v1", Address: "10.30.0.10", UID: "a", Source: "VPCAddress green.10.30.0.10"}
+	status := AddressClaim{VPC: "v1", Address: "10.30.0.10", UID: "a", Source: "the status of green/keeper"}
+	other := AddressClaim{VPC: "v1", Address: "10.30.0.10", UID: "b", Source: "the status of green/cycled"}
+	elsewhere := AddressClaim{VPC: "v2", Address: "10.30.0.10", UID: "b", Source: "the status of another tenant's attachment"}
+	wantNone(t, run(10*time.Second, bound, status, elsewhere))
+	wantNone(t, run(DefaultBounds.Lag/2, bound, other))
+	c := run(DefaultBounds.Lag+time.Second, bound, status, other)
+	wantViolation(t, c, "one identity per address")
+	if len(c.Violations) != 1 || !strings.Contains(c.Violations[0].Detail, "green/cycled") {
+		t.Errorf("got %v", c.Violations)
+	}
+}

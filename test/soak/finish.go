@@ -170,7 +170,10 @@ func (r *runner) emptyCheck(judge bool) {
 	for _, in := range r.inst {
 		all = append(all, in)
 	}
-	r.inst = map[string]*instance{}
+	for _, in := range r.extra {
+		all = append(all, in)
+	}
+	r.inst, r.extra = map[string]*instance{}, map[string]*instance{}
 	r.mu.Unlock()
 	for _, in := range all {
 		if err := r.del(in); err != nil {
@@ -202,7 +205,7 @@ func (r *runner) emptyCheck(judge bool) {
 			return err
 		}
 		for _, l := range leases.Items {
-			if heldLease(&l) {
+			if isHandoffLease(&l) && heldLease(&l) {
 				v.HeldLeases = append(v.HeldLeases, l.Name)
 			}
 		}

@@ -39,6 +39,15 @@ type World interface {
 	StopReflector() error
 	StartReflector() error
 	SetLoss(percent int) error
+	// CycleAttachment makes the Delete attachment key, waits until it is
+	// Ready, runs a workload of it on node (none when node is "") and
+	// stops it, deletes it and checks its addresses went back to the VPC.
+	CycleAttachment(key, node string) error
+	// RebindRetained deletes the Retain attachment key (its workload
+	// first) and makes it again by the same name: same addresses, a new
+	// UID; with node set a workload of it runs there afterwards, holding
+	// nothing of the old UID.
+	RebindRetained(key, node string) error
 }
 
 // runFunc executes a step's start or end against a World.
@@ -204,6 +213,25 @@ func init() {
 
 	register(Kind{Name: "delete", Weight: 2, Plan: planDelete},
 		func(w World, s Step) error { return w.Delete(s.Attachment) }, nil)
+
+	// The object kinds run their workloads on a node that never crashes
+	// or loses the API, half of the time: a bare attachment's life is
+	// the controller's alone.
+	objectNode := func(r *rand.Rand) string {
+		if r.IntN(2) == 0 {
+			return ""
+		}
+		return objectWorkloadNode
+	}
+	register(Kind{Name: "attachment-create-delete", Weight: 2, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
+		s.Attachment, s.Node = cycled.Key(), objectNode(r)
+		return true
+	}}, func(w World, s Step) error { return w.CycleAttachment(s.Attachment, s.Node) }, nil)
+
+	register(Kind{Name: "retain-rebind", Weight: 2, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
+		s.Attachment, s.Node = keeper.Key(), objectNode(r)
+		return true
+	}}, func(w World, s Step) error { return w.RebindRetained(s.Attachment, s.Node) }, nil)
 
 	register(Kind{Name: "upgrade", Weight: 3, Blackout: 15 * time.Second, Plan: func(r *rand.Rand, p *Plan, s *Step) bool {
 		key, ok := choose(r, p.present())

@@ -11,7 +11,7 @@ import (
 // c on node to; vmm nil without a guest.
 func (r *runner) migration(old *instance, to string, c *harness.Netns, vmm migration.VMM) *migration.Migration {
 	return &migration.Migration{
-		VPC: old.a.VPC, Attachment: old.a.Name, Network: network(old.a), IfName: ifName,
+		Namespace: old.a.Namespace, VPC: old.a.VPC, Attachment: old.a.Name, Network: network(old.a), IfName: ifName,
 		Source: migration.Side{Node: r.nodes[old.node].Node, Container: old.netns},
 		Target: migration.Side{Node: r.nodes[to].Node, Container: c}, VMM: vmm,
 	}

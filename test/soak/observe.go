@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,7 +35,7 @@ func (r *runner) snapshot() Snapshot {
 	s := Snapshot{At: time.Now(), Leases: map[string]LeaseView{}, Routes: map[RouteKey]string{}}
 	byLease := map[string]string{}
 	for _, a := range r.topo.Attachments {
-		byLease[names.Lease(a.VPC, a.Name)] = a.Key()
+		byLease[names.Lease(r.dataplane(a))] = a.Key()
 	}
 	for _, obj := range r.lInf.GetStore().List() {
 		l := obj.(*coordinationv1.Lease)
@@ -50,10 +51,11 @@ func (r *runner) snapshot() Snapshot {
 		}
 		s.Leases[key] = v
 	}
-	for _, obj := range r.advInf.GetStore().List() {
+	ads := r.advInf.GetStore().List()
+	for _, obj := range ads {
 		adv := obj.(*v1alpha1.BGPAdvertisement)
-		key := adv.Spec.VPC + "/" + adv.Spec.Attachment
-		if _, ok := byLease[names.Lease(adv.Spec.VPC, adv.Spec.Attachment)]; !ok {
+		key, ok := byLease[names.Lease(adv.Spec.VPC, adv.Spec.Attachment)]
+		if !ok {
 			continue
 		}
 		for _, e := range adv.Spec.Containers {
@@ -64,8 +66,7 @@ func (r *runner) snapshot() Snapshot {
 	for _, name := range r.topo.Nodes {
 		recs, _ := state.NewStore(r.nodes[name].Settings.StateDir).List()
 		for _, rec := range recs {
-			key := rec.VPC + "/" + rec.Attachment
-			if _, ok := byLease[names.Lease(rec.VPC, rec.Attachment)]; ok && rec.Holder != "" {
+			if key, ok := byLease[names.Lease(rec.VPC, rec.Attachment)]; ok && rec.Holder != "" {
 				s.Records = append(s.Records, EntryView{Key: key, Node: name, ContainerID: rec.ContainerID, Generation: rec.HolderGeneration, Live: live(rec.Netns)})
 			}
 		}
@@ -75,6 +76,7 @@ func (r *runner) snapshot() Snapshot {
 			s.Routes[rk] = via
 		}
 	}
+	s.Claims = r.claims(ads)
 	return s
 }
 
@@ -83,8 +85,14 @@ func (r *runner) snapshot() Snapshot {
 func (r *runner) remoteRoutes(n *node) map[RouteKey]string {
 	out := map[RouteKey]string{}
 	_ = n.Do(func() error {
-		for _, vpc := range []string{"blue", "red"} {
-			dom, err := routing.Find(vpc)
+		var vpcs []string
+		for _, a := range r.topo.Attachments {
+			if !slices.Contains(vpcs, a.VPC) {
+				vpcs = append(vpcs, a.VPC)
+			}
+		}
+		for _, vpc := range vpcs {
+			dom, err := routing.Find(r.dpVPC[vpc])
 			if err != nil || dom == nil {
 				continue
 			}

@@ -39,9 +39,9 @@ type Report struct {
 	PingsLost      int
 	Samples        int
 	// Routes and Routed count the receivers' routes checked, and those
-	// present.
-	Routes, Routed int
-	Aborted        string
+	// present; Claims the address claims checked.
+	Routes, Routed, Claims int
+	Aborted                string
 }
 
 // Outage is one measured blackout.
@@ -96,7 +96,7 @@ func (r *Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "soak: seed %d, %s planned, %s ran, %d of %d steps executed, %d samples checked\n",
 		r.Seed, r.Planned, r.Ran.Round(time.Second), r.Executed, len(r.Steps), r.Samples)
 	fmt.Fprintf(w, "soak: steps: %s\n", counts(r.Counts()))
-	fmt.Fprintf(w, "soak: %d receiver routes checked (%d present)\n", r.Routes, r.Routed)
+	fmt.Fprintf(w, "soak: %d receiver routes checked (%d present), %d address claims\n", r.Routes, r.Routed, r.Claims)
 	fmt.Fprintf(w, "soak: faults survived %d of %d; pings %d sent, %d lost; canaries: own %s, strangers %s\n",
 		survived, total, r.PingsSent, r.PingsLost, counts(r.Own), counts(r.Strangers))
 	if r.Aborted != "" {
@@ -114,7 +114,7 @@ func (r *Report) Markdown(w io.Writer) {
 	survived, total := r.FaultsSurvived()
 	fmt.Fprintf(w, "| | |\n|---|---|\n")
 	fmt.Fprintf(w, "| seed | %d |\n| planned | %s |\n| ran | %s |\n| steps executed | %d of %d |\n", r.Seed, r.Planned, r.Ran.Round(time.Second), r.Executed, len(r.Steps))
-	fmt.Fprintf(w, "| snapshots checked (every 100 ms) | %d |\n| receivers' routes checked (present) | %d (%d) |\n| faults survived | %d of %d |\n", r.Samples, r.Routes, r.Routed, survived, total)
+	fmt.Fprintf(w, "| snapshots checked (every 100 ms) | %d |\n| receivers' routes checked (present) | %d (%d) |\n| address claims checked | %d |\n| faults survived | %d of %d |\n", r.Samples, r.Routes, r.Routed, r.Claims, survived, total)
 	fmt.Fprintf(w, "| pings sent / lost | %d / %d |\n| canary probes from own VPC | %s |\n| canary strangers (other VPC) | %s |\n", r.PingsSent, r.PingsLost, counts(r.Own), counts(r.Strangers))
 	fmt.Fprintf(w, "| violations | %d |\n", len(r.Violations))
 	if r.Aborted != "" {

@@ -43,9 +43,17 @@ const (
 // DefaultBounds are the checkers' windows for this topology.
 var DefaultBounds = Bounds{WithdrawHold: WithdrawHold, Converge: 15 * time.Second, RoutingGrace: 30 * time.Second, Lag: 2 * time.Second}
 
-// DefaultTopology is the soak's: two VPCs with overlapping addresses on
-// three nodes; node-c hosts each VPC's client (which pings the VPC's
-// attachments) and canary, and never crashes.
+// TenantNamespace is the tenant whose VPC green galactic-controller
+// allocates: its attachments are VPCAttachments the plugins read.
+const TenantNamespace = "soak-tenant"
+
+// tenantNetwork is VPC green's only network.
+const tenantNetwork = "10.30.0.0/24"
+
+// DefaultTopology is the soak's: two VPCs of inline attachments with
+// overlapping addresses, and the tenant's VPC green of object-backed ones,
+// on three nodes; node-c hosts each VPC's client (which pings the VPC's
+// attachments) and the inline VPCs' canaries, and never crashes.
 func DefaultTopology() Topology {
 	return Topology{
 		Nodes: []string{"node-a", "node-b", "node-c"}, Crashable: []string{"node-a", "node-b"},
@@ -54,17 +62,20 @@ func DefaultTopology() Topology {
 			{VPC: "blue", Name: "app-1", VNI: vniBlue, Address: "10.20.0.6/24", Announce: "always", Peer: "red/app-1"},
 			{VPC: "red", Name: "app-0", VNI: vniRed, Address: "10.20.0.5/24", Announce: "always", Peer: "blue/app-0"},
 			{VPC: "red", Name: "app-1", VNI: vniRed, Address: "10.20.0.6/24", Announce: "whenAvailable", Peer: "blue/app-1"},
+			{VPC: "green", Name: "app-0", Namespace: TenantNamespace, Address: "10.30.0.5/24", Announce: "always"},
 		},
-		Initial:      map[string]string{"blue/app-0": "node-a", "blue/app-1": "node-b", "red/app-0": "node-b", "red/app-1": "node-a"},
+		Initial: map[string]string{"blue/app-0": "node-a", "blue/app-1": "node-b", "red/app-0": "node-b", "red/app-1": "node-a",
+			"green/app-0": "node-b"},
 		LeaseSeconds: LeaseSeconds,
 		OutageMax:    60 * time.Second,
 	}
 }
 
-// statics are node-c's fixed workloads: a client and a canary per VPC, on
-// addresses the other VPC does not use, so table routing can hold them on
-// one node.
+// statics are node-c's fixed workloads: a client per VPC and a canary per
+// inline VPC, on addresses the other VPCs do not use, so table routing can
+// hold them on one node.
 var statics = []Attachment{
+	{VPC: "green", Name: "client", Namespace: TenantNamespace, Address: "10.30.0.7/24", Announce: "always"},
 	{VPC: "blue", Name: "client", VNI: vniBlue, Address: "10.20.0.7/24", Announce: "always"},
 	{VPC: "red", Name: "client", VNI: vniRed, Address: "10.20.0.8/24", Announce: "always"},
 	{VPC: "blue", Name: "canary", VNI: vniBlue, Address: "10.20.0.100/24", Announce: "always"},
@@ -74,6 +85,19 @@ var statics = []Attachment{
 func network(a Attachment) string { return "soak-" + a.VPC + "-" + a.Name }
 
 func conflist(a Attachment, handoff bool) map[string]any {
+	if a.Namespace != "" {
+		// The stanzas name the VPCAttachment; VPC, VNI, addresses and
+		// announce come from it.
+		return map[string]any{
+			"cniVersion": "1.1.0", "name": network(a),
+			"plugins": []any{
+				map[string]any{"type": "galactic-cni", "namespace": a.Namespace, "attachment": a.Name, "mode": mode(a), "routing": "table", "mtu": mtu,
+					"handoff":      map[string]any{"enabled": handoff, "waitSeconds": 30, "leaseSeconds": LeaseSeconds},
+					"capabilities": map[string]bool{netconf.CapabilityPodAnnotations: true}},
+				map[string]any{"type": "galactic-bgp", "namespace": a.Namespace, "attachment": a.Name},
+			},
+		}
+	}
 	return map[string]any{
 		"cniVersion": "1.1.0", "name": network(a),
 		"plugins": []any{
@@ -170,6 +194,13 @@ type runner struct {
 	qmpSeq   int
 	// reachable records, per attachment, whether it should answer.
 	reachable map[string][]change
+	// tenant is VPC green's; objs its attachments by key, extra the
+	// workloads of the object step kinds' attachments (the keeper's).
+	tenant                  *harness.Tenant
+	objs                    map[string]*v1alpha1.VPCAttachment
+	extra                   map[string]*instance
+	dpVPC                   map[string]string
+	vpcInf, attInf, addrInf cache.SharedIndexInformer
 }
 
 func (r *runner) say(format string, args ...any) {
@@ -200,7 +231,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	r := &runner{ctx: ctx, o: o, topo: topo, start: time.Now(), nodes: map[string]*node{}, byUL: map[string]string{},
 		inst: map[string]*instance{}, stale: map[string][]*instance{}, clients: map[string]*harness.Netns{}, staticNs: map[string]*harness.Netns{},
-		pingers: map[string]*harness.Pinger{}, reachable: map[string][]change{}}
+		pingers: map[string]*harness.Pinger{}, reachable: map[string][]change{},
+		objs: map[string]*v1alpha1.VPCAttachment{}, extra: map[string]*instance{}, dpVPC: map[string]string{"blue": "blue", "red": "red"}}
 	r.report = &Report{Seed: o.Seed, Planned: o.Duration, Steps: steps, StepErrors: map[int]string{}, Blackouts: map[string][]time.Duration{}}
 	defer func() {
 		r.say("teardown")
@@ -229,7 +261,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.sleep(o.Quiet)
 	stopObs()
 	r.report.Ran = time.Since(r.start)
-	r.report.Samples, r.report.Routes, r.report.Routed = r.checker.Samples, r.checker.Routes, r.checker.Routed
+	r.report.Samples, r.report.Routes, r.report.Routed, r.report.Claims = r.checker.Samples, r.checker.Routes, r.checker.Routed, r.checker.Claims
 	r.blackouts(steps, windows)
 	if r.ctx.Err() == nil {
 		r.quietCheck()
@@ -237,6 +269,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	// Interrupted, the workloads are still deleted but nothing is judged:
 	// there was no quiet period.
 	r.emptyCheck(r.ctx.Err() == nil)
+	r.deleteTenant()
 	r.report.Violations = r.checker.Violations
 	if len(r.report.Violations) > 0 {
 		r.tails()
@@ -306,6 +339,9 @@ func (r *runner) setup() error {
 		}
 	}
 	if err := r.until(60*time.Second, "every router's session with FRR", r.established); err != nil {
+		return err
+	}
+	if err := r.setupTenant(); err != nil {
 		return err
 	}
 	r.canary = &canaries{own: map[string]int{}, strangers: map[string]int{}}
@@ -387,6 +423,11 @@ func (r *runner) addNode(name string) error {
 			return err
 		}
 	}
+	for _, a := range []Attachment{cycled, keeper} {
+		if err := hn.WriteConflistFile(conflist(a, true)); err != nil {
+			return err
+		}
+	}
 	cfg := r.fabric.FabricRouterConfig(n.underlay)
 	hold := int64(WithdrawHold / time.Second)
 	cfg.WithdrawHoldSeconds = &hold
@@ -427,8 +468,8 @@ func listWatch[T runtime.Object](list func(context.Context, metav1.ListOptions) 
 	}
 }
 
-// startInformers watches every advertisement and lease with the admin
-// credential, which no fault cuts.
+// startInformers watches every advertisement and lease, and the tenant's
+// objects, with the admin credential, which no fault cuts.
 func (r *runner) startInformers() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.undo = append(r.undo, cancel)
@@ -438,7 +479,8 @@ func (r *runner) startInformers() error {
 	r.lInf = cache.NewSharedIndexInformer(listWatch(leases.List, leases.Watch), &coordinationv1.Lease{}, 0, cache.Indexers{})
 	go r.advInf.RunWithContext(ctx)
 	go r.lInf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(r.ctx.Done(), r.advInf.HasSynced, r.lInf.HasSynced) {
+	synced := append(r.startObjectInformers(ctx), r.advInf.HasSynced, r.lInf.HasSynced)
+	if !cache.WaitForCacheSync(r.ctx.Done(), synced...) {
 		return errors.New("informers did not sync")
 	}
 	return nil

@@ -21,6 +21,10 @@ type Attachment struct {
 	Peer     string
 	// VM: a qemu guest on a tap, which only live migration moves.
 	VM bool
+	// Namespace, when set, makes the attachment object-backed: a
+	// VPCAttachment of that name in the namespace, in the VPC of that
+	// name, whose status the plugins read.
+	Namespace string
 }
 
 // Key is "<vpc>/<name>".

@@ -15,6 +15,9 @@ type Bugs struct {
 	IgnoreGeneration bool
 	// GCSkipsOne: the GC never removes the first dead record it meets.
 	GCSkipsOne bool
+	// ReuseAddress: the controller allocates the first address of the
+	// pool, whether an attachment holds it or not.
+	ReuseAddress bool
 }
 
 // SimBounds are the windows for the simulation, where nothing lags.
@@ -33,11 +36,18 @@ func Simulate(seed uint64, duration time.Duration, steps int, bugs Bugs) *Checke
 	}
 	start := time.Unix(1e9, 0)
 	w := &sim{topo: topo, bugs: bugs, now: start, nodes: map[string]*simNode{}, leases: map[string]*simLease{},
-		routes: map[RouteKey]*simRoute{}, inst: map[string]*simInstance{}, alive: map[string]bool{}}
+		routes: map[RouteKey]*simRoute{}, inst: map[string]*simInstance{}, alive: map[string]bool{},
+		objects: map[string]*simObject{}, addresses: map[string]*simAddress{}}
 	for _, n := range topo.Nodes {
 		w.nodes[n] = &simNode{up: true, api: true, router: true, gc: true}
 	}
 	w.c = NewChecker(topo, SimBounds, start)
+	for _, a := range append(slices.Clone(statics), topo.Attachments...) {
+		if a.Namespace != "" {
+			w.allocate(a.Key(), false, addrOf(a).String())
+		}
+	}
+	w.allocate(keeper.Key(), true)
 	for _, a := range topo.Attachments {
 		if err := w.Create(a.Key(), topo.Initial[a.Key()]); err != nil {
 			panic(err)
@@ -107,7 +117,24 @@ type sim struct {
 	reflector bool
 	skipped   string
 	nextID    int
+	// objects are the tenant's attachments by key; addresses its
+	// VPCAddresses by address.
+	objects   map[string]*simObject
+	addresses map[string]*simAddress
 }
+
+type simObject struct {
+	uid    string
+	retain bool
+	addrs  []string
+}
+
+// simAddress is a VPCAddress: bound to uid, or retained for the
+// attachment key.
+type simAddress struct{ uid, retainedFor string }
+
+// simVPC is VPC green's UID in the simulation.
+const simVPC = "vpc-green"
 
 func (w *sim) advance(d time.Duration) {
 	for end := w.now.Add(d); w.now.Before(end); {
@@ -243,7 +270,93 @@ func (w *sim) snapshot() Snapshot {
 			s.Routes[rk] = rt.via
 		}
 	}
+	s.Claims = w.claims()
 	return s
+}
+
+func (w *sim) claims() []AddressClaim {
+	var out []AddressClaim
+	for _, addr := range sortedKeys(w.addresses) {
+		if a := w.addresses[addr]; a.uid != "" {
+			out = append(out, AddressClaim{VPC: simVPC, Address: addr, UID: a.uid, Source: "VPCAddress green." + addr})
+		}
+	}
+	for _, key := range sortedKeys(w.objects) {
+		for _, addr := range w.objects[key].addrs {
+			out = append(out, AddressClaim{VPC: simVPC, Address: addr, UID: w.objects[key].uid, Source: "the status of " + key})
+		}
+	}
+	return out
+}
+
+// allocate is the controller making attachment key: the addresses
+// retained for it, else those requested, else the pool's first free one
+// (with ReuseAddress the pool's first).
+func (w *sim) allocate(key string, retain bool, requested ...string) *simObject {
+	w.nextID++
+	o := &simObject{uid: fmt.Sprintf("uid-%d", w.nextID), retain: retain}
+	for _, addr := range sortedKeys(w.addresses) {
+		if w.addresses[addr].retainedFor == key {
+			o.addrs = append(o.addrs, addr)
+		}
+	}
+	switch {
+	case len(o.addrs) > 0:
+	case len(requested) > 0:
+		o.addrs = requested
+	default:
+		for i := 10; ; i++ {
+			addr := fmt.Sprintf("10.30.0.%d", i)
+			if w.addresses[addr] == nil || w.bugs.ReuseAddress {
+				o.addrs = []string{addr}
+				break
+			}
+		}
+	}
+	for _, addr := range o.addrs {
+		w.addresses[addr] = &simAddress{uid: o.uid}
+	}
+	w.objects[key] = o
+	return o
+}
+
+// reclaim is the controller letting deleted attachment key go: Delete
+// frees its addresses, Retain keeps them for the name.
+func (w *sim) reclaim(key string) {
+	o := w.objects[key]
+	delete(w.objects, key)
+	for _, addr := range o.addrs {
+		if a := w.addresses[addr]; a != nil && a.uid == o.uid {
+			if o.retain {
+				a.uid, a.retainedFor = "", key
+			} else {
+				delete(w.addresses, addr)
+			}
+		}
+	}
+}
+
+func (w *sim) CycleAttachment(key, node string) error {
+	w.allocate(key, false)
+	w.advance(sampleEvery)
+	if node != "" {
+		w.advance(sampleEvery)
+	}
+	w.reclaim(key)
+	w.advance(sampleEvery)
+	return nil
+}
+
+func (w *sim) RebindRetained(key, node string) error {
+	old := w.objects[key]
+	w.reclaim(key)
+	w.advance(sampleEvery)
+	o := w.allocate(key, true)
+	if o.uid == old.uid || !slices.Equal(o.addrs, old.addrs) {
+		return fmt.Errorf("the rebound %s: %+v, its predecessor %+v", key, o, old)
+	}
+	w.advance(sampleEvery)
+	return nil
 }
 
 func (w *sim) quietView() QuietView {

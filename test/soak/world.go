@@ -66,7 +66,11 @@ func (r *runner) attachment(key string) Attachment { return r.topo.attachment(ke
 
 // add runs the chain's ADD of key on node for a new container.
 func (r *runner) add(key, node string) (*instance, error) {
-	a := r.attachment(key)
+	return r.addAttachment(r.attachment(key), node)
+}
+
+func (r *runner) addAttachment(a Attachment, node string) (*instance, error) {
+	key := a.Key()
 	c, err := r.container()
 	if err != nil {
 		return nil, err
@@ -111,8 +115,13 @@ func (r *runner) availability(in *instance, available bool) error {
 		verb = "available"
 	}
 	n := r.nodes[in.node]
-	cmd := exec.CommandContext(r.ctx, "ip", "netns", "exec", n.Netns.Name, filepath.Join(r.env.BinDir, "galactic-cni"), verb,
-		"--vpc", in.a.VPC, "--attachment", in.a.Name, "--container", harness.ContainerID(in.netns.Path))
+	which := []string{"--vpc", in.a.VPC}
+	if in.a.Namespace != "" {
+		which = []string{"--namespace", in.a.Namespace}
+	}
+	args := append([]string{"netns", "exec", n.Netns.Name, filepath.Join(r.env.BinDir, "galactic-cni"), verb},
+		append(which, "--attachment", in.a.Name, "--container", harness.ContainerID(in.netns.Path))...)
+	cmd := exec.CommandContext(r.ctx, "ip", args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "CNI_") {
 			cmd.Env = append(cmd.Env, kv)

@@ -49,8 +49,9 @@ func TestATwoMinuteSoakKeepsEveryInvariant(t *testing.T) {
 }
 
 // The checkers catch a planted bug: on the simulated world, a router that
-// ignores holderGeneration and a GC that skips one dead record each make
-// some seed fail; the same seed passes without the bug, and replaying the
+// ignores holderGeneration, a GC that skips one dead record and a
+// controller that allocates an address an attachment holds each make some
+// seed fail; the same seed passes without the bug, and replaying the
 // reported prefix of its schedule fails again the same way.
 func TestTheCheckersCatchAPlantedBugWithAReproducibleSeed(t *testing.T) {
 	const duration = 5 * time.Minute
@@ -61,6 +62,7 @@ func TestTheCheckersCatchAPlantedBugWithAReproducibleSeed(t *testing.T) {
 	}{
 		{"a router ignoring holderGeneration", soak.Bugs{IgnoreGeneration: true}, "route at holder"},
 		{"a GC skipping one record", soak.Bugs{GCSkipsOne: true}, "leak"},
+		{"a controller handing out an address twice", soak.Bugs{ReuseAddress: true}, "one identity per address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for s := uint64(1); s <= 40; s++ {
