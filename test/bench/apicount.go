@@ -103,13 +103,14 @@ func (b *bench) apiCounts() error {
 			return err
 		}
 	}
-	if err := a.WriteConflistFile(objectConf("bench-api-o", "bench-api", "api-obj", true)); err != nil {
+	if err := a.WriteConflistFile(objectConf("bench-api-o", "bench-api", "api-obj", false, true)); err != nil {
 		return err
 	}
-	obj, err := b.objectChain(a, "bench-api", "api-obj")
+	objs, err := b.objectChain(a, "bench-api", "api-obj")
 	if err != nil {
 		return err
 	}
+	obj := objs[0]
 	cs := make([]*harness.Netns, 7)
 	for i := range cs {
 		if cs[i], err = b.container(); err != nil {

@@ -44,8 +44,11 @@ const (
 	ChainGalactic  = "galactic chain, handoff off"
 	ChainHandoff   = "galactic chain, handoff on"
 	ChainObjects   = "galactic chain, VPCAttachment, handoff off"
-	ChainCNIOnly   = "galactic-cni alone (no API)"
-	ChainFloor     = "floor: loopback"
+	// ChainObjectsHandoff is ChainHandoff's twin: both galactic-cni's make
+	// their API client for the lease, so the two differ by the GET alone.
+	ChainObjectsHandoff = "galactic chain, VPCAttachment, handoff on"
+	ChainCNIOnly        = "galactic-cni alone (no API)"
+	ChainFloor          = "floor: loopback"
 )
 
 // ChainResult is one conflist's ADD and DEL latency through cnitool.
@@ -66,14 +69,17 @@ type chain struct {
 	vpc, att string
 }
 
-func galacticConf(network, vpc, att string, handoff bool, bgp bool) map[string]any {
-	h := map[string]any{"enabled": false}
-	if handoff {
-		h = map[string]any{"enabled": true, "waitSeconds": 5, "leaseSeconds": 15}
+func handoffConf(enabled bool) map[string]any {
+	if enabled {
+		return map[string]any{"enabled": true, "waitSeconds": 5, "leaseSeconds": 15}
 	}
+	return map[string]any{"enabled": false}
+}
+
+func galacticConf(network, vpc, att string, handoff bool, bgp bool) map[string]any {
 	plugins := []any{map[string]any{
 		"type": "galactic-cni", "vpc": vpc, "attachment": att, "mode": "tap", "routing": "table",
-		"addresses": addressesOf(vpc), "mtu": benchMTU, "handoff": h,
+		"addresses": addressesOf(vpc), "mtu": benchMTU, "handoff": handoffConf(handoff),
 	}}
 	if bgp {
 		plugins = append(plugins, map[string]any{"type": "galactic-bgp", "vpc": vpc, "attachment": att})
@@ -81,13 +87,13 @@ func galacticConf(network, vpc, att string, handoff bool, bgp bool) map[string]a
 	return map[string]any{"cniVersion": "1.1.0", "name": network, "plugins": plugins}
 }
 
-// objectConf is galacticConf (handoff off) naming VPCAttachment att of
-// namespace ns instead of an inline attachment: the addresses, VNI and
-// VPC come from the object.
-func objectConf(network, ns, att string, bgp bool) map[string]any {
+// objectConf is galacticConf naming VPCAttachment att of namespace ns
+// instead of an inline attachment: the addresses, VNI and VPC come from
+// the object.
+func objectConf(network, ns, att string, handoff, bgp bool) map[string]any {
 	plugins := []any{map[string]any{
 		"type": "galactic-cni", "namespace": ns, "attachment": att, "mode": "tap", "routing": "table",
-		"mtu": benchMTU, "handoff": map[string]any{"enabled": false},
+		"mtu": benchMTU, "handoff": handoffConf(handoff),
 	}}
 	if bgp {
 		plugins = append(plugins, map[string]any{"type": "galactic-bgp", "namespace": ns, "attachment": att})
@@ -100,13 +106,13 @@ func objectConf(network, ns, att string, bgp bool) map[string]any {
 // the node routes.
 var (
 	objectNetworks  = []v1alpha1.CIDR{"10.20.3.0/24", "fd20:3::/64"}
-	objectAddresses = []string{"10.20.3.5", "fd20:3::5"}
+	objectAddresses = [][]string{{"10.20.3.5", "fd20:3::5"}, {"10.20.3.6", "fd20:3::6"}}
 )
 
 // objectChain makes, in namespace ns, a VPC that galactic-controller
 // allocates, a resident attachment of it attached on n (undone when the
-// section ends) and attachment att for the loop, and returns att.
-func (b *bench) objectChain(n *node, ns, att string) (*v1alpha1.VPCAttachment, error) {
+// section ends) and attachments atts for the loop, and returns them.
+func (b *bench) objectChain(n *node, ns string, atts ...string) ([]*v1alpha1.VPCAttachment, error) {
 	if err := b.startController(); err != nil {
 		return nil, err
 	}
@@ -118,7 +124,7 @@ func (b *bench) objectChain(n *node, ns, att string) (*v1alpha1.VPCAttachment, e
 		return nil, err
 	}
 	network := "resident-" + ns
-	if err := n.WriteConflistFile(objectConf(network, ns, "resident", false)); err != nil {
+	if err := n.WriteConflistFile(objectConf(network, ns, "resident", false, false)); err != nil {
 		return nil, err
 	}
 	c, err := b.container()
@@ -129,7 +135,15 @@ func (b *bench) objectChain(n *node, ns, att string) (*v1alpha1.VPCAttachment, e
 		return nil, err
 	}
 	b.undo = append(b.undo, func() { _, _ = b.cnitool(n, "del", network, c, ifName) })
-	return t.attach(b.ctx, att, objectAddresses...)
+	var out []*v1alpha1.VPCAttachment
+	for i, att := range atts {
+		a, err := t.attach(b.ctx, att, objectAddresses[i]...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // referenceConf is the upstream tap plugin with the static IPAM plugin:
@@ -163,7 +177,8 @@ func (b *bench) chainLatency() error {
 		{result: &ChainResult{Name: ChainGalactic, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-galactic", conf: galacticConf("bench-galactic", "lat", "lat-off", false, true), vpc: "lat", att: "lat-off"},
 		{result: &ChainResult{Name: ChainHandoff, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-handoff", conf: galacticConf("bench-handoff", "lath", "lat-on", true, true), vpc: "lath", att: "lat-on"},
 		{result: &ChainResult{Name: ChainCNIOnly, Plugins: "galactic-cni"}, network: "bench-cni", conf: galacticConf("bench-cni", "latc", "lat-cni", false, false), vpc: "latc", att: "lat-cni"},
-		{result: &ChainResult{Name: ChainObjects, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-objects", conf: objectConf("bench-objects", objectNamespace, "lat-obj", true)},
+		{result: &ChainResult{Name: ChainObjects, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-objects", conf: objectConf("bench-objects", objectNamespace, "lat-obj", false, true)},
+		{result: &ChainResult{Name: ChainObjectsHandoff, Plugins: "galactic-cni, galactic-bgp"}, network: "bench-objects-on", conf: objectConf("bench-objects-on", objectNamespace, "lat-obj-on", true, true)},
 		{result: &ChainResult{Name: ChainFloor, Plugins: "loopback"}, network: "bench-floor", conf: map[string]any{"cniVersion": "1.1.0", "name": "bench-floor", "plugins": []any{map[string]any{"type": "loopback"}}}},
 	}
 	// A resident attachment keeps each VPC's routing domain on the node, as
@@ -183,15 +198,17 @@ func (b *bench) chainLatency() error {
 		}
 		defer b.cnitool(n, "del", network, c, ifName)
 	}
-	// The VPC and the attachment exist before the loop, as a VM's do before
-	// its VMM starts: the loop measures ADD and DEL, not allocation.
-	obj, err := b.objectChain(n, objectNamespace, "lat-obj")
+	// The VPC and the attachments exist before the loop, as a VM's do
+	// before its VMM starts: the loop measures ADD and DEL, not allocation.
+	objs, err := b.objectChain(n, objectNamespace, "lat-obj", "lat-obj-on")
 	if err != nil {
 		return err
 	}
 	for _, ch := range chains {
-		if ch.result.Name == ChainObjects {
-			ch.vpc, ch.att = obj.Status.Dataplane.VPC, obj.Status.Dataplane.Attachment
+		for i, name := range []string{ChainObjects, ChainObjectsHandoff} {
+			if ch.result.Name == name {
+				ch.vpc, ch.att = objs[i].Status.Dataplane.VPC, objs[i].Status.Dataplane.Attachment
+			}
 		}
 	}
 	var active []*chain

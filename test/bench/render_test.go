@@ -54,6 +54,7 @@ func missingEverything() *Results {
 			{Name: ChainGalactic, Plugins: "galactic-cni, galactic-bgp", Add: repeat(35, 5), Del: repeat(70, 5)},
 			{Name: ChainHandoff, Plugins: "galactic-cni, galactic-bgp", Add: repeat(45, 5), Del: repeat(80, 5)},
 			{Name: ChainObjects, Plugins: "galactic-cni, galactic-bgp", Add: repeat(40, 5), Del: repeat(75, 5)},
+			{Name: ChainObjectsHandoff, Plugins: "galactic-cni, galactic-bgp", Add: repeat(55, 5), Del: repeat(80, 5)},
 		},
 		Ops: []OpCount{
 			{Op: "ADD", Common: "ADD", Requests: requests(AgentBGP, 4)},
