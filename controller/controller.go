@@ -55,7 +55,10 @@ const (
 	DefaultVNIMin  = 100000
 	DefaultVNIMax  = 16777215
 	DefaultVNIHold = 10 * time.Minute
-	DefaultWorkers = 8
+	// DefaultWorkers: an attachment's writes are sequential round trips,
+	// so a burst of creates finishes sooner with more of them in flight
+	// while the API server has CPU to spare.
+	DefaultWorkers = 16
 )
 
 // Controller reconciles VPCs, VPCAttachments, VPCAddresses and VNIs.

@@ -104,8 +104,8 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	fs.DurationVar(&f.vniHold, "vni-hold", controller.DefaultVNIHold, "how long a deleted VPC's VNI stays out of use (and longer while an advertisement carries it)")
 	fs.DurationVar(&f.resync, "resync", 10*time.Minute, "every object is reconciled at least this often; 0: only on change")
 	fs.IntVar(&f.workers, "workers", controller.DefaultWorkers, "attachments reconciled in parallel")
-	fs.Float64Var(&f.qps, "kube-api-qps", 300, "API requests per second the controller makes at most, sustained")
-	fs.IntVar(&f.burst, "kube-api-burst", 600, "API requests the controller makes at most in a burst")
+	fs.Float64Var(&f.qps, "kube-api-qps", 1000, "API requests per second the controller makes at most, sustained")
+	fs.IntVar(&f.burst, "kube-api-burst", 2000, "API requests the controller makes at most in a burst")
 	fs.BoolVar(&f.profiling, "profiling", false, "also serve Go's profiles (/debug/pprof/) on --metrics-address")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
