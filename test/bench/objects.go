@@ -74,7 +74,7 @@ func (b *bench) tenant(api *client.Clients, kube kubernetes.Interface, ns, vpc s
 	}
 	t := &benchTenant{api: api, ns: ns, vpc: vpc}
 	b.undo = append(b.undo, t.remove)
-	err := waitFor(ctx, time.Minute, "VPC "+ns+"/"+vpc+" Ready", func() error {
+	err := harness.Poll(ctx, time.Minute, "VPC "+ns+"/"+vpc+" Ready", func() error {
 		v, err := api.VPCs(ns).Get(ctx, vpc, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -98,7 +98,7 @@ func (t *benchTenant) attach(ctx context.Context, name string, addrs ...string) 
 		return nil, err
 	}
 	var a *v1alpha1.VPCAttachment
-	err := waitFor(ctx, time.Minute, "VPCAttachment "+t.ns+"/"+name+" Ready", func() error {
+	err := harness.Poll(ctx, time.Minute, "VPCAttachment "+t.ns+"/"+name+" Ready", func() error {
 		var err error
 		if a, err = t.api.VPCAttachments(t.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return err
@@ -128,28 +128,13 @@ func (t *benchTenant) remove() {
 	ctx := context.Background()
 	_ = t.api.VPCAttachments(t.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	_ = t.api.VPCs(t.ns).Delete(ctx, t.vpc, metav1.DeleteOptions{})
-	_ = waitFor(ctx, 15*time.Second, "VPC "+t.ns+"/"+t.vpc+" gone", func() error {
+	_ = harness.Poll(ctx, 15*time.Second, "VPC "+t.ns+"/"+t.vpc+" gone", func() error {
 		_, err := t.api.VPCs(t.ns).Get(ctx, t.vpc, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
-}
-
-// waitFor polls cond every 50 ms until it returns nil or limit passes.
-func waitFor(ctx context.Context, limit time.Duration, what string, cond func() error) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: not within %s: %w", what, limit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // The object-backed attachments' targets: ADD pays one GET of the
