@@ -27,8 +27,8 @@ type fakeStore struct {
 	expect []string
 	// interfere runs once, before the first write, as another writer.
 	interfere func(f *fakeStore)
-	// watchers receive a signal on every write.
-	watchers []chan struct{}
+	// watchers receive the lease on every write.
+	watchers []chan Observed
 }
 
 func newFakeStore(t *testing.T) *fakeStore { return &fakeStore{t: t} }
@@ -40,9 +40,10 @@ func (f *fakeStore) put(r Record) {
 	f.cur = Observed{Record: r, ResourceVersion: strconv.Itoa(f.rv)}
 	for _, w := range f.watchers {
 		select {
-		case w <- struct{}{}:
+		case <-w:
 		default:
 		}
+		w <- f.cur
 	}
 }
 
@@ -52,7 +53,7 @@ type watchingFake struct {
 	fail bool
 }
 
-func (w watchingFake) Watch(ctx context.Context, resourceVersion string) (<-chan struct{}, error) {
+func (w watchingFake) Watch(ctx context.Context, resourceVersion string) (<-chan Observed, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.call("watch"); err != nil {
@@ -61,9 +62,9 @@ func (w watchingFake) Watch(ctx context.Context, resourceVersion string) (<-chan
 	if w.fail {
 		return nil, fmt.Errorf("watch refused")
 	}
-	ch := make(chan struct{}, 1)
+	ch := make(chan Observed, 1)
 	if resourceVersion != w.cur.ResourceVersion {
-		ch <- struct{}{} // changed since the version asked for
+		ch <- w.cur // changed since the version asked for
 	}
 	w.watchers = append(w.watchers, ch)
 	return ch, nil

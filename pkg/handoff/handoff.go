@@ -224,10 +224,14 @@ func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
 	watcher, watching := l.store.(Watcher)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	var changes <-chan struct{}
+	var changes <-chan Observed
+	// seen is the lease as the watch last reported it: the next attempt
+	// decides from it instead of reading the lease again.
+	var seen *Observed
 	watchEnds := 0
 	for {
-		g, err := l.TryAcquire(ctx, holder)
+		g, err := l.attempt(ctx, holder, seen)
+		seen = nil
 		if err == nil {
 			return g, nil
 		}
@@ -263,7 +267,10 @@ func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
 			}
 			return Grant{}, fmt.Errorf("acquiring lease %s: %w", l.key, ctx.Err())
 		case <-l.clock.After(wait):
-		case _, ok := <-changes:
+		case o, ok := <-changes:
+			if ok && o.ResourceVersion != "" {
+				seen = &o
+			}
 			if !ok {
 				// The watch ended: the next attempt starts another from
 				// what it reads, unless watches keep ending.
@@ -288,13 +295,20 @@ func (e *HeldError) withCause(err error) *HeldError {
 // calling it again after the lease duration can take over a holder that
 // stopped renewing.
 func (l *Lock) TryAcquire(ctx context.Context, holder string) (Grant, error) {
+	return l.attempt(ctx, holder, nil)
+}
+
+// attempt is TryAcquire deciding first from seen, when not nil, a version
+// of the lease already observed; a conflict reads the lease again.
+func (l *Lock) attempt(ctx context.Context, holder string, seen *Observed) (Grant, error) {
 	if holder == "" {
 		return Grant{}, errors.New("handoff: the holder identity is empty")
 	}
 	var err error
 	for range maxConflicts {
 		var g Grant
-		g, err = l.tryAcquire(ctx, holder)
+		g, err = l.tryAcquire(ctx, holder, seen)
+		seen = nil
 		if !isRace(err) || ctx.Err() != nil {
 			return g, err
 		}
@@ -308,8 +322,8 @@ func isRace(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
 }
 
-func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
-	cur, err := l.store.Get(ctx)
+func (l *Lock) tryAcquire(ctx context.Context, holder string, seen *Observed) (Grant, error) {
+	cur, err := l.current(ctx, seen)
 	// Read the clock after the lease: a renewal that lands while the read
 	// is in flight must not count as seen earlier than it happened.
 	now := l.clock.Now()
@@ -361,6 +375,14 @@ func (l *Lock) tryAcquire(ctx context.Context, holder string) (Grant, error) {
 	}
 	l.forget()
 	return Grant{Holder: holder, Token: int64(token)}, nil
+}
+
+// current is seen when not nil, else the lease read from the store.
+func (l *Lock) current(ctx context.Context, seen *Observed) (Observed, error) {
+	if seen != nil {
+		return *seen, nil
+	}
+	return l.store.Get(ctx)
 }
 
 // held is the record of holder's grant. It carries the Lock's identity,
@@ -423,7 +445,15 @@ func (l *Lock) Renew(ctx context.Context, g Grant) error {
 // changes nothing and returns ErrLost, which a caller tearing down (CNI
 // DEL) treats as done: the lease is not ours to free.
 func (l *Lock) Release(ctx context.Context, g Grant) error {
-	return l.rewrite(ctx, g, "releasing", func(r Record, now time.Time) (Record, bool) {
+	return l.ReleaseFrom(ctx, g, nil)
+}
+
+// ReleaseFrom is Release deciding first from seen, when not nil, the lease
+// as Read returned it earlier: a holder reads its lease while it tears
+// down and frees it with one write once it is done. A lease that changed
+// since conflicts and is read again.
+func (l *Lock) ReleaseFrom(ctx context.Context, g Grant, seen *Observed) error {
+	return l.rewriteFrom(ctx, g, seen, "releasing", func(r Record, now time.Time) (Record, bool) {
 		return Record{
 			LeaseDurationSeconds: r.LeaseDurationSeconds, RenewTime: now, LeaseTransitions: r.LeaseTransitions,
 			Report:   Report{Set: true, Token: int64(r.LeaseTransitions), Reason: ReasonReleased},
@@ -432,16 +462,28 @@ func (l *Lock) Release(ctx context.Context, g Grant) error {
 	})
 }
 
+// Read returns the lease as it is now, with its resourceVersion, for a
+// later ReleaseFrom.
+func (l *Lock) Read(ctx context.Context) (Observed, error) {
+	return l.store.Get(ctx)
+}
+
 // rewrite replaces the record of a current grant with next's; next
 // returning false means the lease is as wanted already: nothing is written.
 func (l *Lock) rewrite(ctx context.Context, g Grant, verb string, next func(Record, time.Time) (Record, bool)) error {
+	return l.rewriteFrom(ctx, g, nil, verb, next)
+}
+
+// rewriteFrom is rewrite deciding first from seen, when not nil.
+func (l *Lock) rewriteFrom(ctx context.Context, g Grant, seen *Observed, verb string, next func(Record, time.Time) (Record, bool)) error {
 	if g.Holder == "" || g.Token < 1 {
 		return fmt.Errorf("%s lease %s: not a grant: holder %q, token %d", verb, l.key, g.Holder, g.Token)
 	}
 	var err error
 	for range maxConflicts {
 		var cur Observed
-		cur, err = l.store.Get(ctx)
+		cur, err = l.current(ctx, seen)
+		seen = nil
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%s lease %s: %w: the lease does not exist", verb, l.key, ErrLost)
 		}

@@ -645,8 +645,8 @@ func TestAWaitingAcquireLearnsOfTheReleaseFromItsWatchWithoutWaitingForAPoll(t *
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// The waiter's get, its watch, the release's get and update, the
-	// waiter's get and update.
-	if want := []string{"get", "watch", "get", "update", "get", "update"}; !slices.Equal(f.calls, want) {
+	// waiter's update: it decides from the lease its watch reported.
+	if want := []string{"get", "watch", "get", "update", "update"}; !slices.Equal(f.calls, want) {
 		t.Errorf("calls %v, want %v", f.calls, want)
 	}
 }
@@ -784,5 +784,91 @@ func TestAnObjectBackedLockLabelsItsLeaseAndNeverTakesAPredecessorsOfAnotherUID(
 	}
 	if _, err := NewWithStore(f, "ns/name", Options{LeaseDuration: lease, Identity: Identity{UID: "u"}}); err == nil {
 		t.Fatal("an identity without a namespace was accepted")
+	}
+}
+
+func TestAnAttemptFromAStaleWatchReportReadsTheLeaseAgainAndSeesItsNewHolder(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeStore(t)
+	c := clocktesting.NewFakeClock(epoch)
+	a := newLock(t, f, c, "")
+	ga, err := a.Acquire(ctx, "node-a/c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	// What a waiter's watch reported: the release.
+	f.mu.Lock()
+	released := f.cur
+	f.mu.Unlock()
+	// Another node takes the lease before the waiter acts on the report.
+	if _, err := newLock(t, f, c, "").Acquire(ctx, "node-c/c3"); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.calls = nil
+	f.mu.Unlock()
+	_, err = newLock(t, f, c, "").attempt(ctx, "node-b/c2", &released)
+	var h *HeldError
+	if !errors.As(err, &h) || h.Holder != "node-c/c3" || h.Token != 2 {
+		t.Fatalf("want the lease held by node-c/c3 with token 2, got %v", err)
+	}
+	f.mu.Lock()
+	calls := f.calls
+	f.mu.Unlock()
+	// The update from the report conflicts; the lease read after it
+	// decides.
+	if want := []string{"update", "get"}; !slices.Equal(calls, want) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+	if r, _ := f.record(); r.HolderIdentity != "node-c/c3" {
+		t.Errorf("the lease's holder is %q, want node-c/c3", r.HolderIdentity)
+	}
+}
+
+func TestAReleaseFromALeaseReadEarlierIsOneWriteAndRereadsALeaseChangedSince(t *testing.T) {
+	ctx := context.Background()
+	c := clocktesting.NewFakeClock(epoch)
+	for _, tc := range []struct {
+		name string
+		// between runs after the Read, as the holder's own renewal would.
+		between   func(l *Lock, g Grant) error
+		wantCalls []string
+	}{
+		{name: "unchanged", between: func(*Lock, Grant) error { return nil }, wantCalls: []string{"get", "update"}},
+		{name: "renewed since", between: func(l *Lock, g Grant) error { return l.Renew(ctx, g) }, wantCalls: []string{"get", "get", "update", "update", "get", "update"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeStore(t)
+			l := newLock(t, f, c, "")
+			g, err := l.Acquire(ctx, "node-a/c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			f.calls = nil
+			f.mu.Unlock()
+			seen, err := l.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.between(l, g); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.ReleaseFrom(ctx, g, &seen); err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			calls := f.calls
+			f.mu.Unlock()
+			if !slices.Equal(calls, tc.wantCalls) {
+				t.Errorf("calls %v, want %v", calls, tc.wantCalls)
+			}
+			if r, _ := f.record(); r.HolderIdentity != "" || r.LeaseTransitions != 1 {
+				t.Errorf("after the release: holder %q token %d, want free with token 1", r.HolderIdentity, r.LeaseTransitions)
+			}
+		})
 	}
 }

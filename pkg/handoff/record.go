@@ -61,12 +61,14 @@ type Store interface {
 	Update(ctx context.Context, resourceVersion string, r Record) (Observed, error)
 }
 
-// Watcher is a Store that can also watch its lease. Watch reports every
-// change after resourceVersion on the returned channel (several changes
-// may be reported once) and closes it when the watch ends, by an error of
-// the API server or ctx ending.
+// Watcher is a Store that can also watch its lease. Watch reports the
+// changes after resourceVersion on the returned channel: each report is
+// the lease as the change left it, or an Observed without a
+// resourceVersion when it is gone (read it again). Reports not yet taken
+// are replaced by newer ones. The channel is closed when the watch ends,
+// by an error of the API server or ctx ending.
 type Watcher interface {
-	Watch(ctx context.Context, resourceVersion string) (<-chan struct{}, error)
+	Watch(ctx context.Context, resourceVersion string) (<-chan Observed, error)
 }
 
 // RecordFromSpec converts a Lease spec into a Record; absent fields read as
@@ -169,7 +171,7 @@ type watchingStore struct {
 }
 
 // Watch watches the one lease by name from resourceVersion.
-func (s watchingStore) Watch(ctx context.Context, resourceVersion string) (<-chan struct{}, error) {
+func (s watchingStore) Watch(ctx context.Context, resourceVersion string) (<-chan Observed, error) {
 	w, err := s.watcher.Watch(ctx, metav1.ListOptions{
 		FieldSelector:   fields.OneTermEqualSelector("metadata.name", s.name).String(),
 		ResourceVersion: resourceVersion,
@@ -177,7 +179,7 @@ func (s watchingStore) Watch(ctx context.Context, resourceVersion string) (<-cha
 	if err != nil {
 		return nil, err
 	}
-	changes := make(chan struct{}, 1)
+	changes := make(chan Observed, 1)
 	go func() {
 		defer close(changes)
 		defer w.Stop()
@@ -189,10 +191,16 @@ func (s watchingStore) Watch(ctx context.Context, resourceVersion string) (<-cha
 				if !ok || ev.Type == watch.Error {
 					return
 				}
-				select {
-				case changes <- struct{}{}:
-				default: // one pending signal stands for any number of changes
+				var o Observed
+				if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && ev.Type != watch.Deleted {
+					o = ObservedFromLease(l)
 				}
+				// The newest report replaces one not taken yet.
+				select {
+				case <-changes:
+				default:
+				}
+				changes <- o
 			}
 		}
 	}()

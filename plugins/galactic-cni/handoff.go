@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -128,19 +129,85 @@ func (p *plugin) releaseHandoff(inv *invocation, c *Config, containerID, ifName 
 	if rec, ok, err := inv.host.Store().Get(containerID, ifName); err == nil && ok && rec.Holder == l.holder && rec.AttachmentUID == c.identity().UID {
 		return
 	}
-	p.release(inv, c.VPC, c.Attachment.Attachment, c.identity(), l)
+	p.release(inv, c.VPC, c.Attachment.Attachment, c.identity(), l, nil)
 }
 
-// releaseRecordHandoff gives back the lease a record holds (DEL and GC).
-// A lease that is no longer this container's is left alone; one that
-// cannot be released now is logged and expires by itself, since nothing
-// renews it once the record is gone.
-func (p *plugin) releaseRecordHandoff(inv *invocation, rec state.Record) error {
+// releaseRecordHandoff gives back the lease a record holds (DEL and GC),
+// from pre when DEL prepared it. A lease that is no longer this
+// container's is left alone; one that cannot be released now is logged
+// and expires by itself, since nothing renews it once the record is gone.
+func (p *plugin) releaseRecordHandoff(inv *invocation, rec state.Record, pre *preparedRelease) error {
 	if rec.Holder == "" {
 		return nil
 	}
-	p.release(inv, rec.VPC, rec.Attachment, recordIdentity(rec), lease{holder: rec.Holder, generation: rec.HolderGeneration, seconds: rec.LeaseSeconds})
+	p.release(inv, rec.VPC, rec.Attachment, recordIdentity(rec), lease{holder: rec.Holder, generation: rec.HolderGeneration, seconds: rec.LeaseSeconds}, pre)
 	return nil
+}
+
+// preparedRelease is a record's lease lock built and its lease read
+// before the record's teardown.
+type preparedRelease struct {
+	lock *handoff.Lock
+	// seen is the lease read; nil when reading failed.
+	seen *handoff.Observed
+	// deadline bounds the release when the read failed, so that an API
+	// server that is down costs DEL one apiTimeout in all.
+	deadline time.Time
+	err      *types.Error
+}
+
+// preparations are the records' prepared releases, ready once the
+// preparing goroutine is done.
+type preparations struct {
+	done <-chan []*preparedRelease
+	got  []*preparedRelease
+	ok   bool
+}
+
+// get waits for the preparations and returns the i-th record's; nil when
+// the record holds no lease.
+func (ps *preparations) get(i int) *preparedRelease {
+	if ps.done == nil {
+		return nil
+	}
+	if !ps.ok {
+		ps.got, ps.ok = <-ps.done, true
+	}
+	return ps.got[i]
+}
+
+// prepareReleases builds the lease lock of every record that holds a
+// lease and reads its lease, in one goroutine beside the teardown: the
+// API client's connection and the read are then done when the interface
+// is gone, and the release is one write.
+func (p *plugin) prepareReleases(inv *invocation, recs []state.Record) *preparations {
+	holds := slices.ContainsFunc(recs, func(r state.Record) bool { return r.Holder != "" })
+	if !holds {
+		return &preparations{}
+	}
+	done := make(chan []*preparedRelease, 1)
+	go func() {
+		out := make([]*preparedRelease, len(recs))
+		deadline := time.Now().Add(apiTimeout)
+		for i, rec := range recs {
+			if rec.Holder == "" {
+				continue
+			}
+			pre := &preparedRelease{deadline: deadline}
+			out[i] = pre
+			pre.lock, pre.err = leaseLock(inv, rec.VPC, rec.Attachment, max(rec.LeaseSeconds, 1), recordIdentity(rec))
+			if pre.err != nil {
+				continue
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			if o, err := pre.lock.Read(ctx); err == nil {
+				pre.seen = &o
+			}
+			cancel()
+		}
+		done <- out
+	}()
+	return &preparations{done: done}
 }
 
 // recordIdentity is the lease identity of a record's attachment.
@@ -151,15 +218,26 @@ func recordIdentity(rec state.Record) handoff.Identity {
 	return handoff.Identity{Namespace: rec.Namespace, UID: rec.AttachmentUID}
 }
 
-func (p *plugin) release(inv *invocation, vpc, attachment string, id handoff.Identity, l lease) {
-	lock, terr := leaseLock(inv, vpc, attachment, max(l.seconds, 1), id)
-	if terr != nil {
-		inv.log.Warn("handoff lease not released; it expires after its duration", "holder", l.holder, "error", terr.Error())
+// release gives back lease l of vpc/attachment, through pre when DEL
+// prepared it.
+func (p *plugin) release(inv *invocation, vpc, attachment string, id handoff.Identity, l lease, pre *preparedRelease) {
+	if pre == nil {
+		lock, terr := leaseLock(inv, vpc, attachment, max(l.seconds, 1), id)
+		pre = &preparedRelease{lock: lock, err: terr, deadline: time.Now().Add(apiTimeout)}
+	}
+	if pre.err != nil {
+		inv.log.Warn("handoff lease not released; it expires after its duration", "holder", l.holder, "error", pre.err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	deadline := pre.deadline
+	if pre.seen != nil {
+		// The API server answered the read: the write has a timeout of
+		// its own.
+		deadline = time.Now().Add(apiTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	err := lock.Release(ctx, handoff.Grant{Holder: l.holder, Token: l.generation})
+	err := pre.lock.ReleaseFrom(ctx, handoff.Grant{Holder: l.holder, Token: l.generation}, pre.seen)
 	switch {
 	case err == nil:
 		inv.log.Info("handoff lease released", "holder", l.holder, "token", l.generation)

@@ -205,7 +205,7 @@ func (p *plugin) dropUnnamed(inv *invocation, args *skel.CmdArgs, ts []target) *
 		if terr := p.releaseEntry(inv, rec); terr != nil {
 			return terr
 		}
-		errs := []error{inv.host.Teardown(rec), p.releaseRecordHandoff(inv, rec)}
+		errs := []error{inv.host.Teardown(rec), p.releaseRecordHandoff(inv, rec, nil)}
 		if err := errors.Join(errs...); err != nil {
 			return types.NewError(types.ErrInternal, fmt.Sprintf("removing %s (%s), which the pod no longer names: %v", rec.IfName, recordName(rec), err), "")
 		}

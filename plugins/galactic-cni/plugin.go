@@ -251,13 +251,17 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 	}
 	// Nothing recorded: ADD never completed here, or DEL already ran.
 	var errs []error
-	for _, rec := range recs {
+	// The leases are read while the host side goes, so that a successor
+	// waiting for one is given it by a single write after its interface
+	// is gone.
+	prepared := p.prepareReleases(inv, recs)
+	for i, rec := range recs {
 		// Detach before releasing the lease, so that a successor never
 		// attaches while this host interface is still there.
 		if err := inv.host.Teardown(rec); err != nil {
 			errs = append(errs, err)
 		}
-		if err := p.releaseRecordHandoff(inv, rec); err != nil {
+		if err := p.releaseRecordHandoff(inv, rec, prepared.get(i)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -454,7 +458,7 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) (err error) {
 			continue
 		}
 		err := inv.host.Teardown(rec)
-		err = errors.Join(err, p.releaseRecordHandoff(inv, rec))
+		err = errors.Join(err, p.releaseRecordHandoff(inv, rec, nil))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("container %s interface %s: %w", rec.ContainerID, rec.IfName, err))
 			continue
