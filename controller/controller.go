@@ -43,7 +43,14 @@ type Options struct {
 	Workers int
 	// Resync re-queues every object this often, as a safety net; 0 never.
 	Resync time.Duration
-	Log    *slog.Logger
+	// StatusBatch is how long a change of a lease or an advertisement
+	// waits before the controller projects it into its attachment's
+	// status (holder, HolderAvailable, Programmed): the changes of one
+	// CNI operation, and an ADD and DEL that undo each other, make at most
+	// one status write, after the operation. An attachment being deleted
+	// is not delayed. 0 projects at once.
+	StatusBatch time.Duration
+	Log         *slog.Logger
 	// Clock is nil for the real one.
 	Clock clock.WithTicker
 	// Metrics is nil for a fresh registry.
@@ -59,6 +66,9 @@ const (
 	// so a burst of creates finishes sooner with more of them in flight
 	// while the API server has CPU to spare.
 	DefaultWorkers = 16
+	// DefaultStatusBatch outlasts a CNI ADD or DEL, whose API round trips
+	// the status write would otherwise compete with.
+	DefaultStatusBatch = time.Second
 )
 
 // Controller reconciles VPCs, VPCAttachments, VPCAddresses and VNIs.

@@ -174,7 +174,7 @@ func (c *Controller) leaseChanged(old, cur *coordinationv1.Lease, gone bool) {
 	}
 	for _, l := range []*coordinationv1.Lease{old, cur} {
 		if l != nil {
-			c.queueAttachmentUID(l.Labels[v1alpha1.LabelAttachmentUID])
+			c.projectAttachmentUID(l.Labels[v1alpha1.LabelAttachmentUID])
 		}
 	}
 }
@@ -197,19 +197,31 @@ func sameForStatus(a, b *coordinationv1.Lease) bool {
 		maps.Equal(a.Annotations, b.Annotations) && maps.Equal(a.Labels, b.Labels)
 }
 
-func (c *Controller) queueAttachmentUID(uid string) {
+// projectAttachmentUID queues the attachment of a lease or advertisement
+// that changed, after the status batch period unless it is being deleted
+// (its finalizer waits for the holder's release). A key already waiting
+// keeps its earlier time, so the batch delays a projection by at most
+// the period.
+func (c *Controller) projectAttachmentUID(uid string) {
 	if uid == "" {
 		return
 	}
-	if att := c.attachmentByUID(types.UID(uid)); att != nil {
-		c.attQ.Add(key(att.Namespace, att.Name))
+	att := c.attachmentByUID(types.UID(uid))
+	if att == nil {
+		return
 	}
+	k := key(att.Namespace, att.Name)
+	if c.o.StatusBatch <= 0 || att.DeletionTimestamp != nil {
+		c.attQ.Add(k)
+		return
+	}
+	c.attQ.AddAfter(k, c.o.StatusBatch)
 }
 
 // advChanged queues the attachment an advertisement is labelled with and,
 // when it goes, the VNI it used (a released VNI waits for its last one).
 func (c *Controller) advChanged(a *v1alpha1.BGPAdvertisement, gone bool) {
-	c.queueAttachmentUID(a.Labels[v1alpha1.LabelAttachmentUID])
+	c.projectAttachmentUID(a.Labels[v1alpha1.LabelAttachmentUID])
 	if gone && a.Spec.VNI != 0 {
 		c.vniQ.Add(strconv.Itoa(int(a.Spec.VNI)))
 	}

@@ -82,7 +82,7 @@ type runFlags struct {
 	leaseDuration, renewDeadline, retryPeriod       time.Duration
 	vniRange                                        string
 	vniMin, vniMax                                  int32
-	vniHold, resync                                 time.Duration
+	vniHold, resync, statusBatch                    time.Duration
 	workers                                         int
 	qps                                             float64
 	burst                                           int
@@ -103,6 +103,7 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	fs.StringVar(&f.vniRange, "vni-range", fmt.Sprintf("%d-%d", controller.DefaultVNIMin, controller.DefaultVNIMax), "VNIs allocated to VPCs without spec.vni, as <first>-<last> within 1-16777215")
 	fs.DurationVar(&f.vniHold, "vni-hold", controller.DefaultVNIHold, "how long a deleted VPC's VNI stays out of use (and longer while an advertisement carries it)")
 	fs.DurationVar(&f.resync, "resync", 10*time.Minute, "every object is reconciled at least this often; 0: only on change")
+	fs.DurationVar(&f.statusBatch, "status-batch-period", controller.DefaultStatusBatch, "how long a lease's or advertisement's change waits before it is written into its VPCAttachment's status (changes within it make one write); 0: at once")
 	fs.IntVar(&f.workers, "workers", controller.DefaultWorkers, "attachments reconciled in parallel")
 	fs.Float64Var(&f.qps, "kube-api-qps", 1000, "API requests per second the controller makes at most, sustained")
 	fs.IntVar(&f.burst, "kube-api-burst", 2000, "API requests the controller makes at most in a burst")
@@ -125,6 +126,9 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	}
 	if f.resync < 0 {
 		return nil, fmt.Errorf("--resync %s: must not be negative", f.resync)
+	}
+	if f.statusBatch < 0 {
+		return nil, fmt.Errorf("--status-batch-period %s: must not be negative", f.statusBatch)
 	}
 	if f.workers < 1 {
 		return nil, fmt.Errorf("--workers %d: must be at least 1", f.workers)
@@ -183,7 +187,7 @@ func serve(args []string, _ io.Writer) error {
 	}
 	c, err := controller.New(controller.Options{
 		Clients: cs, Namespace: f.namespace, VNIMin: f.vniMin, VNIMax: f.vniMax, VNIHold: f.vniHold,
-		Workers: f.workers, Resync: f.resync, Log: log,
+		Workers: f.workers, Resync: f.resync, StatusBatch: f.statusBatch, Log: log,
 	})
 	if err != nil {
 		return err
