@@ -34,8 +34,9 @@ const AdmissionPolicy = "galactic-node-writes-its-own"
 const tokenSeconds = 12 * 3600
 
 // identityManifests are what every environment applies from
-// installer/manifests, so every node credential is judged as on a cluster.
-var identityManifests = []string{"serviceaccount.yaml", "rbac.yaml", "runtime-rbac.yaml", "admission.yaml"}
+// installer/manifests, so every node credential is judged, and every
+// VPCAttachment admitted, as on a cluster.
+var identityManifests = []string{"serviceaccount.yaml", "rbac.yaml", "runtime-rbac.yaml", "admission.yaml", "attachment-admission.yaml"}
 
 func (e *Env) applyIdentity(ctx context.Context) error {
 	var paths []string
