@@ -165,6 +165,8 @@ func (c *Controller) allocate(ctx context.Context, attp **v1alpha1.VPCAttachment
 	if plan.Problem != nil {
 		return statusAddresses(have(), nets), plan.Problem, nil
 	}
+	// installer/manifests/attachment-admission.yaml puts the finalizer on
+	// at creation; without that policy it costs a write here.
 	if !slices.Contains(att.Finalizers, v1alpha1.FinalizerAttachment) {
 		out, err := c.o.Clients.VPCAttachments(att.Namespace).Patch(ctx, att.Name, types.MergePatchType,
 			finalizerPatch(att.ResourceVersion, append(slices.Clone(att.Finalizers), v1alpha1.FinalizerAttachment)), metav1.PatchOptions{})

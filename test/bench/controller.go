@@ -332,7 +332,7 @@ func renderController(w *strings.Builder, r *Results) {
 		settleRSS, float64(c.LeaderRSS)/1024, float64(c.LeaderRSSReady)/1024, float64(c.StandbyRSS)/1024)
 	p("| leader failover | the standby allocated an attachment created right after the leader's SIGKILL %s after it (lease duration %s) |", ms(c.Failover), c.LeaseDuration)
 	p("")
-	p("Writes are what the controller asked of the API server from the first create until every attachment was Ready and a second after, leader election renewals excluded: per attachment one VPCAddress created, its finalizer added, its status written. A standby keeps the same caches as the leader, so its memory is the leader's less the work in flight; the failover figure is the lease duration plus at most about two retry periods (client-go acquires on its retry tick, jittered up to 2.2 of them).")
+	p("Writes are what the controller asked of the API server from the first create until every attachment was Ready and a second after, leader election renewals excluded: per attachment one VPCAddress created and its status written; the attachment comes with its finalizer from the MutatingAdmissionPolicy `galactic-attachment-protection` (`installer/manifests/attachment-admission.yaml`, applied as on a cluster), so the controller's finalizer patch appears only where the policy is missing. A standby keeps the same caches as the leader, so its memory is the leader's less the work in flight; the failover figure is the lease duration plus at most about two retry periods (client-go acquires on its retry tick, jittered up to 2.2 of them).")
 	p("")
 }
 
@@ -369,7 +369,7 @@ func (r *Results) controllerReason(t Target) string {
 	c := r.Controller
 	switch t.Key {
 	case "controller-ready":
-		return fmt.Sprintf("The controller waits on the API server: each attachment is three writes in sequence, and the bench's creates compete with them on the same two cores; its own CPU is a small part (%s).", r.secLink("controller"))
+		return fmt.Sprintf("The controller waits on the API server: each attachment is two writes in sequence (the VPCAddress, then the status), and the bench's creates compete with them on the same two cores; its own CPU is a small part (%s).", r.secLink("controller"))
 	case "controller-writes":
 		return fmt.Sprintf("The writes by kind are in %s.", r.secLink("controller"))
 	case "controller-rss":
