@@ -474,15 +474,22 @@ func nextWait(c *clocktesting.FakeClock, done <-chan result) (r result, finished
 	return result{}, false
 }
 
-func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
-	ctx := context.Background()
+// heldByA is a lease in a fake store that node-a/c1 holds through a.
+func heldByA(t *testing.T) (*fakeStore, *clocktesting.FakeClock, *Lock, Grant) {
+	t.Helper()
 	f := newFakeStore(t)
 	c := clocktesting.NewFakeClock(epoch)
 	a := newLock(t, f, c, "")
-	ga, err := a.Acquire(ctx, "node-a/c1")
+	ga, err := a.Acquire(context.Background(), "node-a/c1")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, c, a, ga
+}
+
+func TestAcquireWaitsUntilTheHolderReleases(t *testing.T) {
+	ctx := context.Background()
+	f, c, a, ga := heldByA(t)
 	done := acquireInBackground(ctx, newLock(t, f, c, ""), "node-b/c2")
 	if r, finished := nextWait(c, done); finished {
 		t.Fatalf("acquired a held lease: %+v", r)
@@ -616,13 +623,7 @@ func TestNewRejectsTimingThatCannotWork(t *testing.T) {
 
 func TestAWaitingAcquireLearnsOfTheReleaseFromItsWatchWithoutWaitingForAPoll(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeStore(t)
-	c := clocktesting.NewFakeClock(epoch)
-	a := newLock(t, f, c, "")
-	ga, err := a.Acquire(ctx, "node-a/c1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, c, a, ga := heldByA(t)
 	f.mu.Lock()
 	f.calls = nil
 	f.mu.Unlock()
@@ -653,13 +654,7 @@ func TestAWaitingAcquireLearnsOfTheReleaseFromItsWatchWithoutWaitingForAPoll(t *
 
 func TestAcquireWhoseWatchFailsPollsInstead(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeStore(t)
-	c := clocktesting.NewFakeClock(epoch)
-	a := newLock(t, f, c, "")
-	ga, err := a.Acquire(ctx, "node-a/c1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, c, a, ga := heldByA(t)
 	done := acquireInBackground(ctx, newLock(t, watchingFake{fakeStore: f, fail: true}, c, ""), "node-b/c2")
 	if r, finished := nextWait(c, done); finished {
 		t.Fatalf("acquired a held lease: %+v", r)
@@ -789,13 +784,7 @@ func TestAnObjectBackedLockLabelsItsLeaseAndNeverTakesAPredecessorsOfAnotherUID(
 
 func TestAnAttemptFromAStaleWatchReportReadsTheLeaseAgainAndSeesItsNewHolder(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeStore(t)
-	c := clocktesting.NewFakeClock(epoch)
-	a := newLock(t, f, c, "")
-	ga, err := a.Acquire(ctx, "node-a/c1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, c, a, ga := heldByA(t)
 	if err := a.Release(ctx, ga); err != nil {
 		t.Fatal(err)
 	}
@@ -810,7 +799,7 @@ func TestAnAttemptFromAStaleWatchReportReadsTheLeaseAgainAndSeesItsNewHolder(t *
 	f.mu.Lock()
 	f.calls = nil
 	f.mu.Unlock()
-	_, err = newLock(t, f, c, "").attempt(ctx, "node-b/c2", &released)
+	_, err := newLock(t, f, c, "").attempt(ctx, "node-b/c2", &released)
 	var h *HeldError
 	if !errors.As(err, &h) || h.Holder != "node-c/c3" || h.Token != 2 {
 		t.Fatalf("want the lease held by node-c/c3 with token 2, got %v", err)
