@@ -268,16 +268,16 @@ func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
 			return Grant{}, fmt.Errorf("acquiring lease %s: %w", l.key, ctx.Err())
 		case <-l.clock.After(wait):
 		case o, ok := <-changes:
-			if ok && o.ResourceVersion != "" {
-				seen = &o
-			}
-			if !ok {
+			switch {
+			case !ok:
 				// The watch ended: the next attempt starts another from
 				// what it reads, unless watches keep ending.
 				changes = nil
 				if watchEnds++; watchEnds >= maxWatchEnds {
 					watching = false
 				}
+			case o.ResourceVersion != "":
+				seen = &o
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -156,34 +157,15 @@ type preparedRelease struct {
 	err      *types.Error
 }
 
-// preparations are the records' prepared releases, ready once the
-// preparing goroutine is done.
-type preparations struct {
-	done <-chan []*preparedRelease
-	got  []*preparedRelease
-	ok   bool
-}
-
-// get waits for the preparations and returns the i-th record's; nil when
-// the record holds no lease.
-func (ps *preparations) get(i int) *preparedRelease {
-	if ps.done == nil {
-		return nil
-	}
-	if !ps.ok {
-		ps.got, ps.ok = <-ps.done, true
-	}
-	return ps.got[i]
-}
-
 // prepareReleases builds the lease lock of every record that holds a
 // lease and reads its lease, in one goroutine beside the teardown: the
 // API client's connection and the read are then done when the interface
-// is gone, and the release is one write.
-func (p *plugin) prepareReleases(inv *invocation, recs []state.Record) *preparations {
-	holds := slices.ContainsFunc(recs, func(r state.Record) bool { return r.Holder != "" })
-	if !holds {
-		return &preparations{}
+// is gone, and the release is one write. The function returned waits for
+// that goroutine and gives the i-th record's preparation, nil for a
+// record that holds no lease.
+func (p *plugin) prepareReleases(inv *invocation, recs []state.Record) func(i int) *preparedRelease {
+	if !slices.ContainsFunc(recs, func(r state.Record) bool { return r.Holder != "" }) {
+		return func(int) *preparedRelease { return nil }
 	}
 	done := make(chan []*preparedRelease, 1)
 	go func() {
@@ -207,7 +189,8 @@ func (p *plugin) prepareReleases(inv *invocation, recs []state.Record) *preparat
 		}
 		done <- out
 	}()
-	return &preparations{done: done}
+	prepared := sync.OnceValue(func() []*preparedRelease { return <-done })
+	return func(i int) *preparedRelease { return prepared()[i] }
 }
 
 // recordIdentity is the lease identity of a record's attachment.

@@ -261,7 +261,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 		if err := inv.host.Teardown(rec); err != nil {
 			errs = append(errs, err)
 		}
-		if err := p.releaseRecordHandoff(inv, rec, prepared.get(i)); err != nil {
+		if err := p.releaseRecordHandoff(inv, rec, prepared(i)); err != nil {
 			errs = append(errs, err)
 		}
 	}
