@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/galactic-cni/galactic/pkg/client"
 )
 
 // ControllerServiceAccount is galactic-controller's identity
@@ -27,12 +29,13 @@ const ControllerServiceAccount = "galactic-controller"
 
 // controllerManifests are what a cluster needs for the controller to run
 // under its own identity and for tenants to use VPCs: the node identity
-// (whose ClusterRole reads attachments), the tenants' roles and the
-// controller's.
-var controllerManifests = []string{"serviceaccount.yaml", "rbac.yaml", "runtime-rbac.yaml", "tenant-rbac.yaml", "controller-rbac.yaml"}
+// (whose ClusterRole reads attachments), the tenants' roles, the
+// controller's, and the policy that protects attachments from creation.
+var controllerManifests = []string{"serviceaccount.yaml", "rbac.yaml", "runtime-rbac.yaml", "tenant-rbac.yaml", "controller-rbac.yaml", "attachment-admission.yaml"}
 
-// ApplyControllerManifests creates galactic's namespace and applies the
-// RBAC of installer/manifests that the controller and tenants rely on.
+// ApplyControllerManifests creates galactic's namespace, applies what of
+// installer/manifests the controller and tenants rely on, and returns once
+// the API server applies the attachment policy.
 func ApplyControllerManifests(ctx context.Context, cp *ControlPlane) error {
 	kube, err := kubernetes.NewForConfig(cp.Admin)
 	if err != nil {
@@ -46,7 +49,14 @@ func ApplyControllerManifests(ctx context.Context, cp *ControlPlane) error {
 	for _, m := range controllerManifests {
 		paths = append(paths, filepath.Join(RepoRoot(), "installer", "manifests", m))
 	}
-	return ApplyManifests(ctx, cp.Admin, paths...)
+	if err := ApplyManifests(ctx, cp.Admin, paths...); err != nil {
+		return err
+	}
+	api, err := client.New(cp.Admin)
+	if err != nil {
+		return err
+	}
+	return waitAttachmentPolicy(ctx, api)
 }
 
 // ServiceAccountKubeconfig writes a kubeconfig at path for the service

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/client"
 )
 
 // ServiceAccount is the identity every node's galactic components share
@@ -46,7 +50,30 @@ func (e *Env) applyIdentity(ctx context.Context) error {
 	if err := ApplyManifests(ctx, e.CP.Admin, paths...); err != nil {
 		return err
 	}
-	return e.waitAdmissionPolicy(ctx)
+	if err := e.waitAdmissionPolicy(ctx); err != nil {
+		return err
+	}
+	return waitAttachmentPolicy(ctx, e.API)
+}
+
+// waitAttachmentPolicy returns once the API server puts the protection
+// finalizer on a new VPCAttachment (attachment-admission.yaml), which,
+// like the per-node policy, it starts doing some time after the objects
+// exist. The probe is a dry run: it is admitted and never stored.
+func waitAttachmentPolicy(ctx context.Context, api *client.Clients) error {
+	probe := &v1alpha1.VPCAttachment{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "galactic-admission-probe"}, Spec: v1alpha1.VPCAttachmentSpec{VPC: "probe"}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// Until the CRD is served, the probe is refused as an unknown kind.
+		out, err := api.VPCAttachments(Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil && slices.Contains(out.Finalizers, v1alpha1.FinalizerAttachment) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API server did not apply installer/manifests/attachment-admission.yaml within 30s (last probe: %v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitAdmissionPolicy returns once the API server enforces the per-node

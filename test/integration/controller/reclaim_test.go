@@ -28,7 +28,11 @@ func TestAnAttachmentInUseIsKeptUntilItsHolderLetsGoThenItsAddressIsFreed(t *tes
 	ns := f.tenant(t, "in-use")
 	f.createVPC(t, vpcObject(ns, "blue", "10.20.0.0/16"))
 	f.waitVPC(t, ns, "blue", readyVPC)
-	f.createAttachment(t, attachmentObject(ns, "web", "blue"))
+	// installer/manifests/attachment-admission.yaml protects it from its
+	// creation on, before the controller has seen it.
+	if created := f.createAttachment(t, attachmentObject(ns, "web", "blue")); !slices.Contains(created.Finalizers, v1alpha1.FinalizerAttachment) {
+		t.Errorf("the created attachment has finalizers %q, want %s from the admission policy", created.Finalizers, v1alpha1.FinalizerAttachment)
+	}
 	att := f.waitAttachment(t, ns, "web", readyAttachment)
 	addr := addrOf(att.Status.Addresses[0])
 
