@@ -208,6 +208,18 @@ type Routing struct {
 // entries' prefixes. An entry that is already published as e with nothing
 // to prune costs one read and no write.
 func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEntry, r Routing) (Result, error) {
+	return a.publish(ctx, k, e, r, false)
+}
+
+// PublishNew is Publish for an entry whose advertisement is not expected
+// to exist, such as the handoff lease holder's, the attachment's only
+// runtime: it creates the advertisement without reading it first, and
+// reads and updates only when one exists.
+func (a *Advertiser) PublishNew(ctx context.Context, k Key, e v1alpha1.ContainerEntry, r Routing) (Result, error) {
+	return a.publish(ctx, k, e, r, true)
+}
+
+func (a *Advertiser) publish(ctx context.Context, k Key, e v1alpha1.ContainerEntry, r Routing, createFirst bool) (Result, error) {
 	res := Result{Name: k.Name()}
 	if err := k.validate(); err != nil {
 		return res, err
@@ -217,19 +229,31 @@ func (a *Advertiser) Publish(ctx context.Context, k Key, e v1alpha1.ContainerEnt
 	}
 	e = *e.DeepCopy()
 	e.Prefixes = SortPrefixes(e.Prefixes)
+	create := func() error {
+		obj := newAdvertisement(k, []v1alpha1.ContainerEntry{e})
+		obj.Spec.VNI, obj.Spec.Announce = r.VNI, r.Announce
+		_, err := a.API.Create(ctx, obj, metav1.CreateOptions{})
+		if err == nil {
+			res.Outcome = Created
+		}
+		return err
+	}
+	if createFirst {
+		err := create()
+		if err == nil || !apierrors.IsAlreadyExists(err) && !transient(err) {
+			return res, wrap(err, "publishing %s/%s in %s", e.ContainerID, e.IfName, res.Name)
+		}
+	}
 	err := a.retry(ctx, &res, func() error {
 		res.Removed = nil
 		cur, err := a.API.Get(ctx, res.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			obj := newAdvertisement(k, []v1alpha1.ContainerEntry{e})
-			obj.Spec.VNI, obj.Spec.Announce = r.VNI, r.Announce
-			if _, err := a.API.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			if err := create(); err != nil {
 				if apierrors.IsAlreadyExists(err) {
 					return raced(err)
 				}
 				return err
 			}
-			res.Outcome = Created
 			return nil
 		}
 		if err != nil {

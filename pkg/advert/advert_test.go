@@ -85,6 +85,33 @@ func TestPublishCreatesTheAdvertisementWithLabelsAndHostPrefixes(t *testing.T) {
 	wantCalls(t, f, "get "+keyA.Name(), "create "+keyA.Name())
 }
 
+// The lease holder's entry: one create when the node has no
+// advertisement of the attachment; when it has one after all, the entry
+// joins it as Publish would, pruning the dead.
+func TestPublishNewCreatesWithoutReadingAndUpdatesWhatExistsAfterAll(t *testing.T) {
+	f := adverttest.New(t, "get", "create", "update")
+	a := testAdvertiser(f, liveSet{"/run/netns/live": true})
+	res, err := a.PublishNew(context.Background(), keyA, entry("c1", "/run/netns/c1", "10.20.0.5/32"), Routing{VNI: 7})
+	if err != nil || res.Outcome != Created || f.Object(keyA.Name()).Spec.VNI != 7 {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	wantCalls(t, f, "create "+keyA.Name())
+
+	f = adverttest.New(t, "get", "create", "update")
+	f.Seed(existing(keyA,
+		entry("c-live", "/run/netns/live", "10.20.0.7/32"),
+		entry("c-dead", "/run/netns/dead", "10.20.0.9/32")))
+	a = testAdvertiser(f, liveSet{"/run/netns/live": true})
+	res, err = a.PublishNew(context.Background(), keyA, entry("c2", "/run/netns/c2", "10.20.0.5/32"), Routing{})
+	if err != nil || res.Outcome != Updated || len(res.Removed) != 1 || res.Removed[0].ContainerID != "c-dead" {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if ids := entryIDs(f.Object(keyA.Name())); !slices.Equal(ids, []string{"c-live", "c2"}) {
+		t.Errorf("entries = %q", ids)
+	}
+	wantCalls(t, f, "create "+keyA.Name(), "get "+keyA.Name(), "update "+keyA.Name())
+}
+
 func TestPublishAddsAnEntryPrunesDeadOnesAndRecomputesThePrefixes(t *testing.T) {
 	f := adverttest.New(t, "get", "update")
 	f.Seed(existing(keyA,

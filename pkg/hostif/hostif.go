@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -457,7 +458,7 @@ func (h Host) replacePredecessor(l netlink.Link, spec Spec) error {
 		return &BusyError{Interface: name, Container: other.ContainerID}
 	}
 	vpc, _, _, _ := names.ParseAliasUID(l.Attrs().Alias)
-	return h.removeInterface(name, vpc, l.Attrs().Alias, nil, h.recordedFilters(name))
+	return h.removeInterface(name, vpc, l.Attrs().Alias, nil, h.recordedFilters(name), nil)
 }
 
 // configureLink sets the alias and MTU and brings the host interface up.
@@ -684,12 +685,27 @@ func addHostAddress(l netlink.Link, gw netip.Addr) error {
 // The host interface is kept when another live record uses it: a
 // replacement of the same attachment whose ADD ran first. What is already
 // gone is not an error.
-func (h Host) Teardown(rec state.Record) error {
+func (h Host) Teardown(rec state.Record) error { return h.TeardownThen(rec, nil) }
+
+// TeardownThen is Teardown calling stopped once, under the node lock, as
+// soon as the host interface carries no more packets: it is down and no
+// route leads to it, but the kernel has yet to delete it, which is most
+// of a teardown's time. stopped is called at the end instead when there
+// was no interface to stop, or stopping it failed. A successor on this
+// node takes the node lock before it attaches, so it never meets the
+// interface stopped leaves behind. stopped must not block.
+func (h Host) TeardownThen(rec state.Record, stopped func()) error {
+	if stopped == nil {
+		stopped = func() {}
+	}
+	stopped = sync.OnceFunc(stopped)
 	unlock, err := h.lock()
 	if err != nil {
+		stopped()
 		return err
 	}
 	defer unlock()
+	defer stopped()
 
 	// The records are read once: under the node lock only this call
 	// changes them, and a node of many workloads takes milliseconds a
@@ -703,7 +719,7 @@ func (h Host) Teardown(rec state.Record) error {
 	}
 	if other == nil && listErr == nil {
 		known := append(filtersOf(recs, name), RecordFilter(rec))
-		errs = append(errs, h.removeInterface(name, rec.VPC, recordAlias(rec), parseAddrs(rec.Addresses), known))
+		errs = append(errs, h.removeInterface(name, rec.VPC, recordAlias(rec), parseAddrs(rec.Addresses), known, stopped))
 	}
 	if err := h.Store().Delete(rec.ContainerID, rec.IfName); err != nil {
 		errs = append(errs, fmt.Errorf("deleting the node record: %w", err))
@@ -741,15 +757,16 @@ func (h Host) RemoveInterface(name string) error {
 			return &BusyError{Interface: name, Holders: st.Holders}
 		}
 	}
-	return errors.Join(h.removeInterface(name, vpc, l.Attrs().Alias, nil, nil), h.removeDomainIfUnused(vpc))
+	return errors.Join(h.removeInterface(name, vpc, l.Attrs().Alias, nil, nil, nil), h.removeDomainIfUnused(vpc))
 }
 
 // removeInterface deletes the host interface of vpc whose ifalias is
 // alias, the rules and host routes that lead to it (those of addrs and
 // those the domain's table routes to it) and its packet filter elements
 // (known: what the records say they are). A device of the name with
-// another alias is not removed.
-func (h Host) removeInterface(name, vpc, alias string, addrs []netip.Addr, known []filter.Attachment) error {
+// another alias is not removed. stopped, if set, is called once the
+// interface is down and unrouted, before it is deleted.
+func (h Host) removeInterface(name, vpc, alias string, addrs []netip.Addr, known []filter.Attachment, stopped func()) error {
 	d, err := routing.Find(vpc)
 	if err != nil {
 		return err
@@ -779,6 +796,13 @@ func (h Host) removeInterface(name, vpc, alias string, addrs []netip.Addr, known
 			// The kernel would drop them with the interface; removing
 			// them first leaves nothing to chance.
 			errs = append(errs, d.RemoveGateways(l.Attrs().Index))
+		}
+		if stopped != nil {
+			// Setting a link down takes the kernel a fraction of
+			// deleting it.
+			if err := netlink.LinkSetDown(l); err == nil || linkGone(err) {
+				stopped()
+			}
 		}
 		if err := netlink.LinkDel(l); err != nil && !linkGone(err) {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))

@@ -105,7 +105,7 @@ func (p *plugin) addObjects(inv *invocation, conf *Config, args *skel.CmdArgs) e
 		prefixes := recordPrefixes(rec)
 		if len(prefixes) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), p.timeouts.add)
-			res, err := adv.Publish(ctx, key, v1alpha1.ContainerEntry{
+			res, err := publisher(adv, rec)(ctx, key, v1alpha1.ContainerEntry{
 				ContainerID: args.ContainerID, IfName: rec.IfName, Netns: args.Netns, Prefixes: prefixes,
 				HolderGeneration: rec.HolderGeneration, Standby: rec.Standby, AttachmentUID: rec.AttachmentUID,
 			}, advert.Routing{VNI: rec.VNI, Announce: v1alpha1.Announce(rec.Announce)})

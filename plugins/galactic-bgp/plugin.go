@@ -245,7 +245,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 		inv.set("outcome", "nothing to advertise")
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeouts.add)
-		res, err := adv.Publish(ctx, key, v1alpha1.ContainerEntry{
+		res, err := publisher(adv, rec)(ctx, key, v1alpha1.ContainerEntry{
 			ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns,
 			Prefixes: prefixes, HolderGeneration: rec.HolderGeneration, Standby: rec.Standby,
 		}, conf.Routing)
@@ -273,6 +273,17 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 		inv.set("deleteOthersError", err.Error())
 	}
 	return conf.Prev.PrintTo(p.stdout)
+}
+
+// publisher is how an ADD publishes rec's entry. The handoff lease's
+// holder is the attachment's only runtime: its predecessor on this node, if
+// any, released its entry before the lease, so the advertisement is
+// created without a read first.
+func publisher(adv *advert.Advertiser, rec state.Record) func(context.Context, advert.Key, v1alpha1.ContainerEntry, advert.Routing) (advert.Result, error) {
+	if rec.Holder != "" && !rec.Standby {
+		return adv.PublishNew
+	}
+	return adv.Publish
 }
 
 // checkRecord compares prevResult with what galactic-cni recorded for this

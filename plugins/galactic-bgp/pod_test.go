@@ -47,8 +47,9 @@ const twoPrev = `{"cniVersion":"1.1.0","interfaces":[{"name":"gv1"},{"name":"eth
 	`"ips":[{"address":"10.20.0.5/16","interface":1},{"address":"10.30.0.7/16","interface":3}]}`
 
 func TestAddOfVPCAttachmentsPublishesEachFromGalacticCNIsRecordsWithoutReadingThem(t *testing.T) {
-	// Per attachment: the advertisement's get and create, and the list of
-	// other nodes' leftovers. Nothing reads a VPCAttachment.
+	// Per attachment: the advertisement's create (the lease holder's is
+	// new on the node: no read first), and the list of other nodes'
+	// leftovers. Nothing reads a VPCAttachment.
 	e := newTestEnv(t, "get", "create", "list")
 	e.record(t, objectRecord("eth0", "web", "aaa", "10.20.0.5/16"))
 	db := objectRecord("net1", "db", "bbb", "10.30.0.7/16")
@@ -80,8 +81,8 @@ func TestAddOfVPCAttachmentsPublishesEachFromGalacticCNIsRecordsWithoutReadingTh
 			t.Errorf("%s: entry %+v", tc.name, c)
 		}
 	}
-	if calls := e.api.Calls(); len(calls) != 6 {
-		t.Errorf("calls %q, want three per attachment", calls)
+	if calls := e.api.Calls(); len(calls) != 4 {
+		t.Errorf("calls %q, want two per attachment", calls)
 	}
 }
 

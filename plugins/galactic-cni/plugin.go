@@ -256,14 +256,15 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 	// is gone.
 	prepared := p.prepareReleases(inv, recs)
 	for i, rec := range recs {
-		// Detach before releasing the lease, so that a successor never
-		// attaches while this host interface is still there.
-		if err := inv.host.Teardown(rec); err != nil {
-			errs = append(errs, err)
-		}
-		if err := p.releaseRecordHandoff(inv, rec, prepared(i)); err != nil {
-			errs = append(errs, err)
-		}
+		// The lease goes once the host interface carries nothing, while
+		// the kernel deletes it: a successor on another node attaches
+		// meanwhile, one on this node waits for the node lock, so none
+		// attaches while this interface still works.
+		released := make(chan error, 1)
+		err := inv.host.TeardownThen(rec, func() {
+			go func() { released <- p.releaseRecordHandoff(inv, rec, prepared(i)) }()
+		})
+		errs = append(errs, err, <-released)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return types.NewError(types.ErrInternal, err.Error(), "")
