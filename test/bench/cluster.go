@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -128,6 +129,7 @@ func (b *bench) clusterPodStart() error {
 			return err
 		}
 		p := clusterPod(att, "node-a", att)
+		relistPhase(i)
 		ready, netns, err := b.startPod(c, p)
 		if err != nil {
 			return err
@@ -144,6 +146,7 @@ func (b *bench) clusterPodStart() error {
 			return err
 		}
 		r := clusterPod(fmt.Sprintf("ref-%d", i), "node-ref", "")
+		relistPhase(i)
 		refReady, _, err := b.startPod(c, r)
 		if err != nil {
 			return err
@@ -199,6 +202,25 @@ func clusterPod(name, node, attachment string) *corev1.Pod {
 	}
 	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
 	return p
+}
+
+// kubeletRelist is the period at which a kubelet relists its containers
+// (the generic PLEG): a started container counts towards Ready at the
+// next relist, so a pod's time to Ready depends on when in that period it
+// was created.
+const kubeletRelist = time.Second
+
+// relistPhase waits until the wall clock's position within kubeletRelist
+// is round i's: the golden-ratio sequence spreads any number of rounds
+// evenly over the period. Each row's pods then meet their kubelet's
+// relist at every point of its period alike, where the loop's own rhythm
+// (each pod is created right after the other node's kubelet reported a
+// deletion) would hold one row at one point.
+func relistPhase(i int) {
+	const golden = 0.6180339887498949
+	want := time.Duration(math.Mod(float64(i)*golden, 1) * float64(kubeletRelist))
+	now := time.Duration(time.Now().UnixNano()) % kubeletRelist
+	time.Sleep((want - now + kubeletRelist) % kubeletRelist)
 }
 
 // startPod creates p, polls until it is Ready and returns the time that
@@ -266,7 +288,7 @@ func renderCluster(w *strings.Builder, r *Results) {
 		p("")
 		return
 	}
-	p("The harness cluster ([the test harness](contributing/test-harness.md)): kube-apiserver, kube-controller-manager, kube-scheduler, and per node a containerd and a registered kubelet in the node's own network and mount namespaces. Two nodes run the galactic DaemonSet applied with `kubectl apply -k`; a third has no galactic and the reference conflist (`tap` + `static`) in its `/etc/cni/net.d`. A Pod pinned to a node is created through the API and polled every 20 ms until Ready; a galactic pod (handoff on, as the DaemonSet ships; it names a VPCAttachment of its namespace, which the controller Deployment made Ready before the pod's creation; a new attachment and address each time, so the other node learns its route through the fabric) then pings a resident pod on the other galactic node every 5 ms until the first answer; another resident pod keeps the VPC on the pod's node. One pod at a time, alternating, %d times each after %d warm-up rounds. The cluster came up in %s (control plane, fabric, `make image`, three nodes, DaemonSet and controller ready; binaries cached).", r.Options.CRIIterations, r.Options.CRIWarmup, cb.Bringup.Round(time.Second))
+	p("The harness cluster ([the test harness](contributing/test-harness.md)): kube-apiserver, kube-controller-manager, kube-scheduler, and per node a containerd and a registered kubelet in the node's own network and mount namespaces. Two nodes run the galactic DaemonSet applied with `kubectl apply -k`; a third has no galactic and the reference conflist (`tap` + `static`) in its `/etc/cni/net.d`. A Pod pinned to a node is created through the API and polled every 20 ms until Ready; a galactic pod (handoff on, as the DaemonSet ships; it names a VPCAttachment of its namespace, which the controller Deployment made Ready before the pod's creation; a new attachment and address each time, so the other node learns its route through the fabric) then pings a resident pod on the other galactic node every 5 ms until the first answer; another resident pod keeps the VPC on the pod's node. One pod at a time, alternating, %d times each after %d warm-up rounds; each pod is created at its round's point of the second (a golden-ratio sequence), since a kubelet counts a started container towards Ready at its next relist, once a second, and the rounds then meet every point of that period alike for both rows. The cluster came up in %s (control plane, fabric, `make image`, three nodes, DaemonSet and controller ready; binaries cached).", r.Options.CRIIterations, r.Options.CRIWarmup, cb.Bringup.Round(time.Second))
 	p("")
 	p("| conflist | create → Ready p50 | p90 | p50 / ref | create → first ping across nodes p50 | p90 |")
 	p("|---|---|---|---|---|---|")
