@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"k8s.io/utils/clock"
 
@@ -139,6 +140,22 @@ type Report struct {
 // identity's (a predecessor's or a successor's), judged by its own rules.
 type attachmentKey struct{ vpc, attachment, uid string }
 
+// hintTTL is how long galactic-cni's hint of a VPCAttachment no record
+// uses is kept: long enough for a restart or an upgrade in place.
+const hintTTL = time.Hour
+
+// pruneHints removes the hints (state.Hints) of attachments no record on
+// the node has used for hintTTL.
+func (c *Collector) pruneHints(recordedUID map[string]bool, fail func(string, error)) {
+	n, err := state.NewHints(c.StateDir).Prune(c.passClock().Now().Add(-hintTTL), func(uid string) bool { return recordedUID[uid] })
+	if err != nil {
+		fail("hints", err)
+	}
+	if n > 0 {
+		c.Log.Info("pruned attachment hints", "hints", n, "reason", "no record of the attachment for "+hintTTL.String())
+	}
+}
+
 // Pass runs one GC pass. It returns an error when any step failed; what
 // could be done was done.
 func (c *Collector) Pass(ctx context.Context) (Report, error) {
@@ -163,10 +180,15 @@ func (c *Collector) Pass(ctx context.Context) (Report, error) {
 		fail("records", err)
 	}
 	liveRecord := map[attachmentKey]bool{}
+	recordedUID := map[string]bool{}
 	for _, rec := range records {
+		recordedUID[rec.AttachmentUID] = true
 		if c.Live(rec.Netns) {
 			liveRecord[attachmentKey{rec.VPC, rec.Attachment, rec.AttachmentUID}] = true
 		}
+	}
+	if err == nil {
+		c.pruneHints(recordedUID, fail)
 	}
 
 	// Advertisements: one list, then guarded prunes.

@@ -6,8 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/handoff"
@@ -395,5 +400,34 @@ func TestADeadRecordWhoseInterfaceNowCarriesAnotherUIDIsReleased(t *testing.T) {
 	w.kernel.uids = map[string]string{"gv1": "new"}
 	if r := w.pass(t); r.RecordsRemoved != 0 || len(w.kernel.released) != 0 {
 		t.Fatalf("%+v, released %v", r, w.kernel.released)
+	}
+}
+
+// galactic-cni's hints of attachments no record uses go after hintTTL;
+// one a record uses stays however old.
+func TestAPassPrunesTheHintsOfAttachmentsNoRecordHasUsedForAnHour(t *testing.T) {
+	w := newWorld(t)
+	now := time.Now()
+	w.c.Clock = clocktesting.NewFakeClock(now)
+	hints := state.NewHints(w.c.StateDir)
+	for _, h := range []struct{ name, uid string }{{"old", "u-old"}, {"recent", "u-recent"}, {"used", "u-used"}} {
+		if err := hints.Put("tenant-a", h.name, state.AttachmentHint{UID: h.uid, VPC: "blue", Attachment: h.name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	twoHours := now.Add(-2 * time.Hour)
+	for _, name := range []string{"old", "used"} {
+		if err := os.Chtimes(filepath.Join(hints.Dir, "tenant-a_"+name+".json"), twoHours, twoHours); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = w.store.Put(state.Record{ContainerID: "c1", IfName: "eth0", Netns: "/y", Mode: "veth", HostInterface: "gvused", AttachmentUID: "u-used"})
+	w.live["/y"] = true
+	w.kernel.links["gvused"] = true
+	w.pass(t)
+	for name, want := range map[string]bool{"old": false, "recent": true, "used": true} {
+		if _, ok := hints.Get("tenant-a", name); ok != want {
+			t.Errorf("hint %s kept = %v, want %v", name, ok, want)
+		}
 	}
 }

@@ -219,6 +219,13 @@ const maxWatchEnds = 3
 // first, the error is a *HeldError naming the current holder
 // (errors.Is(err, ErrHeld)). Errors other than conflicts end the wait.
 func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
+	return l.AcquireFrom(ctx, holder, nil)
+}
+
+// AcquireFrom is Acquire deciding its first attempt from seen, when not
+// nil: the lease as Read returned it moments ago, read while the caller
+// did other work. A lease that changed since conflicts and is read again.
+func (l *Lock) AcquireFrom(ctx context.Context, holder string, seen *Observed) (Grant, error) {
 	backoff := max(l.retryPeriod/8, time.Millisecond)
 	var last *HeldError
 	watcher, watching := l.store.(Watcher)
@@ -227,7 +234,6 @@ func (l *Lock) Acquire(ctx context.Context, holder string) (Grant, error) {
 	var changes <-chan Observed
 	// seen is the lease as the watch last reported it: the next attempt
 	// decides from it instead of reading the lease again.
-	var seen *Observed
 	watchEnds := 0
 	for {
 		g, err := l.attempt(ctx, holder, seen)
@@ -296,6 +302,11 @@ func (e *HeldError) withCause(err error) *HeldError {
 // stopped renewing.
 func (l *Lock) TryAcquire(ctx context.Context, holder string) (Grant, error) {
 	return l.attempt(ctx, holder, nil)
+}
+
+// TryAcquireFrom is TryAcquire deciding first from seen, as AcquireFrom.
+func (l *Lock) TryAcquireFrom(ctx context.Context, holder string, seen *Observed) (Grant, error) {
+	return l.attempt(ctx, holder, seen)
 }
 
 // attempt is TryAcquire deciding first from seen, when not nil, a version

@@ -861,3 +861,50 @@ func TestAReleaseFromALeaseReadEarlierIsOneWriteAndRereadsALeaseChangedSince(t *
 		})
 	}
 }
+
+// A lease read while the caller did other work is taken with one write; a
+// lease changed since that read conflicts and the lease is read again.
+func TestAnAcquireFromALeaseReadEarlierIsOneWriteAndRereadsALeaseChangedSince(t *testing.T) {
+	ctx := context.Background()
+	f, c, a, ga := heldByA(t)
+	if err := a.Release(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	b := newLock(t, f, c, "")
+	seen, err := b.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.calls = nil
+	f.mu.Unlock()
+	g, err := b.AcquireFrom(ctx, "node-b/c2", &seen)
+	if err != nil || g.Token != 2 {
+		t.Fatalf("grant %+v, %v; want token 2", g, err)
+	}
+	f.mu.Lock()
+	calls := f.calls
+	f.calls = nil
+	f.mu.Unlock()
+	if want := []string{"update"}; !slices.Equal(calls, want) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+
+	// Read free, then another takes it: the write from the stale read
+	// conflicts, and the lease read after it says who holds it.
+	if err := b.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := b.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLock(t, f, c, "").Acquire(ctx, "node-c/c3"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = newLock(t, f, c, "").TryAcquireFrom(ctx, "node-d/c4", &stale)
+	var h *HeldError
+	if !errors.As(err, &h) || h.Holder != "node-c/c3" {
+		t.Fatalf("want the lease held by node-c/c3, got %v", err)
+	}
+}

@@ -53,10 +53,80 @@ func leaseLock(inv *invocation, vpc, attachment string, seconds int32, id handof
 	return lock, nil
 }
 
+// leaseRead is a VPCAttachment's lease read while the attachment was: the
+// lock of the names and UID the node's hint gave, and the read's outcome.
+type leaseRead struct {
+	hint state.AttachmentHint
+	lock *handoff.Lock
+	// seen waits for the read; nil when it failed.
+	seen func() *handoff.Observed
+}
+
+// of is r when the attachment c now describes is the hint's (UID and
+// data-plane names), else nil: the lease read is another's.
+func (r *leaseRead) of(c *Config) *leaseRead {
+	if r == nil || c.Object == nil || r.hint != (state.AttachmentHint{UID: c.Object.UID, VPC: c.VPC, Attachment: c.Attachment.Attachment}) {
+		return nil
+	}
+	return r
+}
+
+// readHintedLeases starts reading, for each VPCAttachment the config names
+// that this node has a hint of, the lease the hint names, so that the
+// read overlaps the attachment's: a restart or an upgrade in place then
+// acquires with one write after the attachment is read. The i-th element
+// is the read of the i-th name, nil without a hint.
+func (p *plugin) readHintedLeases(inv *invocation, c *Config) []*leaseRead {
+	reads := make([]*leaseRead, len(c.Names.Objects))
+	if !c.Handoff.Enabled || c.Standby {
+		return reads
+	}
+	hints := state.NewHints(inv.node.StateDir)
+	for i, name := range c.Names.Objects {
+		h, ok := hints.Get(c.Names.Namespace, name)
+		if !ok {
+			continue
+		}
+		lock, terr := leaseLock(inv, h.VPC, h.Attachment, int32(c.Handoff.Lease/time.Second), handoff.Identity{Namespace: c.Names.Namespace, UID: h.UID})
+		if terr != nil {
+			continue
+		}
+		done := make(chan *handoff.Observed, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+			defer cancel()
+			o, err := lock.Read(ctx)
+			if err != nil {
+				done <- nil
+				return
+			}
+			done <- &o
+		}()
+		reads[i] = &leaseRead{hint: h, lock: lock, seen: sync.OnceValue(func() *handoff.Observed { return <-done })}
+	}
+	return reads
+}
+
+// rememberAttachments keeps, for the next ADD of each VPCAttachment of ts
+// on this node, its UID and data-plane names.
+func rememberAttachments(inv *invocation, ts []target) {
+	hints := state.NewHints(inv.node.StateDir)
+	for _, t := range ts {
+		o := t.conf.Object
+		if o == nil || !t.conf.Handoff.Enabled {
+			continue
+		}
+		if err := hints.Put(o.Namespace, o.Name, state.AttachmentHint{UID: o.UID, VPC: t.conf.VPC, Attachment: t.conf.Attachment.Attachment}); err != nil {
+			inv.log.Warn("keeping the attachment's hint for the next ADD", "attachment", o.Namespace+"/"+o.Name, "error", err.Error())
+		}
+	}
+}
+
 // acquireHandoff takes the attachment's handoff lease before ADD touches
 // the kernel, waiting up to waitSeconds for the current holder to release
-// it or for its lease to expire.
-func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) (lease, *types.Error) {
+// it or for its lease to expire. With read, it decides first from the
+// lease read beside the attachment.
+func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs, read *leaseRead) (lease, *types.Error) {
 	if !c.Handoff.Enabled {
 		return lease{}, nil
 	}
@@ -66,9 +136,15 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 		// record keeps the duration it will ask for.
 		return lease{seconds: seconds}, nil
 	}
-	lock, terr := leaseLock(inv, c.VPC, c.Attachment.Attachment, seconds, c.identity())
-	if terr != nil {
-		return lease{}, terr
+	var lock *handoff.Lock
+	var seen *handoff.Observed
+	if read != nil {
+		lock, seen = read.lock, read.seen()
+	} else {
+		var terr *types.Error
+		if lock, terr = leaseLock(inv, c.VPC, c.Attachment.Attachment, seconds, c.identity()); terr != nil {
+			return lease{}, terr
+		}
 	}
 	holder := names.Holder(inv.node.NodeName, args.ContainerID)
 	start := p.now()
@@ -77,11 +153,11 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 	if c.Handoff.Wait == 0 {
 		// A zero wait is one attempt; a deadline of now would fail its reads.
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-		g, err = lock.TryAcquire(ctx, holder)
+		g, err = lock.TryAcquireFrom(ctx, holder, seen)
 		cancel()
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), c.Handoff.Wait)
-		g, err = lock.Acquire(ctx, holder)
+		g, err = lock.AcquireFrom(ctx, holder, seen)
 		cancel()
 	}
 	if err != nil {
@@ -98,7 +174,7 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs) 
 		}
 		return lease{}, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("acquiring the handoff lease of %s: %v", c.describe(), err), "")
 	}
-	inv.log.Info("handoff lease acquired", "holder", g.Holder, "token", g.Token, "waited", p.now().Sub(start).String())
+	inv.log.Info("handoff lease acquired", "holder", g.Holder, "token", g.Token, "waited", p.now().Sub(start).String(), "leaseReadWithAttachment", read != nil)
 	return lease{holder: g.Holder, generation: g.Token, seconds: seconds}, nil
 }
 

@@ -19,10 +19,12 @@ import (
 	"github.com/galactic-cni/galactic/pkg/state"
 )
 
-// target is one attachment of an ADD: its Config and container interface.
+// target is one attachment of an ADD: its Config and container interface,
+// and its lease when it was read beside the attachment.
 type target struct {
 	conf   *Config
 	ifName string
+	lease  *leaseRead
 }
 
 // attached is a target once set up.
@@ -44,6 +46,7 @@ func (p *plugin) targets(inv *invocation, c *Config, args *skel.CmdArgs) ([]targ
 	if terr != nil {
 		return nil, terr
 	}
+	reads := p.readHintedLeases(inv, c)
 	var ts []target
 	for i, name := range c.Names.Objects {
 		ifName := args.IfName
@@ -66,7 +69,7 @@ func (p *plugin) targets(inv *invocation, c *Config, args *skel.CmdArgs) ([]targ
 		if terr != nil {
 			return nil, terr
 		}
-		ts = append(ts, target{conf: oc, ifName: ifName})
+		ts = append(ts, target{conf: oc, ifName: ifName, lease: reads[i].of(oc)})
 	}
 	return ts, nil
 }
@@ -141,7 +144,7 @@ func (p *plugin) addTargets(inv *invocation, args *skel.CmdArgs, ts []target) ([
 		}
 	}
 	for _, t := range ts {
-		l, terr := p.acquireHandoff(inv, t.conf, args)
+		l, terr := p.acquireHandoff(inv, t.conf, args, t.lease)
 		if terr != nil {
 			giveBack()
 			return nil, terr

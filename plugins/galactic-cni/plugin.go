@@ -190,6 +190,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) (err error) {
 	if done, terr = p.addTargets(inv, args, ts); terr != nil {
 		return terr
 	}
+	rememberAttachments(inv, ts)
 	return types.PrintResult(result(args, done), conf.CNIVersion)
 }
 

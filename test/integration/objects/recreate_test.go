@@ -1,6 +1,7 @@
 package objects
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -98,6 +99,10 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			}
 			second := newPod(t, ns, "web-0", map[string]string{"network.galactic.dev/attachment": "web"})
 			second.mustAdd(t, node)
+			// The node's hint names the predecessor's UID: not used.
+			if lastLeaseReadWithAttachment(t, node) {
+				t.Fatal("the ADD of the recreated attachment used the lease its predecessor's hint names")
+			}
 			// A fresh lease history: another lease, token 1, not available.
 			l := leaseOf(t, env, recreated)
 			rec := leaseRecord(l)
@@ -140,8 +145,41 @@ func TestAnAttachmentDeletedAndRecreatedWithTheSameNameInheritsNothingOfItsPrede
 			}
 			second.check(t, node)
 			second.del(t, node)
+			// A restart in place: the hint is the attachment's own, and its
+			// lease is read beside it.
+			third := newPod(t, ns, "web-0", map[string]string{"network.galactic.dev/attachment": "web"})
+			third.mustAdd(t, node)
+			if !lastLeaseReadWithAttachment(t, node) {
+				t.Fatal("the restart's ADD did not read the lease beside the attachment")
+			}
+			if rec := leaseRecord(leaseOf(t, env, recreated)); rec.LeaseTransitions != 2 || rec.HolderIdentity != names.Holder("node-a", third.id()) {
+				t.Fatalf("the restart's lease: %+v", rec)
+			}
+			third.del(t, node)
 		})
 	}
+}
+
+// lastLeaseReadWithAttachment is what the node log's last acquisition of a
+// lease says of its read: whether it was read beside the attachment.
+func lastLeaseReadWithAttachment(t *testing.T, node *harness.Node) bool {
+	t.Helper()
+	data, err := os.ReadFile(node.Settings.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		var l struct {
+			Msg  string `json:"msg"`
+			Read *bool  `json:"leaseReadWithAttachment"`
+		}
+		if json.Unmarshal([]byte(lines[i]), &l) == nil && l.Msg == "handoff lease acquired" && l.Read != nil {
+			return *l.Read
+		}
+	}
+	t.Fatal("no lease acquisition in the node log")
+	return false
 }
 
 // gcOnce runs one galactic-gc pass on node.
