@@ -59,15 +59,14 @@ func (h Hints) Get(namespace, name string) (hint AttachmentHint, ok bool) {
 }
 
 // Put records the hint of namespace/name. An unchanged hint is not
-// rewritten, only marked as used now.
+// rewritten, only marked as used now (Touch).
 func (h Hints) Put(namespace, name string, hint AttachmentHint) error {
 	p, ok := h.path(namespace, name)
 	if !ok {
 		return nil
 	}
 	if cur, ok := h.Get(namespace, name); ok && cur == hint {
-		now := time.Now()
-		return os.Chtimes(p, now, now)
+		return h.Touch(namespace, name)
 	}
 	if err := os.MkdirAll(h.Dir, 0o700); err != nil {
 		return err
@@ -77,6 +76,16 @@ func (h Hints) Put(namespace, name string, hint AttachmentHint) error {
 		return err
 	}
 	return WriteFileAtomic(p, data, 0o600)
+}
+
+// Touch marks the hint of namespace/name as used now, for Prune.
+func (h Hints) Touch(namespace, name string) error {
+	p, ok := h.path(namespace, name)
+	if !ok {
+		return nil
+	}
+	now := time.Now()
+	return os.Chtimes(p, now, now)
 }
 
 // Prune removes the hints last used before cutoff whose UID keep does not

@@ -45,4 +45,15 @@ func TestHintsRoundTripAndPruneOnlyTheOldOnesNotInUse(t *testing.T) {
 	if _, ok := h.Get("tenant-b", "web"); !ok {
 		t.Error("a recent hint was pruned")
 	}
+
+	// An old hint marked as used is recent again.
+	if err := os.Chtimes(filepath.Join(h.Dir, "tenant-b_web.json"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Touch("tenant-b", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.Prune(time.Now().Add(-time.Hour), func(uid string) bool { return uid == "u2" }); err != nil || n != 0 {
+		t.Fatalf("pruned %d, %v after a touch; want 0", n, err)
+	}
 }

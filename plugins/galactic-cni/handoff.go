@@ -87,28 +87,26 @@ func (p *plugin) readHintedLeases(inv *invocation, c *Config) []*leaseRead {
 		if !ok {
 			continue
 		}
-		lock, terr := leaseLock(inv, h.VPC, h.Attachment, int32(c.Handoff.Lease/time.Second), handoff.Identity{Namespace: c.Names.Namespace, UID: h.UID})
+		lock, terr := leaseLock(inv, h.VPC, h.Attachment, c.leaseSeconds(), handoff.Identity{Namespace: c.Names.Namespace, UID: h.UID})
 		if terr != nil {
 			continue
 		}
-		done := make(chan *handoff.Observed, 1)
-		go func() {
+		reads[i] = &leaseRead{hint: h, lock: lock, seen: async(func() *handoff.Observed {
 			ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 			defer cancel()
 			o, err := lock.Read(ctx)
 			if err != nil {
-				done <- nil
-				return
+				return nil
 			}
-			done <- &o
-		}()
-		reads[i] = &leaseRead{hint: h, lock: lock, seen: sync.OnceValue(func() *handoff.Observed { return <-done })}
+			return &o
+		})}
 	}
 	return reads
 }
 
 // rememberAttachments keeps, for the next ADD of each VPCAttachment of ts
-// on this node, its UID and data-plane names.
+// on this node, its UID and data-plane names. A hint this ADD's lease read
+// confirmed is only marked as used.
 func rememberAttachments(inv *invocation, ts []target) {
 	hints := state.NewHints(inv.node.StateDir)
 	for _, t := range ts {
@@ -116,7 +114,13 @@ func rememberAttachments(inv *invocation, ts []target) {
 		if o == nil || !t.conf.Handoff.Enabled {
 			continue
 		}
-		if err := hints.Put(o.Namespace, o.Name, state.AttachmentHint{UID: o.UID, VPC: t.conf.VPC, Attachment: t.conf.Attachment.Attachment}); err != nil {
+		var err error
+		if t.lease != nil {
+			err = hints.Touch(o.Namespace, o.Name)
+		} else {
+			err = hints.Put(o.Namespace, o.Name, state.AttachmentHint{UID: o.UID, VPC: t.conf.VPC, Attachment: t.conf.Attachment.Attachment})
+		}
+		if err != nil {
 			inv.log.Warn("keeping the attachment's hint for the next ADD", "attachment", o.Namespace+"/"+o.Name, "error", err.Error())
 		}
 	}
@@ -130,7 +134,7 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs, 
 	if !c.Handoff.Enabled {
 		return lease{}, nil
 	}
-	seconds := int32(c.Handoff.Lease / time.Second)
+	seconds := c.leaseSeconds()
 	if c.Standby {
 		// A live-migration target takes the lease at promotion; the
 		// record keeps the duration it will ask for.
@@ -176,6 +180,18 @@ func (p *plugin) acquireHandoff(inv *invocation, c *Config, args *skel.CmdArgs, 
 	}
 	inv.log.Info("handoff lease acquired", "holder", g.Holder, "token", g.Token, "waited", p.now().Sub(start).String(), "leaseReadWithAttachment", read != nil)
 	return lease{holder: g.Holder, generation: g.Token, seconds: seconds}, nil
+}
+
+// leaseSeconds is the lease duration the config asks for, in the lease's
+// unit.
+func (c *Config) leaseSeconds() int32 { return int32(c.Handoff.Lease / time.Second) }
+
+// async runs f in a goroutine; the function returned waits for f and
+// gives its result, the same to every call.
+func async[T any](f func() T) func() T {
+	done := make(chan T, 1)
+	go func() { done <- f() }()
+	return sync.OnceValue(func() T { return <-done })
 }
 
 // identity is the lease identity of the config's attachment: its
@@ -243,8 +259,7 @@ func (p *plugin) prepareReleases(inv *invocation, recs []state.Record) func(i in
 	if !slices.ContainsFunc(recs, func(r state.Record) bool { return r.Holder != "" }) {
 		return func(int) *preparedRelease { return nil }
 	}
-	done := make(chan []*preparedRelease, 1)
-	go func() {
+	prepared := async(func() []*preparedRelease {
 		out := make([]*preparedRelease, len(recs))
 		deadline := time.Now().Add(apiTimeout)
 		for i, rec := range recs {
@@ -263,9 +278,8 @@ func (p *plugin) prepareReleases(inv *invocation, recs []state.Record) func(i in
 			}
 			cancel()
 		}
-		done <- out
-	}()
-	prepared := sync.OnceValue(func() []*preparedRelease { return <-done })
+		return out
+	})
 	return func(i int) *preparedRelease { return prepared()[i] }
 }
 

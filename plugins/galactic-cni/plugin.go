@@ -261,11 +261,11 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) (err error) {
 		// the kernel deletes it: a successor on another node attaches
 		// meanwhile, one on this node waits for the node lock, so none
 		// attaches while this interface still works.
-		released := make(chan error, 1)
+		var released func() error
 		err := inv.host.TeardownThen(rec, func() {
-			go func() { released <- p.releaseRecordHandoff(inv, rec, prepared(i)) }()
+			released = async(func() error { return p.releaseRecordHandoff(inv, rec, prepared(i)) })
 		})
-		errs = append(errs, err, <-released)
+		errs = append(errs, err, released())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return types.NewError(types.ErrInternal, err.Error(), "")
@@ -428,7 +428,7 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) (err error) {
 	if conf.Handoff.Enabled {
 		// The lease's name does not matter here: building a lock proves
 		// the node name and the kubeconfig usable, without an API call.
-		if _, terr := leaseLock(inv, conf.VPC+".status", conf.Attachment.Attachment, int32(conf.Handoff.Lease/time.Second), handoff.Identity{}); terr != nil {
+		if _, terr := leaseLock(inv, conf.VPC+".status", conf.Attachment.Attachment, conf.leaseSeconds(), handoff.Identity{}); terr != nil {
 			return terr
 		}
 	}
