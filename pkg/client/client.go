@@ -125,6 +125,7 @@ func New(cfg *rest.Config) (*Clients, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return newFirstConn(rt) })
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building HTTP client: %w", err)
