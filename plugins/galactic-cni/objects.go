@@ -56,13 +56,8 @@ func (p *plugin) targets(inv *invocation, c *Config, args *skel.CmdArgs) ([]targ
 				return nil, netconf.InvalidConfig(fmt.Sprintf("CNI_IFNAME %s is the interface of the pod's attachment number %d: use another CNI_IFNAME (such as eth0)", args.IfName, i+1))
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-		a, err := get(ctx, c.Names.Namespace, name)
-		cancel()
-		if terr := attachmentError(c.Names, name, err); terr != nil {
-			return nil, terr
-		}
-		if terr := usable(a); terr != nil {
+		a, terr := readAttachment(get, c.Names, name)
+		if terr != nil {
 			return nil, terr
 		}
 		oc, terr := c.forObject(a)
@@ -74,9 +69,13 @@ func (p *plugin) targets(inv *invocation, c *Config, args *skel.CmdArgs) ([]targ
 	return ts, nil
 }
 
-// attachmentReader reads a VPCAttachment: the plugin's own in tests, else
+// attachmentGetter reads a VPCAttachment, from the API server's watch
+// cache when cached is true.
+type attachmentGetter func(ctx context.Context, namespace, name string, cached bool) (*v1alpha1.VPCAttachment, error)
+
+// attachmentReader reads VPCAttachments: the plugin's own in tests, else
 // the API server through the node's kubeconfig.
-func (p *plugin) attachmentReader(inv *invocation) (func(ctx context.Context, namespace, name string) (*v1alpha1.VPCAttachment, error), *types.Error) {
+func (p *plugin) attachmentReader(inv *invocation) (attachmentGetter, *types.Error) {
 	if p.getAttachment != nil {
 		return p.getAttachment, nil
 	}
@@ -84,9 +83,40 @@ func (p *plugin) attachmentReader(inv *invocation) (func(ctx context.Context, na
 	if terr != nil {
 		return nil, terr
 	}
-	return func(ctx context.Context, namespace, name string) (*v1alpha1.VPCAttachment, error) {
-		return cs.VPCAttachments(namespace).Get(ctx, name, metav1.GetOptions{})
+	return func(ctx context.Context, namespace, name string, cached bool) (*v1alpha1.VPCAttachment, error) {
+		var opts metav1.GetOptions
+		if cached {
+			opts.ResourceVersion = "0"
+		}
+		return cs.VPCAttachments(namespace).Get(ctx, name, opts)
 	}, nil
+}
+
+// readAttachment reads the VPCAttachment name an ADD may use. It reads
+// the API server's watch cache, which spares the ADD a read of etcd: the
+// kubelet named the attachment from its own cached copy of the pod, and a
+// change that lands within the cache's lag is taken as if it had landed
+// just after the ADD. Before refusing an attachment (missing, not Ready,
+// being deleted) it reads etcd, so a cache a moment behind never refuses
+// one that was just made ready.
+func readAttachment(get attachmentGetter, n netconf.Names, name string) (*v1alpha1.VPCAttachment, *types.Error) {
+	var terr *types.Error
+	for _, cached := range []bool{true, false} {
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		a, err := get(ctx, n.Namespace, name, cached)
+		cancel()
+		if terr = attachmentError(n, name, err); terr != nil && !apierrors.IsNotFound(err) {
+			// The API server did not answer about the object: etcd
+			// would not either.
+			return nil, terr
+		}
+		if terr == nil {
+			if terr = usable(a); terr == nil {
+				return a, nil
+			}
+		}
+	}
+	return nil, terr
 }
 
 // attachmentError maps the read of a VPCAttachment to a CNI error.

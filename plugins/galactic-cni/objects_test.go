@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,21 +17,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
+	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/settings"
 )
 
 // fakeAttachments serves VPCAttachments by namespace/name and records
-// every read; a read of anything else is NotFound.
+// every read, those that pass the API server's cache as "from etcd"; a
+// read of anything else is NotFound. cached, when it has the object,
+// is what the cache still holds of it.
 type fakeAttachments struct {
 	objects map[string]*v1alpha1.VPCAttachment
+	cached  map[string]*v1alpha1.VPCAttachment
 	reads   []string
 }
 
-func (f *fakeAttachments) get(_ context.Context, namespace, name string) (*v1alpha1.VPCAttachment, error) {
-	f.reads = append(f.reads, namespace+"/"+name)
-	if a, ok := f.objects[namespace+"/"+name]; ok {
+func (f *fakeAttachments) get(_ context.Context, namespace, name string, cached bool) (*v1alpha1.VPCAttachment, error) {
+	key := namespace + "/" + name
+	if !cached {
+		f.reads = append(f.reads, key+" from etcd")
+	} else if f.reads = append(f.reads, key); f.cached[key] != nil {
+		return f.cached[key].DeepCopy(), nil
+	}
+	if a, ok := f.objects[key]; ok {
 		return a.DeepCopy(), nil
 	}
 	return nil, apierrors.NewNotFound(schema.GroupResource{Group: "network.galactic.dev", Resource: "vpcattachments"}, name)
@@ -110,19 +122,19 @@ func TestAnADDOfVPCAttachmentsRefusesBeforeWritingTakingALeaseOrMakingAnInterfac
 		reads       []string
 	}{
 		{name: "a missing attachment", annotations: `"network.galactic.dev/attachment":"absent"`, code: types.ErrInvalidNetworkConfig,
-			msg: []string{"VPCAttachment tenant-a/absent", "does not exist in namespace tenant-a"}, reads: []string{"tenant-a/absent"}},
+			msg: []string{"VPCAttachment tenant-a/absent", "does not exist in namespace tenant-a"}, reads: []string{"tenant-a/absent", "tenant-a/absent from etcd"}},
 		{name: "another namespace's attachment is looked up in the pod's own", annotations: `"network.galactic.dev/attachment":"secret"`, code: types.ErrInvalidNetworkConfig,
-			msg: []string{"VPCAttachment tenant-a/secret", "does not exist"}, reads: []string{"tenant-a/secret"}},
+			msg: []string{"VPCAttachment tenant-a/secret", "does not exist"}, reads: []string{"tenant-a/secret", "tenant-a/secret from etcd"}},
 		{name: "the second of two is missing", annotations: `"network.galactic.dev/attachments":"web-0-net0,absent"`, code: types.ErrInvalidNetworkConfig,
-			msg: []string{"tenant-a/absent"}, reads: []string{"tenant-a/web-0-net0", "tenant-a/absent"}},
+			msg: []string{"tenant-a/absent"}, reads: []string{"tenant-a/web-0-net0", "tenant-a/absent", "tenant-a/absent from etcd"}},
 		{name: "not Ready", annotations: `"network.galactic.dev/attachment":"pending"`, code: types.ErrTryAgainLater,
-			msg: []string{"VPCAttachment tenant-a/pending is not Ready", "AddressInUse", "10.20.0.5 is held by web-1"}, reads: []string{"tenant-a/pending"}},
+			msg: []string{"VPCAttachment tenant-a/pending is not Ready", "AddressInUse", "10.20.0.5 is held by web-1"}, reads: []string{"tenant-a/pending", "tenant-a/pending from etcd"}},
 		{name: "no Ready condition yet", annotations: `"network.galactic.dev/attachment":"fresh"`, code: types.ErrTryAgainLater,
-			msg: []string{"tenant-a/fresh is not Ready (it has no Ready condition yet)"}, reads: []string{"tenant-a/fresh"}},
+			msg: []string{"tenant-a/fresh is not Ready (it has no Ready condition yet)"}, reads: []string{"tenant-a/fresh", "tenant-a/fresh from etcd"}},
 		{name: "being deleted", annotations: `"network.galactic.dev/attachment":"going"`, code: types.ErrTryAgainLater,
-			msg: []string{"tenant-a/going is being deleted"}, reads: []string{"tenant-a/going"}},
+			msg: []string{"tenant-a/going is being deleted"}, reads: []string{"tenant-a/going", "tenant-a/going from etcd"}},
 		{name: "no data-plane names", annotations: `"network.galactic.dev/attachment":"unnamed"`, code: types.ErrTryAgainLater,
-			msg: []string{"tenant-a/unnamed", "status.dataplane"}, reads: []string{"tenant-a/unnamed"}},
+			msg: []string{"tenant-a/unnamed", "status.dataplane"}, reads: []string{"tenant-a/unnamed", "tenant-a/unnamed from etcd"}},
 		{name: "announce whenAvailable without handoff", stanza: []byte(`{"cniVersion":"1.1.0","name":"vm","type":"galactic-cni","routing":"table","namespace":"tenant-a","attachment":"drained","handoff":{"enabled":false}}`),
 			code: types.ErrInvalidNetworkConfig, msg: []string{`VPCAttachment tenant-a/drained has spec.announce "whenAvailable", which needs the handoff lease`}, reads: []string{"tenant-a/drained"}},
 		{name: "an address without its prefix length", annotations: `"network.galactic.dev/attachment":"odd"`, code: types.ErrInvalidNetworkConfig,
@@ -173,6 +185,23 @@ func TestAnADDThatPassesTheChecksTakesTheLeaseNext(t *testing.T) {
 	}
 }
 
+func TestACacheBehindTheAttachmentDoesNotRefuseIt(t *testing.T) {
+	// The cache has not yet seen the controller make the attachment
+	// ready; etcd has.
+	e := newObjectEnv(t, readyAttachment("tenant-a", "web-0-net0", "w", "10.20.0.5/16"))
+	stale := readyAttachment("tenant-a", "web-0-net0", "w")
+	stale.Status = v1alpha1.VPCAttachmentStatus{}
+	e.api.cached = map[string]*v1alpha1.VPCAttachment{"tenant-a/web-0-net0": stale}
+	err := e.p.cmdAdd(&skel.CmdArgs{ContainerID: "c1", IfName: "eth0", Netns: "/var/run/netns/c1", Args: podCNIArgs, StdinData: podStanza(`"network.galactic.dev/attachment":"{pod}-net0"`)})
+	var terr *types.Error
+	if !errors.As(err, &terr) || terr.Code != types.ErrPluginNotAvailable {
+		t.Fatalf("want code 50 from the lease, got %v", err)
+	}
+	if want := []string{"tenant-a/web-0-net0", "tenant-a/web-0-net0 from etcd"}; !slices.Equal(e.api.reads, want) {
+		t.Fatalf("reads %v, want %v", e.api.reads, want)
+	}
+}
+
 func TestAnInlineStanzaOnANodeThatRequiresObjectsIsRefusedByEveryVerbThatNeedsIt(t *testing.T) {
 	e := newObjectEnv(t)
 	vars := map[string]string{}
@@ -194,5 +223,29 @@ func TestAnInlineStanzaOnANodeThatRequiresObjectsIsRefusedByEveryVerbThatNeedsIt
 	}
 	if len(e.api.reads) != 0 {
 		t.Fatalf("reads %v", e.api.reads)
+	}
+}
+
+func TestTheAttachmentIsReadFromTheAPIServersCache(t *testing.T) {
+	queries := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.Path + "?" + r.URL.RawQuery
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"apiVersion":"network.galactic.dev/v1alpha1","kind":"VPCAttachment","metadata":{"namespace":"tenant-a","name":"web"}}`))
+	}))
+	defer srv.Close()
+	cs, err := client.New(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get, terr := (&plugin{}).attachmentReader(&invocation{cs: cs})
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	if _, err := get(context.Background(), "tenant-a", "web", true); err != nil {
+		t.Fatal(err)
+	}
+	if q, want := <-queries, "/apis/network.galactic.dev/v1alpha1/namespaces/tenant-a/vpcattachments/web?resourceVersion=0"; q != want {
+		t.Errorf("read %s, want %s", q, want)
 	}
 }

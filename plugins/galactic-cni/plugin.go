@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/galactic-cni/galactic/pkg/apis/network/v1alpha1"
 	"github.com/galactic-cni/galactic/pkg/client"
 	"github.com/galactic-cni/galactic/pkg/filter"
 	"github.com/galactic-cni/galactic/pkg/handoff"
@@ -40,7 +38,7 @@ type plugin struct {
 	filter filter.Filter
 	// getAttachment, if set, reads VPCAttachments instead of the API
 	// server (tests).
-	getAttachment func(ctx context.Context, namespace, name string) (*v1alpha1.VPCAttachment, error)
+	getAttachment attachmentGetter
 }
 
 // invocation is what every verb sets up first: node settings and the log.
