@@ -479,6 +479,25 @@ func (l *Lock) Read(ctx context.Context) (Observed, error) {
 	return l.store.Get(ctx)
 }
 
+// cachedGetter is a Store that can also read from a cache that may be
+// behind, never ahead.
+type cachedGetter interface {
+	GetCached(ctx context.Context) (Observed, error)
+}
+
+// ReadCached is Read from the API server's watch cache (Read where the
+// store has none), which spares the API server a read of etcd. The lease
+// may be a moment behind: AcquireFrom and ReleaseFrom guard their write
+// with the resourceVersion they decide from, so a version that is behind
+// conflicts and is read again, and a holder seen later than it wrote is
+// waited for longer, never shorter.
+func (l *Lock) ReadCached(ctx context.Context) (Observed, error) {
+	if c, ok := l.store.(cachedGetter); ok {
+		return c.GetCached(ctx)
+	}
+	return l.store.Get(ctx)
+}
+
 // rewrite replaces the record of a current grant with next's; next
 // returning false means the lease is as wanted already: nothing is written.
 func (l *Lock) rewrite(ctx context.Context, g Grant, verb string, next func(Record, time.Time) (Record, bool)) error {

@@ -208,7 +208,16 @@ func (s watchingStore) Watch(ctx context.Context, resourceVersion string) (<-cha
 }
 
 func (s *leaseStore) Get(ctx context.Context) (Observed, error) {
-	l, err := s.leases.Get(ctx, s.name, metav1.GetOptions{})
+	return s.get(ctx, metav1.GetOptions{})
+}
+
+// GetCached reads the lease from the API server's watch cache.
+func (s *leaseStore) GetCached(ctx context.Context) (Observed, error) {
+	return s.get(ctx, metav1.GetOptions{ResourceVersion: "0"})
+}
+
+func (s *leaseStore) get(ctx context.Context, opts metav1.GetOptions) (Observed, error) {
+	l, err := s.leases.Get(ctx, s.name, opts)
 	if err != nil {
 		return Observed{}, err
 	}

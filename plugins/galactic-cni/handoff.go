@@ -94,7 +94,9 @@ func (p *plugin) readHintedLeases(inv *invocation, c *Config) []*leaseRead {
 		reads[i] = &leaseRead{hint: h, lock: lock, seen: async(func() *handoff.Observed {
 			ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 			defer cancel()
-			o, err := lock.Read(ctx)
+			// From the cache, as the attachment: the acquisition's write
+			// is guarded by the version read.
+			o, err := lock.ReadCached(ctx)
 			if err != nil {
 				return nil
 			}
